@@ -1,0 +1,6 @@
+"""comlrl-lab: a workbench for preference-based RL of cooperating LLM agents (MADPO, MARLHF).
+
+The public training API lives in ``comlrl_lab.trainers.preference`` under CoMLRL's names.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# One command sets up everything: the CPU torch wheel where no torch is present, then the package and its
+# development tools. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+
+if ! "$PYTHON" -c "import torch" >/dev/null 2>&1; then
+    # A bare "torch" requirement would pull a multi-GB CUDA build; the pinned CPU wheel is enough here.
+    "$PYTHON" -m pip install "torch==${COMLRL_LAB_TORCH_VERSION:-2.13.0}"
+fi
+"$PYTHON" -m pip install -e ".[dev]"
+
+# Browser tests drive Debian's chromium; install it when we can (root on Debian) and it is missing.
+if [ "${COMLRL_LAB_SKIP_BROWSER:-0}" != "1" ] && ! command -v chromium >/dev/null 2>&1 \
+        && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = "0" ]; then
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium chromium-driver fonts-liberation \
+        || echo "setup: chromium could not be installed; browser tests will be skipped"
+fi
+echo "setup: done. Next: streamlit run app.py"
