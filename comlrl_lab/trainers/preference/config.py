@@ -1,0 +1,856 @@
+"""The four preference-trainer configs: CoMLRL 1.4.3's fields, defaults, aliases and validation messages.
+
+``MADPOConfig`` holds everything the trainers share, ``MARLHFConfig`` adds reward-model and online-RL
+fields, and ``_IterativePreferenceConfig`` adds the comparator and replay-buffer fields of the two Iter
+configs. Every field carries ``metadata["help"]``, the one text shown as UI tooltip, CLI help and docs.
+All validation and alias normalisation happens in ``__post_init__`` and raises ``ValueError``.
+
+This module does not import torch, resolve devices, read the environment or touch the file system: a
+config can be built, checked and serialised anywhere (the Streamlit form, the CLI, a notebook).
+
+Fields of our own (``seed``, ``disable_dropout``, ``score_final_token``, batch sizes, ``output_dir``,
+``max_grad_norm``, ``bt_validation_fraction``, API retry/concurrency settings) are keyword-only, so the
+positional order of CoMLRL's fields is unchanged. See docs/differences_from_comlrl.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+__all__ = [
+    "CONFIG_CLASSES",
+    "MADPOConfig",
+    "MADPOIterConfig",
+    "MARLHFConfig",
+    "MARLHFIterConfig",
+    "SECRET_FIELDS",
+]
+
+# One table per choice of name: canonical value -> every accepted spelling (compared lower-cased, trimmed).
+COMPARATOR_POLICY_ALIASES: dict[str, tuple[str, ...]] = {
+    "current": ("current", "self", "online"),
+    "current_copy": ("current_copy", "copy", "online_copy", "current-offload", "current_offload"),
+    "model": ("model", "external", "comparator", "reference", "ref"),
+    "history": ("history", "checkpoint", "previous", "previous_iteration"),
+    "api": ("api", "http", "endpoint"),
+}
+COMPARATOR_GENERATION_MODE_ALIASES: dict[str, tuple[str, ...]] = {
+    "decentralized": ("decentralized", "decentralised", "multi_agent", "multi-agent"),
+    "centralized": ("centralized", "centralised", "single_agent", "single-agent"),
+}
+PREFERENCE_REPLAY_MODE_ALIASES: dict[str, tuple[str, ...]] = {
+    "current": ("current", "latest", "new"),
+    "nearest_k": ("nearest_k", "recent_k", "last_k", "k"),
+    "all_history": ("all_history",),
+    "lambda_decay": ("lambda", "lambda_decay", "td_lambda", "td-lambda"),
+}
+PREFERENCE_SCORING_REWARD_ALIASES: dict[str, tuple[str, ...]] = {
+    "task": ("task", "oracle", "environment", "env"),
+    "reward_model": ("reward_model", "model", "learned"),
+}
+# CoMLRL resolves these at request time and treats anything unknown as "generic"; we do it here, once.
+COMPARATOR_API_FORMAT_ALIASES: dict[str, tuple[str, ...]] = {
+    "generic": ("generic",),
+    "openai": ("openai", "openai_chat", "chat"),
+    "anthropic": ("anthropic", "anthropic_messages", "messages"),
+    "openai_responses": ("openai_responses", "responses", "codex"),
+}
+RL_ALGORITHM_ALIASES: dict[str, tuple[str, ...]] = {
+    "magrpo": ("magrpo",),
+    "mareinforce": ("mareinforce", "mareforce"),
+    "maremax": ("maremax",),
+    "marloo": ("marloo",),
+    "maac": ("maac",),
+    "iac": ("iac",),
+}
+# rl_algorithm decides the advantage baseline of the MAGRPO family; actor-critic leaves advantage_mode alone.
+MAGRPO_FAMILY_ADVANTAGE_MODE: dict[str, str] = {
+    "magrpo": "mean",
+    "mareinforce": "raw",
+    "maremax": "max",
+    "marloo": "rloo",
+}
+ACTOR_CRITIC_ALGORITHMS: tuple[str, ...] = ("maac", "iac")
+
+SECRET_FIELDS: frozenset[str] = frozenset({"comparator_api_key"})
+# Header names that carry credentials: dropped from to_dict and pickles, masked in repr, like the key itself.
+CREDENTIAL_HEADERS: frozenset[str] = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key"})
+MASK = "***"
+
+
+def _clean(value: Any) -> str:
+    return "" if value is None else str(value).strip().lower()
+
+
+def _canonical(value: Any, table: dict[str, tuple[str, ...]]) -> str | None:
+    key = _clean(value)
+    for canonical, spellings in table.items():
+        if key in spellings:
+            return canonical
+    return None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def _check_int_at_least(name: str, value: Any, minimum: int, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if not _is_int(value):
+        raise ValueError(f"{name} must be an integer, got {value!r}.")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}.")
+
+
+def _check_positive(name: str, value: Any, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if not _is_number(value) or not value > 0:
+        raise ValueError(f"{name} must be > 0.")
+
+
+def _credential_header_names(config: Any) -> set[str]:
+    names = set(CREDENTIAL_HEADERS)
+    key_header = getattr(config, "comparator_api_key_header", None)
+    if isinstance(key_header, str) and key_header.strip():
+        names.add(key_header.strip().lower())
+    return names
+
+
+def _jsonable(value: Any, path: str) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v, f"{path}[{k!r}]") for k, v in value.items()}
+    # comparator_agents may hold model objects: keep the id they were loaded from, which loads them again.
+    name = getattr(value, "name_or_path", None) or getattr(getattr(value, "config", None), "_name_or_path", None)
+    if isinstance(name, str) and name:
+        return name
+    raise ValueError(f"{path} holds a {type(value).__name__} without a model id, so the config cannot be serialised.")
+
+
+@dataclass(repr=False)
+class MADPOConfig:
+    """Config of ``MADPOTrainer``; every other preference config inherits these fields and checks."""
+
+    num_train_epochs: int = field(
+        default=20,
+        metadata={
+            "help": "MADPO: passes of DPO over the pair set (per round in MADPOIter). MARLHF: online-RL epochs over the train dataset."
+        },
+    )
+    agent_learning_rate: float = field(
+        default=5e-6, metadata={"help": "Learning rate of each agent's AdamW optimiser (weight decay 0.01)."}
+    )
+    logging_steps: int = field(
+        default=50, metadata={"help": "Minimum gap in environment steps between two training-metric logs."}
+    )
+    num_agents: int = field(
+        default=2,
+        metadata={
+            "help": "Number of agent roles. Centralized collaboration requires it to equal the trainer's num_agents."
+        },
+    )
+    collaboration_mode: str = field(
+        default="decentralized",
+        metadata={
+            "help": "'decentralized' (one model per agent) or 'centralized' (one model writes every role's output)."
+        },
+    )
+    parallel_training: str = field(
+        default="none",
+        metadata={
+            "help": "'none' or 'mp' (one worker thread per agent when agents sit on different devices; needs agent_devices). 'null' means none."
+        },
+    )
+    agent_devices: str | list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Agent devices: None or 'auto' (cuda:i per agent if enough GPUs, else cuda:0, else cpu), one device for all, or a list of 1 or num_agents devices."
+        },
+    )
+    max_new_tokens: int = field(
+        default=256,
+        metadata={"help": "Maximum number of generated tokens per response (also sent to the comparator API)."},
+    )
+    temperature: float = field(
+        default=0.6, metadata={"help": "Sampling temperature (generation always samples, one beam)."}
+    )
+    top_p: float = field(default=0.6, metadata={"help": "Nucleus-sampling probability mass."})
+    top_k: int | None = field(default=50, metadata={"help": "Top-k sampling cut-off; None disables it."})
+    num_turns: int = field(
+        default=1, metadata={"help": "Dialogue turns per episode; preference training supports exactly 1."}
+    )
+    discount: float = field(
+        default=1.0,
+        metadata={"help": "Return discount; unused by preference training, passed on to MARLHF actor-critic."},
+    )
+    joint_mode: str = field(
+        default="aligned",
+        metadata={
+            "help": "How candidates of different agents form joint responses; preference training requires 'aligned' (checked when training)."
+        },
+    )
+    early_termination_threshold: float | None = field(
+        default=None, metadata={"help": "Multi-turn early-termination reward threshold; unused with one turn."}
+    )
+    external_prompt_passthrough: bool = field(
+        default=False, metadata={"help": "Multi-turn prompt passthrough; unused with one turn."}
+    )
+    eval_interval: int = field(
+        default=16,
+        metadata={
+            "help": "MADPO: evaluate before an update when updates_seen % eval_interval == 0. MARLHF RL: every eval_interval prompts. 0 disables."
+        },
+    )
+    eval_num_samples: int = field(default=4, metadata={"help": "Number of eval items per evaluation."})
+    eval_batch_size: int = field(default=1, metadata={"help": "Eval items per evaluation batch."})
+    rollout_buffer_size: int = field(
+        default=2, metadata={"help": "MARLHF RL: prompts buffered per agent before an update."}
+    )
+    train_batch_size: int | None = field(
+        default=None,
+        metadata={"help": "MADPO: pairs per optimiser step. MARLHF RL: samples per step. None -> rollout_buffer_size."},
+    )
+    advantage_normalization: bool = field(
+        default=True, metadata={"help": "MARLHF RL: normalise advantages within each group."}
+    )
+    advantage_mode: str = field(
+        default="mean",
+        metadata={
+            "help": "Advantage baseline of MARLHF's MAGRPO family; MARLHF configs overwrite it from rl_algorithm."
+        },
+    )
+    reference_kl_enabled: bool = field(
+        default=False,
+        metadata={
+            "help": "Load frozen reference models and subtract a sampled KL penalty from MARLHF policy-learning rewards. No effect on the MADPO loss."
+        },
+    )
+    reference_kl_coef: float = field(default=0.1, metadata={"help": "Coefficient of the reference KL penalty (>= 0)."})
+    reference_devices: str | list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Devices of the reference models: None (the agent devices), one device, or a list of 1 or num_agents devices."
+        },
+    )
+    preference_num_candidates: int = field(
+        default=80, metadata={"help": "N: candidates sampled per agent per prompt (>= 2)."}
+    )
+    preference_pairs_per_sample: int | None = field(
+        default=16,
+        metadata={"help": "Cap on pairs kept per task item; None keeps all (required with pair_selection='all')."},
+    )
+    pair_selection: str = field(
+        default="reward_gap",
+        metadata={
+            "help": "Which pairs to keep: 'reward_gap' (largest gaps first), 'all' or 'random'; Iter configs add 'comparator_reward'."
+        },
+    )
+    dpo_beta: float = field(
+        default=0.1, metadata={"help": "eta in the joint-margin DPO loss -log sigma(eta * sum_i Delta_i) (> 0)."}
+    )
+    use_environment_step: bool = field(
+        default=True, metadata={"help": "Whether DPO updates advance the environment-step counter."}
+    )
+    environment_steps_per_pair: int = field(
+        default=2, metadata={"help": "Environment steps added per pair in each DPO update."}
+    )
+    # Differs from CoMLRL: fields of our own (see the help texts), keyword-only so CoMLRL's positional order holds.
+    seed: int = field(
+        default=42,
+        kw_only=True,
+        metadata={
+            "help": "Seed of every random stream (generation, pairing, replay sampling, comparator). Same seed, same pairs. CoMLRL is unseeded."
+        },
+    )
+    disable_dropout: bool = field(
+        default=True,
+        kw_only=True,
+        metadata={
+            "help": "Turn dropout off in every model while generating and scoring. CoMLRL scores in train mode, with dropout noise."
+        },
+    )
+    score_final_token: bool = field(
+        default=False,
+        kw_only=True,
+        metadata={
+            "help": "Decentralized MADPO: also score the last completion token, including the EOS that ended it. False scores as CoMLRL (last token dropped)."
+        },
+    )
+    generation_batch_size: int = field(
+        default=64, kw_only=True, metadata={"help": "Sequences per generate call when sampling candidates (>= 1)."}
+    )
+    scoring_batch_size: int = field(
+        default=16,
+        kw_only=True,
+        metadata={"help": "Pairs per scoring micro-batch (winner and loser in one forward; >= 1)."},
+    )
+    output_dir: str | None = field(
+        default=None,
+        kw_only=True,
+        metadata={
+            "help": "Run directory for replay files, checkpoints and the store; None -> ./runs/<run id>. A run never overwrites another run's files."
+        },
+    )
+    max_grad_norm: float | None = field(
+        default=None,
+        kw_only=True,
+        metadata={"help": "Clip each agent's gradient norm to this value (> 0); None = no clipping, as CoMLRL."},
+    )
+
+    _pair_selection_modes: ClassVar[tuple[str, ...]] = ("reward_gap", "all", "random")
+
+    def __post_init__(self) -> None:
+        if self.collaboration_mode not in ("decentralized", "centralized"):
+            raise ValueError("collaboration_mode must be decentralized or centralized.")
+        if self.collaboration_mode == "centralized":
+            # Only the Iter configs have comparator fields; a centralized run has a single actor, index 0.
+            if getattr(self, "comparator_centralized_agent_index", 0) != 0:
+                raise ValueError("Centralized collaboration has only actor index 0.")
+            if hasattr(self, "comparator_generation_mode"):
+                self.comparator_generation_mode = "centralized"
+
+        _check_int_at_least("num_train_epochs", self.num_train_epochs, 1)
+        _check_int_at_least("num_agents", self.num_agents, 1)
+        _check_int_at_least("rollout_buffer_size", self.rollout_buffer_size, 1)
+        _check_int_at_least("eval_interval", self.eval_interval, 0)
+        _check_int_at_least("eval_num_samples", self.eval_num_samples, 0)
+        _check_int_at_least("eval_batch_size", self.eval_batch_size, 1)
+        _check_int_at_least("num_turns", self.num_turns, 1)
+        _check_int_at_least("logging_steps", self.logging_steps, 1)
+
+        if self.train_batch_size is None:
+            self.train_batch_size = self.rollout_buffer_size
+        _check_int_at_least("train_batch_size", self.train_batch_size, 1)
+
+        parallel = _clean(self.parallel_training)
+        parallel = "none" if parallel in ("", "null") else parallel
+        if parallel not in ("none", "mp"):
+            raise ValueError("parallel_training only supports: none, mp.")
+        self.parallel_training = parallel
+        if parallel == "mp" and self.agent_devices is None:
+            raise ValueError("parallel_training='mp' requires explicit agent_devices.")
+
+        if not _is_number(self.reference_kl_coef) or self.reference_kl_coef < 0:
+            raise ValueError("reference_kl_coef must be >= 0.")
+        if self.reference_kl_enabled and self.reference_devices is not None:
+            self._check_device_list("reference_devices", self.reference_devices)
+
+        if self.num_turns != 1:
+            raise ValueError("MADPO currently supports num_turns=1 only.")
+
+        _check_int_at_least("preference_num_candidates", self.preference_num_candidates, 2)
+        if self.preference_pairs_per_sample is not None and (
+            not _is_int(self.preference_pairs_per_sample) or self.preference_pairs_per_sample < 1
+        ):
+            raise ValueError("preference_pairs_per_sample must be >= 1 or null.")
+
+        _check_positive("dpo_beta", self.dpo_beta)
+        _check_int_at_least("environment_steps_per_pair", self.environment_steps_per_pair, 1)
+
+        selection = _clean(self.pair_selection)
+        if selection not in self._pair_selection_modes:
+            raise ValueError(f"pair_selection must be one of: {', '.join(self._pair_selection_modes)}.")
+        self.pair_selection = selection
+        if selection == "all" and self.preference_pairs_per_sample is not None:
+            raise ValueError("preference_pairs_per_sample must be null when pair_selection='all'.")
+
+        # Our fields, checked after CoMLRL's so a CoMLRL config fails with CoMLRL's message first.
+        _check_int_at_least("seed", self.seed, 0)
+        _check_int_at_least("generation_batch_size", self.generation_batch_size, 1)
+        _check_int_at_least("scoring_batch_size", self.scoring_batch_size, 1)
+        _check_positive("max_grad_norm", self.max_grad_norm, optional=True)
+
+    def _check_device_list(self, name: str, spec: Any) -> None:
+        """Shape check of a device spec without torch: a string, or a list of 1 or actor-count entries."""
+        actor_count = 1 if self.collaboration_mode == "centralized" else self.num_agents
+        if isinstance(spec, str):
+            return
+        if not isinstance(spec, (list, tuple)) or not all(isinstance(d, (str, int)) for d in spec):
+            raise ValueError(f"{name} must be a device string or a list of device strings, got {spec!r}.")
+        if len(spec) not in (1, actor_count):
+            raise ValueError(f"{name} must list 1 or {actor_count} devices, got {len(spec)}.")
+
+    # ---- serialisation: the API key never leaves memory -------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe field values; ``comparator_api_key`` and credential headers are always left out.
+
+        Use this, not ``dataclasses.asdict``, which copies the key. Model objects in ``comparator_agents``
+        are written as the id they were loaded from.
+        """
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name in SECRET_FIELDS:
+                continue
+            value = getattr(self, f.name)
+            if f.name == "comparator_api_headers" and isinstance(value, dict):
+                secret = _credential_header_names(self)
+                value = {k: v for k, v in value.items() if str(k).lower() not in secret}
+            out[f.name] = _jsonable(value, f.name)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MADPOConfig:
+        """Build and validate a config from ``to_dict`` output (or any subset); unknown keys are an error."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"Unknown {cls.__name__} fields: {', '.join(unknown)}.")
+        return cls(**data)
+
+    @classmethod
+    def field_help(cls) -> dict[str, str]:
+        """Field name -> help text, in declaration order: the one text for UI tooltips, CLI help and docs."""
+        return {f.name: f.metadata["help"] for f in fields(cls)}
+
+    def __repr__(self) -> str:
+        parts = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in SECRET_FIELDS and value:
+                value = MASK
+            elif f.name == "comparator_api_headers" and isinstance(value, dict):
+                secret = _credential_header_names(self)
+                value = {k: (MASK if str(k).lower() in secret else v) for k, v in value.items()}
+            parts.append(f"{f.name}={value!r}")
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Differs from CoMLRL, which saved the key into checkpoint configs: pickles (torch.save, multiprocessing)
+        # drop it, and a restored config reads comparator_api_key_env again.
+        state = dict(self.__dict__)
+        for name in SECRET_FIELDS & state.keys():
+            state[name] = None
+        headers = state.get("comparator_api_headers")
+        if isinstance(headers, dict):
+            secret = _credential_header_names(self)
+            state["comparator_api_headers"] = {k: v for k, v in headers.items() if str(k).lower() not in secret}
+        return state
+
+    def __copy__(self) -> MADPOConfig:
+        # copy and deepcopy stay in memory, so they keep the key that __getstate__ would drop.
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> MADPOConfig:
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        for name, value in self.__dict__.items():
+            new.__dict__[name] = copy.deepcopy(value, memo)
+        return new
+
+
+@dataclass(repr=False)
+class MARLHFConfig(MADPOConfig):
+    """Config of ``MARLHFTrainer``: a Bradley-Terry reward model, then online multi-agent RL against it."""
+
+    rl_algorithm: str = field(
+        default="magrpo",
+        metadata={
+            "help": "Policy-learning algorithm: magrpo (group-mean baseline), mareinforce (alias mareforce; raw reward), maremax (group max), marloo (leave-one-out), maac (central critic) or iac (independent critics)."
+        },
+    )
+    num_generations: int = field(
+        default=4,
+        metadata={"help": "G: samples per prompt in online RL (>= 2 for the MAGRPO family, >= 1 for maac/iac)."},
+    )
+    reward_model_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "Hugging Face id or path of the reward-model backbone; None uses the agents' model id (required when agents are model objects)."
+        },
+    )
+    # Differs from CoMLRL: its default is "cuda:0", which fails on CPU-only hosts.
+    reward_model_device: str | None = field(
+        default=None,
+        metadata={
+            "help": "Device of the reward model; None follows the first agent device (CoMLRL defaults to 'cuda:0')."
+        },
+    )
+    reward_learning_rate: float = field(
+        default=1e-5, metadata={"help": "AdamW learning rate of the reward model (> 0)."}
+    )
+    reward_num_train_epochs: int = field(default=1, metadata={"help": "Bradley-Terry training epochs over the pairs."})
+    reward_train_batch_size: int = field(default=1, metadata={"help": "Pairs per Bradley-Terry optimiser step."})
+    reward_max_length: int | None = field(
+        default=None,
+        metadata={"help": "Token truncation length of reward-model inputs; None = the tokenizer's model maximum."},
+    )
+    reward_freeze_backbone: bool = field(default=False, metadata={"help": "Train only the reward model's scalar head."})
+    critic_model_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "Critic backbone for maac/iac; None uses the agents' model id (required when agents are model objects)."
+        },
+    )
+    critic_learning_rate: float | None = field(
+        default=None, metadata={"help": "Critic learning rate (> 0); None = agent_learning_rate."}
+    )
+    critic_devices: str | list[str] | None = field(
+        default=None,
+        metadata={"help": "Critic devices for maac/iac; None = automatic (agent_devices with parallel_training='mp')."},
+    )
+    use_separate_critic: bool = field(
+        default=True, metadata={"help": "iac: separate critic models (True) or value heads on the actors (False)."}
+    )
+    critic_type: str = field(default="v", metadata={"help": "'v' = V(prompt) or 'q' = Q(prompt + response)."})
+    value_loss_coef: float = field(default=0.6, metadata={"help": "Weight of the critic loss (> 0)."})
+    value_clip_range: float | None = field(
+        default=0.2, metadata={"help": "iac value clipping range (> 0), used without a separate critic; None disables."}
+    )
+    critic_value_head_hidden_dim: int | None = field(
+        default=None, metadata={"help": "Hidden width of the iac critic's value head; None = a linear head."}
+    )
+    value_head_hidden_dim: int | None = field(
+        default=None, metadata={"help": "Hidden width of the value head on iac actors; None = a linear head."}
+    )
+    # Differs from CoMLRL: it reports nothing about Bradley-Terry fitting.
+    bt_validation_fraction: float = field(
+        default=0.1,
+        kw_only=True,
+        metadata={
+            "help": "Share of preference pairs held out from Bradley-Terry fitting to report its validation loss and accuracy, in [0, 0.5). 0 fits on every pair."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        algorithm = _canonical(self.rl_algorithm, RL_ALGORITHM_ALIASES)
+        if algorithm is None:
+            raise ValueError("rl_algorithm must be one of: magrpo, mareinforce, maremax, marloo, maac, iac.")
+        self.rl_algorithm = algorithm
+        if algorithm in MAGRPO_FAMILY_ADVANTAGE_MODE:
+            if not _is_int(self.num_generations) or self.num_generations < 2:
+                raise ValueError("num_generations must be >= 2 for MAGRPO-family MARLHF backends.")
+        else:
+            _check_int_at_least("num_generations", self.num_generations, 1)
+        _check_positive("reward_learning_rate", self.reward_learning_rate)
+        _check_int_at_least("reward_num_train_epochs", self.reward_num_train_epochs, 1)
+        _check_int_at_least("reward_train_batch_size", self.reward_train_batch_size, 1)
+        _check_int_at_least("reward_max_length", self.reward_max_length, 1, optional=True)
+        _check_positive("critic_learning_rate", self.critic_learning_rate, optional=True)
+        critic_type = _clean(self.critic_type)
+        if critic_type not in ("v", "q"):
+            raise ValueError("critic_type must be one of: v, q.")
+        self.critic_type = critic_type
+        _check_positive("value_loss_coef", self.value_loss_coef)
+        _check_positive("value_clip_range", self.value_clip_range, optional=True)
+        if not _is_number(self.bt_validation_fraction) or not 0 <= self.bt_validation_fraction < 0.5:
+            raise ValueError("bt_validation_fraction must be in [0, 0.5).")
+        if algorithm in MAGRPO_FAMILY_ADVANTAGE_MODE:
+            self.advantage_mode = MAGRPO_FAMILY_ADVANTAGE_MODE[algorithm]
+
+
+@dataclass(repr=False)
+class _IterativePreferenceConfig:
+    """Comparator and replay-buffer fields shared by MADPOIterConfig and MARLHFIterConfig.
+
+    Listed first among the bases, so its ``__post_init__`` runs the base config's checks before its own.
+    """
+
+    num_iterations: int = field(default=6, metadata={"help": "Rounds of collect -> replay sample -> train."})
+    preference_replay_mode: str = field(
+        default="current",
+        metadata={
+            "help": "Training set per round: current (this round's pairs; aliases latest, new), nearest_k (the k most recent non-empty rounds; recent_k, last_k, k), all_history, or lambda_decay (weight (1-l)l^a/(1-l^K) for age a; lambda, td_lambda)."
+        },
+    )
+    preference_replay_k: int | None = field(
+        default=None,
+        metadata={
+            "help": "nearest_k: number of most recent non-empty round datasets (required, >= 1). current accepts only None or 1."
+        },
+    )
+    preference_replay_lambda: float | None = field(
+        default=None,
+        metadata={
+            "help": "lambda_decay: lambda in [0, 1] (required); 0 keeps the newest round only, 1 weights all equally."
+        },
+    )
+    preference_replay_sample_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Pairs drawn per round in nearest_k, all_history and lambda_decay (>= 1); None = this round's pair count, or the latest non-empty dataset's size."
+        },
+    )
+    preference_replay_dir: str | None = field(
+        default=None,
+        metadata={"help": "Directory of the iteration_NNNN.json round files; None = <output_dir>/preference_replay."},
+    )
+    log_reward_distribution: bool = field(
+        default=False,
+        metadata={"help": "Record candidate and selected reward histograms (needs reward_func.reward_range)."},
+    )
+    policy_checkpoint_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Where to save the policies at the start and after every round; set automatically for the history comparator."
+        },
+    )
+    comparator_policy: str = field(
+        default="current",
+        metadata={
+            "help": "Opponent of the current agents: current (live weights, own RNG stream), current_copy (a copy on comparator_devices), model (comparator_model_name or comparator_agents), history (checkpoint comparator_history_k rounds back) or api (remote endpoint)."
+        },
+    )
+    comparator_generation_mode: str = field(
+        default="decentralized",
+        metadata={
+            "help": "'decentralized' (one comparator per agent) or 'centralized' (one comparator model writes all roles in one joint response). Forced to centralized by centralized collaboration."
+        },
+    )
+    comparator_centralized_agent_index: int = field(
+        default=0,
+        metadata={
+            "help": "Centralized comparator: index of the agent whose model (and tokenizer) writes the joint response."
+        },
+    )
+    comparator_model_name: str | None = field(
+        default=None, metadata={"help": "model comparator: Hugging Face id or path used for every agent."}
+    )
+    comparator_agents: list[Any] | None = field(
+        default=None, metadata={"help": "model comparator: one id/path or model object per agent."}
+    )
+    comparator_devices: str | list[str] | None = field(
+        default=None, metadata={"help": "Comparator devices: None (agent_devices, else auto), one device, or a list."}
+    )
+    comparator_num_candidates: int | None = field(
+        default=None,
+        metadata={"help": "M: comparator candidates per agent per prompt (>= 1); None = preference_num_candidates."},
+    )
+    comparator_history_k: int | None = field(
+        default=None,
+        metadata={"help": "history comparator: rounds back (>= 1; None -> 1, which equals the current policy)."},
+    )
+    comparator_api_url: str | None = field(default=None, metadata={"help": "api comparator: endpoint URL (required)."})
+    comparator_api_format: str = field(
+        default="generic",
+        metadata={
+            "help": "api comparator request format: generic, openai (openai_chat, chat), anthropic (anthropic_messages, messages) or openai_responses (responses, codex). Unknown values mean generic."
+        },
+    )
+    comparator_api_model: str | None = field(
+        default=None, metadata={"help": "api comparator: 'model' field of each request."}
+    )
+    comparator_api_max_n_per_request: int | None = field(
+        default=None,
+        metadata={
+            "help": "openai format: cap on n per request (>= 1); None = all candidates at once (1 for DeepSeek)."
+        },
+    )
+    comparator_api_timeout: float = field(
+        default=120.0, metadata={"help": "api comparator: seconds per HTTP request (> 0)."}
+    )
+    comparator_api_headers: dict[str, str] | None = field(
+        default=None, metadata={"help": "api comparator: extra HTTP headers. Credential headers are never saved."}
+    )
+    comparator_api_key: str | None = field(
+        default=None,
+        metadata={
+            "help": "api comparator: literal key, kept in memory only (never saved, unlike CoMLRL). Prefer comparator_api_key_env."
+        },
+    )
+    comparator_api_key_env: str | None = field(
+        default=None,
+        metadata={
+            "help": "api comparator: environment variable holding the key, read when comparator_api_key is empty."
+        },
+    )
+    comparator_api_key_header: str = field(
+        default="Authorization", metadata={"help": "api comparator: header that carries the key."}
+    )
+    comparator_api_key_prefix: str = field(
+        default="Bearer",
+        metadata={"help": "api comparator: prefix joined to the key with one space; empty sends the key alone."},
+    )
+    comparator_api_response_field: str = field(
+        default="completions", metadata={"help": "generic format: dotted path of the completions in the response JSON."}
+    )
+    comparator_api_extra_body: dict[str, Any] | None = field(
+        default=None, metadata={"help": "api comparator: merged last into every request body (overrides)."}
+    )
+    # Differs from CoMLRL: it sends requests one at a time and never retries.
+    comparator_api_max_concurrency: int = field(
+        default=8,
+        kw_only=True,
+        metadata={"help": "api comparator: requests in flight at once (>= 1). CoMLRL sends one at a time."},
+    )
+    comparator_api_max_retries: int = field(
+        default=3,
+        kw_only=True,
+        metadata={
+            "help": "api comparator: retries of a request after HTTP 429/5xx or a timeout (>= 0). CoMLRL never retries."
+        },
+    )
+    comparator_api_backoff_base: float = field(
+        default=0.5,
+        kw_only=True,
+        metadata={"help": "api comparator: first retry delay in seconds, doubled on each retry (> 0)."},
+    )
+
+    _pair_selection_modes: ClassVar[tuple[str, ...]] = ("reward_gap", "all", "random", "comparator_reward")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()  # type: ignore[misc]  # MADPOConfig or MARLHFConfig, next in the MRO
+        _check_int_at_least("num_iterations", self.num_iterations, 1)
+        self._check_replay()
+
+        mode = _canonical(self.comparator_generation_mode, COMPARATOR_GENERATION_MODE_ALIASES)
+        if mode is None:
+            raise ValueError("comparator_generation_mode must be one of: decentralized, centralized.")
+        self.comparator_generation_mode = mode
+        if mode == "centralized":
+            index = self.comparator_centralized_agent_index
+            if not _is_int(index) or not 0 <= index < self.num_agents:  # type: ignore[attr-defined]
+                raise ValueError(f"comparator_centralized_agent_index must be in [0, {self.num_agents}).")  # type: ignore[attr-defined]
+
+        _check_int_at_least("comparator_num_candidates", self.comparator_num_candidates, 1, optional=True)
+        _check_int_at_least("comparator_api_max_n_per_request", self.comparator_api_max_n_per_request, 1, optional=True)
+        self._check_comparator_policy()
+
+        # Differs from CoMLRL: the format is resolved here (unknown -> generic), not at every request.
+        self.comparator_api_format = _canonical(self.comparator_api_format, COMPARATOR_API_FORMAT_ALIASES) or "generic"
+        # Differs from CoMLRL: the timeout is checked here, not left to fail inside the HTTP client.
+        _check_positive("comparator_api_timeout", self.comparator_api_timeout)
+        _check_int_at_least("comparator_api_max_concurrency", self.comparator_api_max_concurrency, 1)
+        _check_int_at_least("comparator_api_max_retries", self.comparator_api_max_retries, 0)
+        _check_positive("comparator_api_backoff_base", self.comparator_api_backoff_base)
+
+    def _check_replay(self) -> None:
+        mode = _canonical(self.preference_replay_mode, PREFERENCE_REPLAY_MODE_ALIASES)
+        if mode is None:
+            raise ValueError("preference_replay_mode must be one of: current, nearest_k, all_history, lambda_decay.")
+        self.preference_replay_mode = mode
+        k, lam, size = self.preference_replay_k, self.preference_replay_lambda, self.preference_replay_sample_size
+        k_only_nearest = "preference_replay_k is only valid when preference_replay_mode='nearest_k'."
+        lambda_only_decay = "preference_replay_lambda is only valid when preference_replay_mode='lambda_decay'."
+
+        if mode == "current":
+            if k is not None and not (_is_int(k) and k == 1):
+                raise ValueError("preference_replay_k must be null or 1 when preference_replay_mode='current'.")
+            if lam is not None:
+                raise ValueError(lambda_only_decay)
+            if size is not None:
+                raise ValueError(
+                    "preference_replay_sample_size is only valid when preference_replay_mode is "
+                    "'nearest_k', 'all_history', or 'lambda_decay'."
+                )
+            return
+        if mode == "nearest_k":
+            if k is None:
+                raise ValueError("preference_replay_k is required when preference_replay_mode='nearest_k'.")
+            _check_int_at_least("preference_replay_k", k, 1)
+        elif k is not None:
+            raise ValueError(k_only_nearest)
+        if mode == "lambda_decay":
+            if lam is None:
+                raise ValueError("preference_replay_lambda is required when preference_replay_mode='lambda_decay'.")
+            if not _is_number(lam) or not 0 <= lam <= 1:
+                raise ValueError("preference_replay_lambda must be in [0, 1].")
+        elif lam is not None:
+            raise ValueError(lambda_only_decay)
+        _check_int_at_least("preference_replay_sample_size", size, 1, optional=True)
+
+    def _check_comparator_policy(self) -> None:
+        policy = _canonical(self.comparator_policy, COMPARATOR_POLICY_ALIASES)
+        if policy is None:
+            raise ValueError("comparator_policy must be one of: current, current_copy, model, history, api.")
+        self.comparator_policy = policy
+        has_model = self.comparator_model_name is not None or self.comparator_agents is not None
+        model_only = "comparator_model_name and comparator_agents are only valid when comparator_policy='model'."
+        history_only = "comparator_history_k is only valid when comparator_policy='history'."
+
+        if policy == "model":
+            if not has_model:
+                raise ValueError(
+                    "comparator_model_name or comparator_agents is required when comparator_policy='model'."
+                )
+            if self.comparator_history_k is not None:
+                raise ValueError(history_only)
+            return
+        if policy == "history":
+            if self.comparator_history_k is None:
+                self.comparator_history_k = 1
+            _check_int_at_least("comparator_history_k", self.comparator_history_k, 1)
+        elif self.comparator_history_k is not None:
+            raise ValueError(history_only)
+        # CoMLRL lets the api comparator carry model fields it never uses; only current/copy/history reject them.
+        if policy != "api" and has_model:
+            raise ValueError(model_only)
+        if policy == "api" and not self.comparator_api_url:
+            raise ValueError("comparator_api_url is required when comparator_policy='api'.")
+
+
+@dataclass(repr=False)
+class MADPOIterConfig(_IterativePreferenceConfig, MADPOConfig):
+    """Config of ``MADPOIterTrainer``: MADPO repeated for num_iterations rounds against a comparator."""
+
+    num_train_epochs: int = field(default=1, metadata={"help": "DPO passes over each round's training set."})
+    preference_num_candidates: int = field(
+        default=20, metadata={"help": "N: candidates sampled per agent per prompt (>= 2)."}
+    )
+    preference_pairs_per_sample: int | None = field(
+        default=4,
+        metadata={"help": "Cap on pairs kept per task item; None keeps all (required with pair_selection='all')."},
+    )
+    pair_selection: str = field(
+        default="comparator_reward",
+        metadata={
+            "help": "Which current-vs-comparator pairs to keep: 'comparator_reward', 'reward_gap', 'all' or 'random'."
+        },
+    )
+
+
+@dataclass(repr=False)
+class MARLHFIterConfig(_IterativePreferenceConfig, MARLHFConfig):
+    """Config of ``MARLHFIterTrainer``: each round fits a fresh reward model, then learns the policies."""
+
+    num_train_epochs: int = field(default=2, metadata={"help": "Online-RL epochs per round."})
+    preference_num_candidates: int = field(
+        default=20, metadata={"help": "N: candidates sampled per agent per prompt (>= 2)."}
+    )
+    preference_pairs_per_sample: int | None = field(
+        default=4,
+        metadata={"help": "Cap on pairs kept per task item; None keeps all (required with pair_selection='all')."},
+    )
+    pair_selection: str = field(
+        default="comparator_reward",
+        metadata={
+            "help": "Which current-vs-comparator pairs to keep: 'comparator_reward', 'reward_gap', 'all' or 'random'."
+        },
+    )
+    reward_num_train_epochs: int = field(default=2, metadata={"help": "Bradley-Terry training epochs per round."})
+    preference_scoring_reward: str = field(
+        default="task",
+        metadata={
+            "help": "Oracle for new comparisons: 'task' (reward_func; aliases oracle, environment, env) or 'reward_model' (the latest fitted reward model, task reward until one exists; aliases model, learned)."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        scoring = _canonical(self.preference_scoring_reward, PREFERENCE_SCORING_REWARD_ALIASES)
+        if scoring is None:
+            raise ValueError("preference_scoring_reward must be one of: task, reward_model.")
+        self.preference_scoring_reward = scoring
+
+
+CONFIG_CLASSES: dict[str, type[MADPOConfig]] = {
+    "MADPO": MADPOConfig,
+    "MARLHF": MARLHFConfig,
+    "MADPOIter": MADPOIterConfig,
+    "MARLHFIter": MARLHFIterConfig,
+}

@@ -1,0 +1,195 @@
+"""Pure tensor math of the preference trainers: joint-margin DPO, Bradley-Terry, baselines, KL estimate.
+
+Inputs are tensors that callers computed (per-sequence log-probabilities, reward-model scores, returns,
+values); nothing here runs a model, moves data between devices or touches an optimiser. Every function works
+on whatever device and dtype it is given.
+
+Deliberate deviations from CoMLRL 1.4.3 (each also in docs/differences_from_comlrl.md):
+* advantage normalisation divides by the group std only and never re-centres, so the four MAGRPO-family
+  baselines stay distinct;
+* a non-finite loss raises ``NonFiniteLossError`` instead of being replaced by 0.1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+#: Below this std a group or buffer counts as having no spread and is not rescaled.
+STD_EPS = 1e-6
+ADVANTAGE_MODES: tuple[str, ...] = ("mean", "raw", "max", "rloo")
+
+
+class NonFiniteLossError(FloatingPointError):
+    """A loss came out NaN or infinite; training stops with the model and optimiser state untouched."""
+
+
+def check_finite(loss: Tensor, what: str) -> Tensor:
+    """Return ``loss`` unchanged, or raise ``NonFiniteLossError`` naming ``what`` if any element is NaN/inf.
+
+    Call it before ``backward()``, so a diverged step never reaches the weights.
+    """
+    # Differs from CoMLRL: it silently replaces a NaN/inf loss by a constant 0.1 (its section 8.12).
+    if not bool(torch.isfinite(loss.detach()).all()):
+        value = loss.detach().float().cpu()
+        shown = value.item() if value.numel() == 1 else value.tolist()
+        raise NonFiniteLossError(
+            f"{what} is not finite ({shown}); training stopped before the optimiser step. "
+            "Lower the learning rate or dpo_beta, or check the rewards and log-probabilities for inf/NaN."
+        )
+    return loss
+
+
+# ------------------------------------------------------------------------------------------------- MADPO
+def joint_margin(margins: Sequence[Tensor]) -> Tensor:
+    """Δ = Σ_i Δ_i over agents; each Δ_i is (B,) = log π_i(w_i) - log π_i(l_i). Returns (B,)."""
+    if len(margins) == 0:
+        raise ValueError("joint_margin needs at least one agent's margins")
+    return torch.stack(list(margins), dim=0).sum(dim=0)  # (A, B) -> (B,)
+
+
+def madpo_agent_loss(own_margin: Tensor, others_margin: Tensor, beta: float) -> Tensor:
+    """L_i = mean_p -log σ(β (Δ_i(p) + sg[Σ_{k≠i} Δ_k(p)])) for one agent; both inputs (B,).
+
+    The other agents' margin sum is detached here, so the gradient flows only through Δ_i while its weight
+    σ(-βΔ) depends on the team's joint margin: dL_i/dΔ_i(p) = -β σ(-β Δ(p)) / B.
+    """
+    # logsigmoid is stable for large |x|; -log(sigmoid(x)) underflows to inf for x << 0.
+    return -F.logsigmoid(beta * (own_margin + others_margin.detach())).mean()
+
+
+def madpo_losses(own_margins: Sequence[Tensor], beta: float) -> tuple[list[Tensor], Tensor]:
+    """Per-agent MADPO losses and the detached joint margin (B,), from every agent's margin Δ_i (B,).
+
+    Reference-free joint DPO (reference section 5). Agent i's loss sees the others' margins detached, so
+    ``sum(losses).backward()`` (or one backward per loss) gives each agent exactly its own gradient: the
+    simultaneous update CoMLRL gets by scoring every pair twice, from a single scoring pass.
+    """
+    detached = [m.detach() for m in own_margins]
+    losses = []
+    for i, margin in enumerate(own_margins):
+        others = [d for k, d in enumerate(detached) if k != i]
+        others_sum = joint_margin(others) if others else torch.zeros_like(detached[i])
+        losses.append(madpo_agent_loss(margin, others_sum, beta))
+    return losses, joint_margin(detached)
+
+
+def madpo_metrics(winner_logps: Sequence[Tensor], loser_logps: Sequence[Tensor], beta: float) -> dict[str, float]:
+    """Batch metrics CoMLRL does not log: joint loss, joint margin, pair accuracy, chosen/rejected log-probs.
+
+    ``winner_logps[i]`` and ``loser_logps[i]`` are agent i's per-pair sequence log-probs (B,).
+    """
+    with torch.no_grad():
+        margin = joint_margin([w.detach() - lo.detach() for w, lo in zip(winner_logps, loser_logps)])
+        metrics = {
+            "madpo/loss": float(-F.logsigmoid(beta * margin).mean()),
+            "margins/joint": float(margin.mean()),
+            "rewards/margins": float(beta * margin.mean()),  # β·Δ, the implicit reward margin as TRL logs it
+            "rewards/accuracies": float((margin > 0).float().mean()),
+            "logps/chosen": float(joint_margin([w.detach() for w in winner_logps]).mean()),
+            "logps/rejected": float(joint_margin([lo.detach() for lo in loser_logps]).mean()),
+        }
+        for i, (w, lo) in enumerate(zip(winner_logps, loser_logps)):
+            metrics[f"agent_{i}/logps/chosen"] = float(w.detach().mean())
+            metrics[f"agent_{i}/logps/rejected"] = float(lo.detach().mean())
+            metrics[f"agent_{i}/margins"] = float((w.detach() - lo.detach()).mean())
+    return metrics
+
+
+# ------------------------------------------------------------------------------------------ reward model
+def bradley_terry_loss(winner_scores: Tensor, loser_scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """-mean log σ(R(w) - R(l)) over pairs, with the pair accuracy and mean score margin (both detached)."""
+    margin = winner_scores - loser_scores  # (B,)
+    loss = -F.logsigmoid(margin).mean()
+    detached = margin.detach()
+    return loss, (detached > 0).float().mean(), detached.mean()
+
+
+# --------------------------------------------------------------------------------------- policy learning
+def kl_k3(policy_token_logps: Tensor, reference_token_logps: Tensor, mask: Tensor) -> Tensor:
+    """Per-sequence KL estimate Σ_t k3, k3 = exp(r) - r - 1 with r = ℓ_ref - ℓ_pol; inputs (B, T) -> (B,).
+
+    Positions where ``mask`` is false contribute exactly 0, even if they hold inf/NaN padding values.
+    """
+    log_ratio = reference_token_logps - policy_token_logps  # (B, T)
+    # Zero r before exp, not k3 after it: inf - inf in padding would otherwise give NaN gradients through where.
+    log_ratio = torch.where(mask.bool(), log_ratio, torch.zeros_like(log_ratio))
+    return (torch.expm1(log_ratio) - log_ratio).sum(dim=-1)  # expm1: no cancellation when r ≈ 0
+
+
+def kl_penalized_returns(returns: Tensor, kl: Tensor, coef: float) -> Tensor:
+    """R' = R - coef · KL, applied before the baseline and normalisation (reference section 6.4)."""
+    return returns - coef * kl
+
+
+def group_advantages(returns: Tensor, mode: str, normalize: bool) -> Tensor:
+    """Advantages of one group of G returns (G,) for ``advantage_mode``.
+
+    mean: R - mean(R) (magrpo); raw: R (mareinforce); max: R - max(R) (maremax); rloo: R_j minus the mean of
+    the other G-1 returns (marloo; G = 1 falls back to mean). With ``normalize`` and G > 1 the result is
+    divided by the biased std of the group's returns; a group with no spread (std < 1e-6) is left unscaled.
+    """
+    if mode not in ADVANTAGE_MODES:
+        raise ValueError(f"advantage_mode must be one of: {', '.join(ADVANTAGE_MODES)}. Got {mode!r}.")
+    G = returns.shape[0]
+    if mode == "raw":
+        advantages = returns.clone()
+    elif mode == "max":
+        advantages = returns - returns.max()
+    elif mode == "rloo" and G > 1:
+        advantages = (G * returns - returns.sum()) / (G - 1)  # R_j - (ΣR - R_j)/(G-1)
+    else:
+        advantages = returns - returns.mean()
+    if normalize and G > 1:
+        # Differs from CoMLRL: it re-centres (A - mean A) / std A, which maps all four modes to the same
+        # vector (its section 8.3). Dividing by the returns' std keeps each baseline, only rescaled.
+        advantages = advantages / _spread(returns.std(correction=0))
+    return advantages
+
+
+def actor_critic_advantages(returns: Tensor, values: Tensor, normalize: bool) -> Tensor:
+    """A = r - V (maac, iac) over a whole buffer (N,), divided by the buffer's biased std when ``normalize``."""
+    advantages = returns - values.detach()
+    if normalize and advantages.numel() > 1:
+        # Differs from CoMLRL: scale only, no re-centring (same rule as group_advantages).
+        advantages = advantages / _spread(advantages.std(correction=0))
+    return advantages
+
+
+def policy_gradient_loss(sequence_logps: Tensor, advantages: Tensor) -> Tensor:
+    """REINFORCE with a baseline: mean_j -A_j · log π(y_j), with the advantages treated as constants. (N,) -> ()."""
+    return -(advantages.detach() * sequence_logps).mean()
+
+
+def value_loss(
+    values: Tensor,
+    targets: Tensor,
+    old_values: Tensor | None = None,
+    clip_range: float | None = None,
+    *,
+    coef: float,
+) -> Tensor:
+    """coef · mean (target - V)², with PPO-style clipping around ``old_values`` when both are given.
+
+    Clipped: V_clip = V_old + clamp(V - V_old, -ε, ε) and the element-wise max of both squared errors, so the
+    critic cannot move further than ε from its old estimate to reduce the loss.
+    """
+    targets = targets.detach()
+    squared = (targets - values) ** 2
+    if clip_range is not None and old_values is not None:
+        old_values = old_values.detach()
+        clipped = old_values + (values - old_values).clamp(-clip_range, clip_range)
+        squared = torch.maximum(squared, (targets - clipped) ** 2)
+    return coef * squared.mean()
+
+
+def _spread(std: Tensor) -> Tensor:
+    """The divisor for std normalisation: the std, or 1 when it is below STD_EPS (no spread).
+
+    CoMLRL clamps the std at 1e-6. Without re-centring, that clamp would blow a constant group of raw returns
+    up by 1e6 (CoMLRL's re-centring hides this by zeroing them), so such a group is left unscaled instead.
+    """
+    return torch.where(std < STD_EPS, torch.ones_like(std), std)

@@ -1,0 +1,653 @@
+"""The four preference configs: CoMLRL 1.4.3 defaults, aliases and messages, our fields, serialisation."""
+
+from __future__ import annotations
+
+import copy
+import json
+import pickle
+import re
+import subprocess
+import sys
+from dataclasses import fields
+
+import pytest
+
+from comlrl_lab.trainers.preference import config as config_module
+from comlrl_lab.trainers.preference.config import (
+    CONFIG_CLASSES,
+    MADPOConfig,
+    MADPOIterConfig,
+    MARLHFConfig,
+    MARLHFIterConfig,
+)
+
+ALL = [MADPOConfig, MARLHFConfig, MADPOIterConfig, MARLHFIterConfig]
+ITER = [MADPOIterConfig, MARLHFIterConfig]
+MARLHF = [MARLHFConfig, MARLHFIterConfig]
+
+MADPO_DEFAULTS = {
+    "num_train_epochs": 20,
+    "agent_learning_rate": 5e-6,
+    "logging_steps": 50,
+    "num_agents": 2,
+    "collaboration_mode": "decentralized",
+    "parallel_training": "none",
+    "agent_devices": None,
+    "max_new_tokens": 256,
+    "temperature": 0.6,
+    "top_p": 0.6,
+    "top_k": 50,
+    "num_turns": 1,
+    "discount": 1.0,
+    "joint_mode": "aligned",
+    "early_termination_threshold": None,
+    "external_prompt_passthrough": False,
+    "eval_interval": 16,
+    "eval_num_samples": 4,
+    "eval_batch_size": 1,
+    "rollout_buffer_size": 2,
+    "train_batch_size": 2,  # None -> rollout_buffer_size
+    "advantage_normalization": True,
+    "advantage_mode": "mean",
+    "reference_kl_enabled": False,
+    "reference_kl_coef": 0.1,
+    "reference_devices": None,
+    "preference_num_candidates": 80,
+    "preference_pairs_per_sample": 16,
+    "pair_selection": "reward_gap",
+    "dpo_beta": 0.1,
+    "use_environment_step": True,
+    "environment_steps_per_pair": 2,
+}
+OUR_MADPO_DEFAULTS = {
+    "seed": 42,
+    "disable_dropout": True,
+    "score_final_token": False,
+    "generation_batch_size": 64,
+    "scoring_batch_size": 16,
+    "output_dir": None,
+    "max_grad_norm": None,
+}
+MARLHF_DEFAULTS = {
+    "rl_algorithm": "magrpo",
+    "num_generations": 4,
+    "reward_model_name": None,
+    "reward_model_device": None,  # Differs from CoMLRL ("cuda:0")
+    "reward_learning_rate": 1e-5,
+    "reward_num_train_epochs": 1,
+    "reward_train_batch_size": 1,
+    "reward_max_length": None,
+    "reward_freeze_backbone": False,
+    "critic_model_name": None,
+    "critic_learning_rate": None,
+    "critic_devices": None,
+    "use_separate_critic": True,
+    "critic_type": "v",
+    "value_loss_coef": 0.6,
+    "value_clip_range": 0.2,
+    "critic_value_head_hidden_dim": None,
+    "value_head_hidden_dim": None,
+    "bt_validation_fraction": 0.1,
+}
+ITER_DEFAULTS = {
+    "num_iterations": 6,
+    "preference_replay_mode": "current",
+    "preference_replay_k": None,
+    "preference_replay_lambda": None,
+    "preference_replay_sample_size": None,
+    "preference_replay_dir": None,
+    "log_reward_distribution": False,
+    "policy_checkpoint_dir": None,
+    "comparator_policy": "current",
+    "comparator_generation_mode": "decentralized",
+    "comparator_centralized_agent_index": 0,
+    "comparator_model_name": None,
+    "comparator_agents": None,
+    "comparator_devices": None,
+    "comparator_num_candidates": None,
+    "comparator_history_k": None,
+    "comparator_api_url": None,
+    "comparator_api_format": "generic",
+    "comparator_api_model": None,
+    "comparator_api_max_n_per_request": None,
+    "comparator_api_timeout": 120.0,
+    "comparator_api_headers": None,
+    "comparator_api_key": None,
+    "comparator_api_key_env": None,
+    "comparator_api_key_header": "Authorization",
+    "comparator_api_key_prefix": "Bearer",
+    "comparator_api_response_field": "completions",
+    "comparator_api_extra_body": None,
+    "comparator_api_max_concurrency": 8,
+    "comparator_api_max_retries": 3,
+    "comparator_api_backoff_base": 0.5,
+}
+ITER_OVERRIDES = {"num_train_epochs": 1, "preference_num_candidates": 20, "preference_pairs_per_sample": 4}
+
+
+def expected_defaults(cls: type) -> dict:
+    expected = {**MADPO_DEFAULTS, **OUR_MADPO_DEFAULTS}
+    if issubclass(cls, MARLHFConfig):
+        expected |= MARLHF_DEFAULTS
+    if cls in ITER:
+        expected |= ITER_DEFAULTS | ITER_OVERRIDES | {"pair_selection": "comparator_reward"}
+    if cls is MARLHFIterConfig:
+        expected |= {"num_train_epochs": 2, "reward_num_train_epochs": 2, "preference_scoring_reward": "task"}
+    return expected
+
+
+# ---- defaults, layout -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_defaults_are_complete_and_match(cls):
+    config = cls()
+    expected = expected_defaults(cls)
+    assert {f.name for f in fields(cls)} == set(expected)
+    assert {name: getattr(config, name) for name in expected} == expected
+
+
+def test_marlhf_iter_overrides():
+    config = MARLHFIterConfig()
+    assert (config.num_train_epochs, config.reward_num_train_epochs) == (2, 2)
+    assert (config.preference_num_candidates, config.preference_pairs_per_sample) == (20, 4)
+    assert config.pair_selection == "comparator_reward"
+    assert config.preference_scoring_reward == "task"
+    assert MADPOIterConfig().num_train_epochs == 1
+    assert not hasattr(MADPOIterConfig(), "preference_scoring_reward")
+
+
+def test_class_hierarchy_runs_iterative_checks_after_base_checks():
+    assert issubclass(MARLHFConfig, MADPOConfig)
+    mro = [c.__name__ for c in MARLHFIterConfig.__mro__]
+    assert mro[:4] == ["MARLHFIterConfig", "_IterativePreferenceConfig", "MARLHFConfig", "MADPOConfig"]
+    # Both the base check and the iterative check fail: the base message wins.
+    with pytest.raises(ValueError, match=re.escape("num_train_epochs must be >= 1.")):
+        MADPOIterConfig(num_train_epochs=0, num_iterations=0)
+    with pytest.raises(ValueError, match=re.escape("rl_algorithm must be one of")):
+        MARLHFIterConfig(rl_algorithm="ppo", num_iterations=0)
+
+
+def test_our_fields_are_keyword_only_so_comlrl_positional_order_holds():
+    names = [f.name for f in fields(MADPOConfig) if not f.kw_only]
+    assert names == list(MADPO_DEFAULTS)
+    assert MADPOConfig(3).num_train_epochs == 3
+    marlhf_positional = [f.name for f in fields(MARLHFConfig) if not f.kw_only]
+    assert marlhf_positional[len(MADPO_DEFAULTS)] == "rl_algorithm"
+
+
+def test_config_classes_table():
+    expected = {
+        "MADPO": MADPOConfig,
+        "MARLHF": MARLHFConfig,
+        "MADPOIter": MADPOIterConfig,
+        "MARLHFIter": MARLHFIterConfig,
+    }
+    assert expected == CONFIG_CLASSES
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_every_field_has_help(cls):
+    helps = cls.field_help()
+    assert list(helps) == [f.name for f in fields(cls)]
+    assert all(isinstance(text, str) and text.strip() for text in helps.values())
+
+
+def test_config_module_does_not_import_torch():
+    # Load config.py on its own: the package __init__ imports the trainers, which need torch.
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('cfg', {config_module.__file__!r})\n"
+        "module = importlib.util.module_from_spec(spec); sys.modules['cfg'] = module\n"
+        "spec.loader.exec_module(module)\n"
+        "module.MARLHFIterConfig().to_dict()\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+# ---- validation messages ----------------------------------------------------------------------------------
+
+MADPO_ERRORS = [
+    ({"collaboration_mode": "joint"}, "collaboration_mode must be decentralized or centralized."),
+    ({"num_train_epochs": 0}, "num_train_epochs must be >= 1."),
+    ({"num_agents": 0}, "num_agents must be >= 1."),
+    ({"rollout_buffer_size": 0}, "rollout_buffer_size must be >= 1."),
+    ({"eval_interval": -1}, "eval_interval must be >= 0."),
+    ({"eval_num_samples": -1}, "eval_num_samples must be >= 0."),
+    ({"eval_batch_size": 0}, "eval_batch_size must be >= 1."),
+    ({"num_turns": 0}, "num_turns must be >= 1."),
+    ({"logging_steps": 0}, "logging_steps must be >= 1."),
+    ({"train_batch_size": 0}, "train_batch_size must be >= 1."),
+    ({"parallel_training": "ddp"}, "parallel_training only supports: none, mp."),
+    ({"parallel_training": "mp"}, "parallel_training='mp' requires explicit agent_devices."),
+    ({"reference_kl_coef": -0.1}, "reference_kl_coef must be >= 0."),
+    (
+        {"reference_kl_enabled": True, "reference_devices": ["cpu", "cpu", "cpu"]},
+        "reference_devices must list 1 or 2 devices, got 3.",
+    ),
+    ({"num_turns": 2}, "MADPO currently supports num_turns=1 only."),
+    ({"preference_num_candidates": 1}, "preference_num_candidates must be >= 2."),
+    ({"preference_pairs_per_sample": 0}, "preference_pairs_per_sample must be >= 1 or null."),
+    ({"dpo_beta": 0.0}, "dpo_beta must be > 0."),
+    ({"dpo_beta": -1}, "dpo_beta must be > 0."),
+    ({"environment_steps_per_pair": 0}, "environment_steps_per_pair must be >= 1."),
+    ({"pair_selection": "all"}, "preference_pairs_per_sample must be null when pair_selection='all'."),
+    # Our fields.
+    ({"seed": -1}, "seed must be >= 0."),
+    ({"generation_batch_size": 0}, "generation_batch_size must be >= 1."),
+    ({"scoring_batch_size": 0}, "scoring_batch_size must be >= 1."),
+    ({"max_grad_norm": 0.0}, "max_grad_norm must be > 0."),
+    ({"num_train_epochs": "3"}, "num_train_epochs must be an integer, got '3'."),
+    ({"num_train_epochs": True}, "num_train_epochs must be an integer, got True."),
+]
+
+# The Iter configs add comparator_reward, so their message lists it (ITER_ERRORS).
+NON_ITER_ERRORS = [
+    ({"pair_selection": "best"}, "pair_selection must be one of: reward_gap, all, random."),
+    ({"pair_selection": "comparator_reward"}, "pair_selection must be one of: reward_gap, all, random."),
+]
+
+MARLHF_ERRORS = [
+    ({"rl_algorithm": "ppo"}, "rl_algorithm must be one of: magrpo, mareinforce, maremax, marloo, maac, iac."),
+    ({"num_generations": 1}, "num_generations must be >= 2 for MAGRPO-family MARLHF backends."),
+    (
+        {"rl_algorithm": "marloo", "num_generations": 1},
+        "num_generations must be >= 2 for MAGRPO-family MARLHF backends.",
+    ),
+    ({"rl_algorithm": "iac", "num_generations": 0}, "num_generations must be >= 1."),
+    ({"reward_learning_rate": 0.0}, "reward_learning_rate must be > 0."),
+    ({"reward_num_train_epochs": 0}, "reward_num_train_epochs must be >= 1."),
+    ({"reward_train_batch_size": 0}, "reward_train_batch_size must be >= 1."),
+    ({"reward_max_length": 0}, "reward_max_length must be >= 1."),
+    ({"critic_learning_rate": 0.0}, "critic_learning_rate must be > 0."),
+    ({"critic_type": "a"}, "critic_type must be one of: v, q."),
+    ({"value_loss_coef": 0.0}, "value_loss_coef must be > 0."),
+    ({"value_clip_range": 0.0}, "value_clip_range must be > 0."),
+    ({"bt_validation_fraction": 0.5}, "bt_validation_fraction must be in [0, 0.5)."),
+    ({"bt_validation_fraction": -0.1}, "bt_validation_fraction must be in [0, 0.5)."),
+]
+
+SAMPLE_SIZE_ONLY = (
+    "preference_replay_sample_size is only valid when preference_replay_mode is "
+    "'nearest_k', 'all_history', or 'lambda_decay'."
+)
+K_ONLY = "preference_replay_k is only valid when preference_replay_mode='nearest_k'."
+LAMBDA_ONLY = "preference_replay_lambda is only valid when preference_replay_mode='lambda_decay'."
+MODEL_ONLY = "comparator_model_name and comparator_agents are only valid when comparator_policy='model'."
+HISTORY_ONLY = "comparator_history_k is only valid when comparator_policy='history'."
+
+ITER_ERRORS = [
+    ({"num_iterations": 0}, "num_iterations must be >= 1."),
+    ({"pair_selection": "best"}, "pair_selection must be one of: reward_gap, all, random, comparator_reward."),
+    (
+        {"collaboration_mode": "centralized", "comparator_centralized_agent_index": 1},
+        "Centralized collaboration has only actor index 0.",
+    ),
+    # replay: current
+    (
+        {"preference_replay_mode": "warm"},
+        "preference_replay_mode must be one of: current, nearest_k, all_history, lambda_decay.",
+    ),
+    ({"preference_replay_k": 2}, "preference_replay_k must be null or 1 when preference_replay_mode='current'."),
+    ({"preference_replay_lambda": 0.5}, LAMBDA_ONLY),
+    ({"preference_replay_sample_size": 8}, SAMPLE_SIZE_ONLY),
+    # replay: nearest_k
+    (
+        {"preference_replay_mode": "nearest_k"},
+        "preference_replay_k is required when preference_replay_mode='nearest_k'.",
+    ),
+    ({"preference_replay_mode": "nearest_k", "preference_replay_k": 0}, "preference_replay_k must be >= 1."),
+    ({"preference_replay_mode": "nearest_k", "preference_replay_k": 2, "preference_replay_lambda": 0.5}, LAMBDA_ONLY),
+    (
+        {"preference_replay_mode": "nearest_k", "preference_replay_k": 2, "preference_replay_sample_size": 0},
+        "preference_replay_sample_size must be >= 1.",
+    ),
+    # replay: all_history
+    ({"preference_replay_mode": "all_history", "preference_replay_k": 2}, K_ONLY),
+    ({"preference_replay_mode": "all_history", "preference_replay_lambda": 0.5}, LAMBDA_ONLY),
+    (
+        {"preference_replay_mode": "all_history", "preference_replay_sample_size": 0},
+        "preference_replay_sample_size must be >= 1.",
+    ),
+    # replay: lambda_decay
+    ({"preference_replay_mode": "lambda_decay", "preference_replay_k": 2, "preference_replay_lambda": 0.5}, K_ONLY),
+    (
+        {"preference_replay_mode": "lambda_decay"},
+        "preference_replay_lambda is required when preference_replay_mode='lambda_decay'.",
+    ),
+    (
+        {"preference_replay_mode": "lambda_decay", "preference_replay_lambda": 1.5},
+        "preference_replay_lambda must be in [0, 1].",
+    ),
+    (
+        {"preference_replay_mode": "lambda_decay", "preference_replay_lambda": -0.1},
+        "preference_replay_lambda must be in [0, 1].",
+    ),
+    (
+        {"preference_replay_mode": "lambda_decay", "preference_replay_lambda": 0.5, "preference_replay_sample_size": 0},
+        "preference_replay_sample_size must be >= 1.",
+    ),
+    # comparator generation, counts
+    ({"comparator_generation_mode": "hive"}, "comparator_generation_mode must be one of: decentralized, centralized."),
+    (
+        {"comparator_generation_mode": "centralized", "comparator_centralized_agent_index": 2},
+        "comparator_centralized_agent_index must be in [0, 2).",
+    ),
+    (
+        {"comparator_generation_mode": "centralized", "comparator_centralized_agent_index": -1},
+        "comparator_centralized_agent_index must be in [0, 2).",
+    ),
+    ({"comparator_num_candidates": 0}, "comparator_num_candidates must be >= 1."),
+    ({"comparator_api_max_n_per_request": 0}, "comparator_api_max_n_per_request must be >= 1."),
+    # comparator policies
+    ({"comparator_policy": "rival"}, "comparator_policy must be one of: current, current_copy, model, history, api."),
+    (
+        {"comparator_policy": "model"},
+        "comparator_model_name or comparator_agents is required when comparator_policy='model'.",
+    ),
+    ({"comparator_policy": "model", "comparator_model_name": "m", "comparator_history_k": 1}, HISTORY_ONLY),
+    ({"comparator_policy": "history", "comparator_history_k": 0}, "comparator_history_k must be >= 1."),
+    ({"comparator_policy": "history", "comparator_model_name": "m"}, MODEL_ONLY),
+    ({"comparator_policy": "history", "comparator_agents": ["m", "m"]}, MODEL_ONLY),
+    ({"comparator_history_k": 1}, HISTORY_ONLY),
+    ({"comparator_model_name": "m"}, MODEL_ONLY),
+    ({"comparator_policy": "current_copy", "comparator_agents": ["m", "m"]}, MODEL_ONLY),
+    ({"comparator_policy": "current_copy", "comparator_history_k": 2}, HISTORY_ONLY),
+    ({"comparator_policy": "api", "comparator_api_url": "http://x", "comparator_history_k": 1}, HISTORY_ONLY),
+    ({"comparator_policy": "api"}, "comparator_api_url is required when comparator_policy='api'."),
+    (
+        {"comparator_policy": "api", "comparator_api_url": ""},
+        "comparator_api_url is required when comparator_policy='api'.",
+    ),
+    # our API fields
+    ({"comparator_api_timeout": 0}, "comparator_api_timeout must be > 0."),
+    ({"comparator_api_max_concurrency": 0}, "comparator_api_max_concurrency must be >= 1."),
+    ({"comparator_api_max_retries": -1}, "comparator_api_max_retries must be >= 0."),
+    ({"comparator_api_backoff_base": 0}, "comparator_api_backoff_base must be > 0."),
+]
+
+
+def _cases(errors, classes):
+    return [
+        pytest.param(cls, kwargs, msg, id=f"{cls.__name__}-{msg[:50]}") for cls in classes for kwargs, msg in errors
+    ]
+
+
+@pytest.mark.parametrize(
+    ("cls", "kwargs", "message"),
+    _cases(MADPO_ERRORS, ALL)
+    + _cases(NON_ITER_ERRORS, [MADPOConfig, MARLHFConfig])
+    + _cases(MARLHF_ERRORS, MARLHF)
+    + _cases(ITER_ERRORS, ITER),
+)
+def test_validation_message(cls, kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        cls(**kwargs)
+
+
+def test_preference_scoring_reward_message():
+    with pytest.raises(ValueError, match=re.escape("preference_scoring_reward must be one of: task, reward_model.")):
+        MARLHFIterConfig(preference_scoring_reward="judge")
+
+
+# ---- accepted values, normalisation -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_normalisations_of_base_fields(cls):
+    config = cls(pair_selection="  RANDOM ", parallel_training=" NULL ", rollout_buffer_size=5)
+    assert config.pair_selection == "random"
+    assert config.parallel_training == "none"
+    assert config.train_batch_size == 5
+    assert cls(parallel_training="MP", agent_devices=["cpu", "cpu"]).parallel_training == "mp"
+    assert cls(train_batch_size=3).train_batch_size == 3
+    assert cls(pair_selection="all", preference_pairs_per_sample=None).preference_pairs_per_sample is None
+    assert cls(preference_pairs_per_sample=None).preference_pairs_per_sample is None
+    # Reference devices: one string, a list of 1 or num_agents, or anything when KL is off.
+    assert cls(reference_kl_enabled=True, reference_devices="cpu").reference_devices == "cpu"
+    assert cls(reference_kl_enabled=True, reference_devices=["cpu"]).reference_devices == ["cpu"]
+    assert cls(reference_kl_enabled=True, reference_devices=["cpu", "cpu"]).reference_devices == ["cpu", "cpu"]
+    assert cls(reference_devices=["cpu", "cpu", "cpu"]).reference_devices == ["cpu", "cpu", "cpu"]
+    assert cls(reference_kl_coef=0).reference_kl_coef == 0
+    assert cls(eval_interval=0, eval_num_samples=0).eval_interval == 0
+
+
+def test_centralized_reference_devices_count_one_actor():
+    config = MADPOConfig(collaboration_mode="centralized", reference_kl_enabled=True, reference_devices=["cpu"])
+    assert config.reference_devices == ["cpu"]
+    with pytest.raises(ValueError, match=re.escape("reference_devices must list 1 or 1 devices, got 2.")):
+        MADPOConfig(collaboration_mode="centralized", reference_kl_enabled=True, reference_devices=["cpu", "cpu"])
+
+
+@pytest.mark.parametrize("cls", ITER)
+def test_centralized_collaboration_forces_centralized_comparator(cls):
+    config = cls(collaboration_mode="centralized", comparator_generation_mode="decentralized")
+    assert config.comparator_generation_mode == "centralized"
+    assert (
+        cls(
+            comparator_generation_mode="centralized", comparator_centralized_agent_index=1
+        ).comparator_centralized_agent_index
+        == 1
+    )
+
+
+@pytest.mark.parametrize("cls", ITER)
+def test_iter_pair_selection_accepts_comparator_reward(cls):
+    assert cls(pair_selection=" Comparator_Reward ").pair_selection == "comparator_reward"
+    assert cls(pair_selection="all", preference_pairs_per_sample=None).pair_selection == "all"
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "canonical", "advantage_mode"),
+    [
+        ("magrpo", "magrpo", "mean"),
+        ("MAREINFORCE", "mareinforce", "raw"),
+        ("mareforce", "mareinforce", "raw"),
+        ("maremax", "maremax", "max"),
+        ("marloo", "marloo", "rloo"),
+        ("maac", "maac", "custom"),
+        ("IAC", "iac", "custom"),
+    ],
+)
+@pytest.mark.parametrize("cls", MARLHF)
+def test_rl_algorithm_aliases_and_advantage_mode_overwrite(cls, algorithm, canonical, advantage_mode):
+    config = cls(rl_algorithm=algorithm, advantage_mode="custom")
+    assert config.rl_algorithm == canonical
+    assert config.advantage_mode == advantage_mode
+
+
+@pytest.mark.parametrize("cls", MARLHF)
+def test_marlhf_accepted_edges(cls):
+    assert cls(rl_algorithm="maac", num_generations=1).num_generations == 1
+    assert cls(critic_type=" Q ").critic_type == "q"
+    config = cls(reward_max_length=16, critic_learning_rate=1e-4, value_clip_range=None, bt_validation_fraction=0)
+    assert (config.reward_max_length, config.critic_learning_rate, config.value_clip_range) == (16, 1e-4, None)
+    assert cls(reward_model_device="cpu").reward_model_device == "cpu"
+
+
+ALIASES = {
+    "comparator_policy": {
+        "current": ["current", "self", "online", " Online "],
+        "current_copy": ["current_copy", "copy", "online_copy", "current-offload", "current_offload"],
+        "history": ["history", "checkpoint", "previous", "previous_iteration", "HISTORY"],
+    },
+    "comparator_generation_mode": {
+        "decentralized": ["decentralized", "decentralised", "multi_agent", "multi-agent"],
+        "centralized": ["centralized", "centralised", "single_agent", "single-agent", " Centralised "],
+    },
+    "comparator_api_format": {
+        "generic": ["generic", "GENERIC", "something-else", ""],
+        "openai": ["openai", "openai_chat", "chat", "OpenAI"],
+        "anthropic": ["anthropic", "anthropic_messages", "messages"],
+        "openai_responses": ["openai_responses", "responses", "codex"],
+    },
+}
+
+
+def _alias_cases():
+    for name, table in ALIASES.items():
+        for canonical, spellings in table.items():
+            for spelling in spellings:
+                yield pytest.param(name, spelling, canonical, id=f"{name}-{spelling!r}")
+
+
+@pytest.mark.parametrize(("name", "spelling", "canonical"), list(_alias_cases()))
+@pytest.mark.parametrize("cls", ITER)
+def test_alias_normalisation(cls, name, spelling, canonical):
+    assert getattr(cls(**{name: spelling}), name) == canonical
+
+
+@pytest.mark.parametrize("cls", ITER)
+@pytest.mark.parametrize("spelling", ["model", "external", "comparator", "reference", "ref"])
+def test_model_policy_aliases(cls, spelling):
+    assert cls(comparator_policy=spelling, comparator_model_name="m").comparator_policy == "model"
+
+
+@pytest.mark.parametrize("cls", ITER)
+@pytest.mark.parametrize("spelling", ["api", "http", "endpoint"])
+def test_api_policy_aliases(cls, spelling):
+    assert cls(comparator_policy=spelling, comparator_api_url="http://x").comparator_policy == "api"
+
+
+REPLAY_ALIASES = [
+    ("current", {}, ["current", "latest", "new", " LATEST "]),
+    ("nearest_k", {"preference_replay_k": 2}, ["nearest_k", "recent_k", "last_k", "k"]),
+    ("all_history", {}, ["all_history", "All_History"]),
+    ("lambda_decay", {"preference_replay_lambda": 0.5}, ["lambda", "lambda_decay", "td_lambda", "td-lambda"]),
+]
+
+
+@pytest.mark.parametrize("cls", ITER)
+@pytest.mark.parametrize(("canonical", "extra", "spellings"), REPLAY_ALIASES)
+def test_replay_mode_aliases(cls, canonical, extra, spellings):
+    for spelling in spellings:
+        assert cls(preference_replay_mode=spelling, **extra).preference_replay_mode == canonical
+
+
+@pytest.mark.parametrize(
+    ("spelling", "canonical"),
+    [("task", "task"), ("oracle", "task"), ("Environment", "task"), ("env", "task"),
+     ("reward_model", "reward_model"), ("model", "reward_model"), (" LEARNED ", "reward_model")],
+)  # fmt: skip
+def test_preference_scoring_reward_aliases(spelling, canonical):
+    assert MARLHFIterConfig(preference_scoring_reward=spelling).preference_scoring_reward == canonical
+
+
+@pytest.mark.parametrize("cls", ITER)
+def test_replay_and_comparator_accepted_settings(cls):
+    assert cls(preference_replay_k=1).preference_replay_k == 1
+    config = cls(preference_replay_mode="nearest_k", preference_replay_k=3, preference_replay_sample_size=10)
+    assert (config.preference_replay_k, config.preference_replay_sample_size) == (3, 10)
+    assert cls(preference_replay_mode="all_history", preference_replay_sample_size=1).preference_replay_sample_size == 1
+    for lam in (0, 0.0, 0.5, 1, 1.0):
+        assert cls(preference_replay_mode="lambda_decay", preference_replay_lambda=lam).preference_replay_lambda == lam
+    assert cls(comparator_policy="history").comparator_history_k == 1  # None -> 1
+    assert cls(comparator_policy="history", comparator_history_k=3).comparator_history_k == 3
+    assert cls(comparator_policy="model", comparator_agents=["a", "b"]).comparator_agents == ["a", "b"]
+    # CoMLRL only rejects history_k for api; model fields ride along unused.
+    assert (
+        cls(comparator_policy="api", comparator_api_url="http://x", comparator_model_name="m").comparator_model_name
+        == "m"
+    )
+    assert cls(comparator_num_candidates=1, comparator_api_max_n_per_request=1).comparator_num_candidates == 1
+    assert cls(comparator_api_max_retries=0).comparator_api_max_retries == 0
+
+
+# ---- serialisation and the API key ------------------------------------------------------------------------
+
+
+def _api_config(cls=MARLHFIterConfig):
+    return cls(
+        comparator_policy="api",
+        comparator_api_url="https://api.example.com/v1/chat/completions",
+        comparator_api_format="chat",
+        comparator_api_key="sk-SECRET-123",
+        comparator_api_key_header="X-Token",
+        comparator_api_headers={"Authorization": "Bearer sk-SECRET-456", "x-token": "sk-SECRET-789", "X-Trace": "1"},
+        comparator_api_extra_body={"stop": ["\n"]},
+    )
+
+
+@pytest.mark.parametrize("cls", ITER)
+def test_api_key_never_serialised(cls):
+    config = _api_config(cls)
+    assert config.comparator_api_key == "sk-SECRET-123"  # still usable in memory
+    data = config.to_dict()
+    assert "comparator_api_key" not in data
+    assert data["comparator_api_headers"] == {"X-Trace": "1"}
+    assert "SECRET" not in json.dumps(data)
+    assert "SECRET" not in repr(config) and "SECRET" not in str(config)
+    assert "comparator_api_key='***'" in repr(config)
+    assert "'Authorization': '***'" in repr(config)
+    # Pickles (torch.save, multiprocessing) drop the key too; in-memory copies keep it.
+    assert b"SECRET" not in pickle.dumps(config)
+    restored = pickle.loads(pickle.dumps(config))
+    assert restored.comparator_api_key is None
+    assert restored.comparator_api_headers == {"X-Trace": "1"}
+    assert copy.deepcopy(config).comparator_api_key == "sk-SECRET-123"
+    assert copy.copy(config).comparator_api_key == "sk-SECRET-123"
+    assert config.comparator_api_headers["Authorization"] == "Bearer sk-SECRET-456"  # the original is untouched
+
+
+def test_repr_without_key_shows_none():
+    assert "comparator_api_key=None" in repr(MADPOIterConfig())
+    assert repr(MADPOConfig()).startswith("MADPOConfig(num_train_epochs=20, ")
+
+
+def _non_default(cls):
+    kwargs = {"seed": 7, "num_agents": 3, "pair_selection": "random", "output_dir": "runs/x", "max_grad_norm": 1.0}
+    if issubclass(cls, MARLHFConfig):
+        kwargs |= {"rl_algorithm": "mareforce", "reward_model_device": "cpu", "critic_devices": ["cpu"]}
+    if cls in ITER:
+        kwargs |= {
+            "comparator_policy": "model",
+            "comparator_agents": ["a", "b", "c"],
+            "comparator_api_headers": {"X-Trace": "1"},
+            "preference_replay_mode": "td-lambda",
+            "preference_replay_lambda": 0.25,
+        }
+    if cls is MARLHFIterConfig:
+        kwargs["preference_scoring_reward"] = "learned"
+    return kwargs
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_round_trip(cls):
+    config = cls(**_non_default(cls))
+    data = json.loads(json.dumps(config.to_dict()))
+    again = cls.from_dict(data)
+    assert again == config
+    assert again.to_dict() == data
+    assert cls.from_dict({}) == cls()
+
+
+def test_round_trip_drops_only_the_secrets():
+    config = _api_config()
+    again = MARLHFIterConfig.from_dict(config.to_dict())
+    assert again.comparator_api_key is None
+    assert again.comparator_api_format == "openai"
+    assert again.comparator_api_extra_body == {"stop": ["\n"]}
+
+
+def test_from_dict_rejects_unknown_keys():
+    with pytest.raises(ValueError, match=re.escape("Unknown MADPOConfig fields: bogus, rl_algorithm.")):
+        MADPOConfig.from_dict({"rl_algorithm": "magrpo", "bogus": 1, "seed": 1})
+
+
+def test_from_dict_validates():
+    with pytest.raises(ValueError, match=re.escape("dpo_beta must be > 0.")):
+        MADPOConfig.from_dict({"dpo_beta": 0})
+
+
+def test_model_objects_serialise_as_their_id():
+    class FakeModel:
+        class config:  # noqa: N801 - mimics transformers' model.config
+            _name_or_path = "org/tiny"
+
+    config = MADPOIterConfig(comparator_policy="model", comparator_agents=[FakeModel(), "org/other"])
+    assert config.to_dict()["comparator_agents"] == ["org/tiny", "org/other"]
+    anonymous = MADPOIterConfig(comparator_policy="model", comparator_agents=[object()])
+    with pytest.raises(ValueError, match=re.escape("comparator_agents[0] holds a object without a model id")):
+        anonymous.to_dict()
