@@ -1,0 +1,683 @@
+"""API comparator: send comparator prompts to a remote LLM endpoint over HTTP and return candidate texts.
+
+Four request formats (``comparator_api_format``), with CoMLRL 1.4.3's bodies, headers and parsing
+(reference section 4.6): ``generic`` (one JSON request with ``num_return_sequences``), ``openai`` (chat
+completions, ``n`` per request with a cap; DeepSeek-style endpoints get ``n = 1``), ``anthropic`` (Messages
+API) and ``openai_responses`` (Responses API); the last two have no ``n``, so each candidate is one request.
+
+What this module adds to CoMLRL (all requests of a collection phase go through ``complete_many`` at once):
+bounded concurrency across candidates and items, retries with exponential backoff and full jitter on 429,
+5xx, timeouts and connection errors (``Retry-After`` honoured), clear errors naming the endpoint, status
+and a body excerpt, and a key read from the environment that never appears in a message, a log, a repr
+or a pickle.
+
+It does not build prompts, parse centralized joint texts into roles (``centralized.py`` does; here a
+centralized request is one more prompt whose completions come back as joint texts), score or pair. It
+imports no torch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import email.utils
+import json
+import logging
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+logger = logging.getLogger(__name__)
+
+API_FORMATS = ("generic", "openai", "anthropic", "openai_responses")
+_FORMAT_ALIASES = {
+    alias: canonical
+    for canonical, aliases in {
+        "generic": ("generic",),
+        "openai": ("openai", "openai_chat", "chat"),
+        "anthropic": ("anthropic", "anthropic_messages", "messages"),
+        "openai_responses": ("openai_responses", "responses", "codex"),
+    }.items()
+    for alias in aliases
+}
+DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "openai_responses": "OPENAI_API_KEY"}
+ANTHROPIC_VERSION = "2023-06-01"
+BODY_EXCERPT_CHARS = 300
+_GENERIC_FALLBACK_FIELDS = ("completions", "responses", "outputs", "choices")
+_SENSITIVE_HEADER_WORDS = ("authorization", "key", "token", "secret", "cookie", "password")
+
+
+def normalize_api_format(value: str | None) -> str:
+    """Canonical format name for ``comparator_api_format`` (case-insensitive, trimmed; None -> generic)."""
+    # Differs from CoMLRL: an unknown name raises instead of silently meaning "generic".
+    if value is None:
+        return "generic"
+    key = str(value).strip().lower().replace("-", "_")
+    if key not in _FORMAT_ALIASES:
+        accepted = ", ".join(sorted(_FORMAT_ALIASES))
+        raise ValueError(f"comparator_api_format must be one of: {accepted}; got {value!r}.")
+    return _FORMAT_ALIASES[key]
+
+
+class ComparatorApiError(RuntimeError):
+    """A comparator request failed for good. ``endpoint`` has no query string; ``status`` is None when no
+    HTTP answer came back; ``body_excerpt`` is the first 300 characters of the answer."""
+
+    def __init__(self, message: str, *, endpoint: str, status: int | None = None, body_excerpt: str = ""):
+        super().__init__(message)
+        self.endpoint = endpoint
+        self.status = status
+        self.body_excerpt = body_excerpt
+
+
+class ComparatorApiKeyError(ValueError):
+    """The format needs an API key and none was found; raised before any request is sent."""
+
+
+@dataclass(frozen=True)
+class ApiRequest:
+    """One prompt for which ``num_candidates`` completions are wanted (decentralized: one per agent and
+    item; centralized: the joint prompt, with ``agent_idx`` the centralized agent index)."""
+
+    prompt: str
+    agent_idx: int
+    batch_item: Mapping[str, Any] = field(default_factory=dict)
+    num_candidates: int = 1
+
+
+@dataclass(repr=False)
+class ApiComparatorSettings:
+    """Everything a comparator request needs; build it with ``from_config``.
+
+    ``api_key`` is a literal key held in memory only: ``repr``, ``to_dict`` and pickling leave it out.
+    ``key_env`` None means the format's default variable (``DEFAULT_KEY_ENV``); ``""`` means "send no key"
+    (for local OpenAI-compatible servers).
+    """
+
+    url: str
+    api_format: str = "generic"
+    model: str | None = None
+    max_n_per_request: int | None = None
+    timeout: float = 120.0
+    headers: dict[str, str] = field(default_factory=dict)
+    api_key: str | None = None
+    key_env: str | None = None
+    key_header: str = "Authorization"
+    key_prefix: str = "Bearer"
+    response_field: str = "completions"
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    max_concurrency: int = 8
+    max_retries: int = 3
+    backoff_base: float = 0.5
+    backoff_max: float = 60.0
+    max_new_tokens: int = 256
+    temperature: float = 0.6
+    top_p: float = 0.6
+    top_k: int | None = 50
+
+    def __post_init__(self) -> None:
+        self.api_format = normalize_api_format(self.api_format)
+        parts = urlsplit(str(self.url or ""))
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"comparator_api_url must be an http(s) URL; got {self.endpoint!r}.")
+        if not self.timeout or self.timeout <= 0:
+            raise ValueError(f"comparator_api_timeout must be > 0; got {self.timeout!r}.")
+        if self.max_n_per_request is not None and self.max_n_per_request < 1:
+            raise ValueError(f"comparator_api_max_n_per_request must be >= 1; got {self.max_n_per_request!r}.")
+        if self.max_concurrency < 1:
+            raise ValueError(f"comparator_api_max_concurrency must be >= 1; got {self.max_concurrency!r}.")
+        if self.max_retries < 0:
+            raise ValueError(f"comparator_api_max_retries must be >= 0; got {self.max_retries!r}.")
+        if self.backoff_base < 0 or self.backoff_max < 0:
+            raise ValueError("comparator_api_backoff_base and comparator_api_backoff_max must be >= 0.")
+        self.headers = {str(k): str(v) for k, v in dict(self.headers or {}).items()}
+        self.extra_body = dict(self.extra_body or {})
+
+    @classmethod
+    def from_config(cls, config: Any) -> ApiComparatorSettings:
+        """Read the ``comparator_api_*`` and generation fields of a preference config (None -> default)."""
+
+        def get(name: str, default: Any) -> Any:
+            value = getattr(config, name, None)
+            return default if value is None else value
+
+        url = getattr(config, "comparator_api_url", None)
+        if not url:
+            raise ValueError("comparator_api_url is required when comparator_policy='api'.")
+        prefix = getattr(config, "comparator_api_key_prefix", "Bearer")
+        return cls(
+            url=url,
+            api_format=get("comparator_api_format", "generic"),
+            model=getattr(config, "comparator_api_model", None),
+            max_n_per_request=getattr(config, "comparator_api_max_n_per_request", None),
+            timeout=float(get("comparator_api_timeout", 120.0)),
+            headers=get("comparator_api_headers", {}),
+            api_key=getattr(config, "comparator_api_key", None) or None,
+            key_env=getattr(config, "comparator_api_key_env", None),
+            key_header=get("comparator_api_key_header", "Authorization"),
+            key_prefix="" if prefix is None else prefix,
+            response_field=get("comparator_api_response_field", "completions"),
+            extra_body=get("comparator_api_extra_body", {}),
+            max_concurrency=int(get("comparator_api_max_concurrency", 8)),
+            max_retries=int(get("comparator_api_max_retries", 3)),
+            backoff_base=float(get("comparator_api_backoff_base", 0.5)),
+            backoff_max=float(get("comparator_api_backoff_max", 60.0)),
+            max_new_tokens=int(get("max_new_tokens", 256)),
+            temperature=float(get("temperature", 0.6)),
+            top_p=float(get("top_p", 0.6)),
+            top_k=getattr(config, "top_k", 50),
+        )
+
+    # -- derived values ----------------------------------------------------------------------------------
+    @property
+    def endpoint(self) -> str:
+        """The URL without credentials, query string or fragment: what messages show."""
+        return _endpoint_of(self.url)
+
+    @property
+    def key_env_name(self) -> str | None:
+        """The environment variable the key is read from, or None when no key is expected."""
+        if self.key_env is not None:
+            return self.key_env.strip() or None
+        return DEFAULT_KEY_ENV.get(self.api_format)
+
+    def resolve_key(self) -> str | None:
+        """The literal key, else the environment variable's value; raises ``ComparatorApiKeyError`` when a
+        variable is expected but unset or empty. A generic endpoint with no variable named needs no key."""
+        if self.api_key and self.api_key.strip():
+            return self.api_key.strip()
+        env_name = self.key_env_name
+        if env_name is None:
+            return None
+        value = os.environ.get(env_name, "").strip()
+        # Differs from CoMLRL: a missing key is reported here, before any request, not as an HTTP 401.
+        if not value:
+            raise ComparatorApiKeyError(
+                f"comparator_api_format={self.api_format!r} needs an API key: the environment variable "
+                f"{env_name} is not set (or is empty). Set it, or name another variable in "
+                "comparator_api_key_env (an empty string sends no key)."
+            )
+        return value
+
+    def request_headers(self, key: str | None) -> dict[str, str]:
+        """Content-Type, then the configured headers, then anthropic-version (anthropic), then the key."""
+        headers: dict[str, str] = {}
+        _set_header(headers, "Content-Type", "application/json")
+        for name, value in self.headers.items():
+            _set_header(headers, name, value)
+        is_anthropic = self.api_format == "anthropic"
+        if is_anthropic and not _has_header(headers, "anthropic-version"):
+            _set_header(headers, "anthropic-version", ANTHROPIC_VERSION)
+        if key:
+            name = self.key_header or "Authorization"
+            prefix = (self.key_prefix or "").strip()
+            if is_anthropic and name.lower() == "authorization":
+                name = "x-api-key"
+            if is_anthropic and prefix == "Bearer":
+                prefix = ""
+            _set_header(headers, name, f"{prefix} {key}" if prefix else key)
+        return headers
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field but ``api_key``; values of secret-looking headers are masked."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "api_key"}
+        out["headers"] = _masked_headers(self.headers)
+        out["extra_body"] = dict(self.extra_body)
+        return out
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={value!r}" for name, value in self.to_dict().items())
+        return f"ApiComparatorSettings({shown}, api_key={'<set>' if self.api_key else None})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Differs from CoMLRL: a literal key is accepted in memory but never written; pickles drop it.
+        state = dict(self.__dict__)
+        state["api_key"] = None
+        return state
+
+
+# -- pure helpers: bodies, parsing, backoff -------------------------------------------------------------
+
+
+def jsonable(value: Any) -> Any:
+    """A task item made JSON-safe: scalars as they are, containers recursively, numpy/torch scalars via
+    ``.item()``, arrays via ``.tolist()`` (CoMLRL falls back to ``str`` for those), anything else ``str``."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    # Differs from CoMLRL: arrays become lists (CoMLRL's .item() fails on them and falls back to str).
+    for method in ("item", "tolist"):
+        convert = getattr(value, method, None)
+        if callable(convert):
+            try:
+                return jsonable(convert())
+            except (ValueError, RuntimeError, TypeError):
+                continue
+    return str(value)
+
+
+def openai_max_n(settings: ApiComparatorSettings, num_candidates: int) -> int:
+    """``n`` cap per chat request: the configured cap clamped to [1, M]; else 1 for DeepSeek; else M."""
+    if settings.max_n_per_request is not None:
+        return max(1, min(int(settings.max_n_per_request), num_candidates))
+    model = (settings.model or "").lower()
+    if "api.deepseek.com" in settings.url.lower() or model.startswith("deepseek-"):
+        return 1
+    return max(1, num_candidates)
+
+
+def build_body(settings: ApiComparatorSettings, request: ApiRequest, count: int) -> dict[str, Any]:
+    """The JSON body asking for ``count`` candidates (``count`` is 1 for anthropic and responses)."""
+    fmt = settings.api_format
+    if fmt == "generic":
+        body: dict[str, Any] = {
+            "prompt": request.prompt,
+            "agent_idx": request.agent_idx,
+            "num_return_sequences": count,
+            "max_new_tokens": settings.max_new_tokens,
+            "temperature": settings.temperature,
+            "top_p": settings.top_p,
+            "top_k": settings.top_k,
+            "batch_item": jsonable(dict(request.batch_item or {})),
+        }
+        if settings.model:
+            body["model"] = settings.model
+    else:
+        messages = [{"role": "user", "content": request.prompt}]
+        if fmt == "openai":
+            body = {
+                "model": settings.model,
+                "messages": messages,
+                "n": count,
+                "max_tokens": settings.max_new_tokens,
+                "temperature": settings.temperature,
+                "top_p": settings.top_p,
+            }
+        elif fmt == "anthropic":
+            body = {
+                "model": settings.model,
+                "max_tokens": settings.max_new_tokens,
+                "messages": messages,
+                "temperature": settings.temperature,
+            }
+        else:
+            body = {"model": settings.model, "input": request.prompt, "max_output_tokens": settings.max_new_tokens}
+        body = {k: v for k, v in body.items() if v is not None}
+    body.update(settings.extra_body)
+    return body
+
+
+def _text_of(item: Any) -> str | None:
+    if isinstance(item, str):
+        return item
+    if not isinstance(item, Mapping):
+        return None
+    for name in ("text", "content", "completion", "response"):
+        value = item.get(name)
+        if isinstance(value, str):
+            return value
+    message = item.get("message")
+    if isinstance(message, Mapping) and isinstance(message.get("content"), str):
+        return message["content"]
+    return None
+
+
+def extract_generic(payload: Any, response_field: str = "completions") -> list[str]:
+    """Texts at the dotted ``response_field`` (list indices allowed), else at the first truthy of
+    completions/responses/outputs/choices; a bare list or string answer is taken as the value itself."""
+    value: Any = payload
+    for part in response_field.split("."):
+        if isinstance(value, Mapping) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            value = None
+            break
+    if value is None or value == [] or value == "":
+        value = None
+        if isinstance(payload, Mapping):
+            value = next((payload[k] for k in _GENERIC_FALLBACK_FIELDS if payload.get(k)), None)
+        elif isinstance(payload, (list, str)):
+            value = payload
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [text for text in map(_text_of, value) if text is not None]
+    text = _text_of(value)
+    return [text if text is not None else str(value)]
+
+
+def extract_openai_chat(payload: Any) -> list[str]:
+    """``choices[*].message.content`` (a list of text parts is joined), else ``choices[*].text``."""
+    choices = payload.get("choices") if isinstance(payload, Mapping) else None
+    texts: list[str] = []
+    for choice in choices if isinstance(choices, list) else []:
+        if not isinstance(choice, Mapping):
+            continue
+        message = choice.get("message")
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if isinstance(content, list):
+            content = "".join(p.get("text", "") for p in content if isinstance(p, Mapping)) or None
+        if not isinstance(content, str):
+            content = choice.get("text") if isinstance(choice.get("text"), str) else None
+        if content is not None:
+            texts.append(content)
+    return texts
+
+
+def extract_anthropic(payload: Any) -> list[str]:
+    """The first ``type: text`` content block (CoMLRL uses only the first)."""
+    blocks = payload.get("content") if isinstance(payload, Mapping) else None
+    for block in blocks if isinstance(blocks, list) else []:
+        if isinstance(block, Mapping) and block.get("type") == "text" and isinstance(block.get("text"), str):
+            return [block["text"]]
+    return []
+
+
+def extract_responses(payload: Any) -> list[str]:
+    """The first ``output[*].content[*]`` part of type output_text or text (first only, as CoMLRL)."""
+    items = payload.get("output") if isinstance(payload, Mapping) else None
+    for item in items if isinstance(items, list) else []:
+        parts = item.get("content") if isinstance(item, Mapping) else None
+        for part in parts if isinstance(parts, list) else []:
+            is_text = isinstance(part, Mapping) and part.get("type") in ("output_text", "text")
+            if is_text and isinstance(part.get("text"), str):
+                return [part["text"]]
+    return []
+
+
+def backoff_delay(
+    attempt: int, *, base: float, cap: float, rng: random.Random, retry_after: float | None = None
+) -> float:
+    """Seconds to wait before retry ``attempt + 1``: the server's Retry-After when given (capped),
+    otherwise full jitter, uniform in [0, min(cap, base * 2**attempt)]."""
+    if retry_after is not None:
+        return max(0.0, min(retry_after, cap))
+    return rng.uniform(0.0, min(cap, base * (2.0**attempt)))
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """``retry-after-ms`` (OpenAI) or ``Retry-After`` as seconds or an HTTP date; None when absent."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    try:
+        if "retry-after-ms" in lowered:
+            return float(lowered["retry-after-ms"]) / 1000.0
+        if "retry-after" in lowered:
+            raw = lowered["retry-after"].strip()
+            try:
+                return float(raw)
+            except ValueError:
+                when = email.utils.parsedate_to_datetime(raw)
+                return max(0.0, when.timestamp() - time.time())
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return None
+
+
+_EXTRACTORS: dict[str, Callable[[Any], list[str]]] = {
+    "openai": extract_openai_chat,
+    "anthropic": extract_anthropic,
+    "openai_responses": extract_responses,
+}
+
+
+# -- the client -------------------------------------------------------------------------------------------
+
+
+class ApiComparatorClient:
+    """Sends all requests of a collection phase concurrently and returns their candidates in order.
+
+    ``rng`` drives only the backoff jitter. The key is resolved (and a missing one reported) here, before
+    any request. Each ``complete_many`` call opens one ``httpx.AsyncClient`` on its own event loop, so it
+    works from any thread; from inside a running loop it hops to a helper thread (or use
+    ``acomplete_many``).
+    """
+
+    def __init__(self, settings: ApiComparatorSettings, *, rng: random.Random | None = None):
+        self.settings = settings
+        self._rng = rng if rng is not None else random.Random(0)
+        key = settings.resolve_key()
+        self._headers = settings.request_headers(key)
+        secrets = [key] if key else []
+        secrets += [v for k, v in settings.headers.items() if _is_sensitive(k) and v]
+        self._secrets = tuple(sorted(set(secrets), key=len, reverse=True))
+
+    def __repr__(self) -> str:
+        return f"ApiComparatorClient({self.settings!r})"
+
+    def __reduce__(self) -> tuple:
+        # Never pickle resolved headers (they hold the key); the copy re-reads the key from the environment.
+        return (_rebuild_client, (self.settings, self._rng))
+
+    def complete_many(
+        self, requests: Sequence[ApiRequest], *, progress: Callable[[int, int], None] | None = None
+    ) -> list[list[str]]:
+        """Completions per request, in request order (each list has ``num_candidates`` texts).
+
+        ``progress(done, total)`` is called as each request finishes, on the thread running the loop.
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.acomplete_many(requests, progress=progress))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(lambda: asyncio.run(self.acomplete_many(requests, progress=progress))).result()
+
+    async def acomplete_many(
+        self, requests: Sequence[ApiRequest], *, progress: Callable[[int, int], None] | None = None
+    ) -> list[list[str]]:
+        requests = list(requests)
+        if not requests:
+            return []
+        limit = self.settings.max_concurrency
+        semaphore = asyncio.Semaphore(limit)
+        done = 0
+
+        async def run_one(request: ApiRequest) -> list[str]:
+            nonlocal done
+            texts = await self._complete_one(client, semaphore, request)
+            done += 1
+            if progress is not None:
+                progress(done, len(requests))
+            return texts
+
+        async with httpx.AsyncClient(
+            timeout=httpx.Timeout(self.settings.timeout),
+            limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
+            follow_redirects=False,
+        ) as client:
+            return await _all_or_cancel([run_one(r) for r in requests])
+
+    # -- per request ---------------------------------------------------------------------------------------
+    async def _complete_one(
+        self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore, request: ApiRequest
+    ) -> list[str]:
+        wanted = int(request.num_candidates)
+        if wanted <= 0:
+            return []
+        fmt = self.settings.api_format
+        if fmt in ("anthropic", "openai_responses"):
+            # No `n` in these APIs: one request per candidate, all in flight together.
+            body = build_body(self.settings, request, 1)
+            results = await _all_or_cancel([self._ask(client, semaphore, body, request, 1) for _ in range(wanted)])
+            return [texts[0] for texts in results]
+        texts: list[str] = []
+        while len(texts) < wanted:
+            remaining = wanted - len(texts)
+            if fmt == "openai":
+                # CoMLRL loops n = min(max_n, remaining) one request at a time; we send the chunks of a
+                # round together, which asks for the same n values whenever the server returns all of them.
+                cap = openai_max_n(self.settings, wanted)
+                sizes = [min(cap, remaining - start) for start in range(0, remaining, cap)]
+            else:
+                # Differs from CoMLRL: generic never topped up a short answer; we ask again for the rest.
+                sizes = [remaining]
+            bodies = [build_body(self.settings, request, size) for size in sizes]
+            rounds = await _all_or_cancel([self._ask(client, semaphore, b, request, s) for b, s in zip(bodies, sizes)])
+            for got in rounds:
+                texts.extend(got)
+        return texts[:wanted]
+
+    async def _ask(
+        self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore, body: dict, request: ApiRequest, count: int
+    ) -> list[str]:
+        """One request (with retries), parsed; an answer with no completion is an error, which also bounds
+        the top-up loops: every round either adds a text or raises."""
+        payload, raw = await self._post(client, semaphore, body)
+        fmt = self.settings.api_format
+        if fmt == "generic":
+            texts = extract_generic(payload, self.settings.response_field)
+        else:
+            texts = _EXTRACTORS[fmt](payload)
+        if not texts:
+            where = f"agent {request.agent_idx} (format {fmt!r}, asked for {count}) from {self.settings.endpoint}"
+            raise self._error(f"Comparator API returned no completions for {where}.", 200, raw)
+        return texts[:count]
+
+    async def _post(self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore, body: dict) -> tuple[Any, str]:
+        settings = self.settings
+        endpoint = settings.endpoint
+        content = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        attempts = settings.max_retries + 1
+        for attempt in range(attempts):
+            status: int | None = None
+            raw = ""
+            retry_after = None
+            try:
+                # Differs from CoMLRL: bounded concurrency (the semaphore) and retries with backoff (this loop).
+                async with semaphore:
+                    # httpx's timeout is per socket operation; wait_for bounds the whole exchange.
+                    response = await asyncio.wait_for(
+                        client.post(settings.url, content=content, headers=self._headers), timeout=settings.timeout
+                    )
+            except (httpx.TimeoutException, asyncio.TimeoutError):
+                failure = f"timed out after {settings.timeout:g} s"
+            except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+                failure = f"connection failed ({type(exc).__name__}: {exc})"
+            except httpx.HTTPError as exc:
+                raise self._error(
+                    f"Comparator API request to {endpoint} failed: {type(exc).__name__}: {exc}", None, ""
+                ) from None
+            else:
+                status = response.status_code
+                raw = response.text
+                if 200 <= status < 300:
+                    return self._decode(raw, status), raw
+                if status == 402:
+                    raise self._error(
+                        f"Comparator API at {endpoint} returned HTTP 402: insufficient balance.", 402, raw
+                    )
+                if not _retryable(status):
+                    hint = ""
+                    if status in (401, 403):
+                        hint = f" Check the API key ({settings.key_env_name or 'comparator_api_key'})."
+                    raise self._error(
+                        f"Comparator API request to {endpoint} failed with HTTP {status}.{hint}", status, raw
+                    )
+                failure = f"HTTP {status}"
+                retry_after = retry_after_seconds(response.headers)
+            if attempt + 1 >= attempts:
+                message = f"Comparator API request to {endpoint} failed after {attempts} attempt(s): {failure}."
+                raise self._error(message, status, raw)
+            delay = backoff_delay(
+                attempt, base=settings.backoff_base, cap=settings.backoff_max, rng=self._rng, retry_after=retry_after
+            )
+            retry = f"retry {attempt + 1} of {settings.max_retries} in {delay:.2f} s"
+            logger.warning("Comparator API %s: %s; %s", endpoint, self._redact(failure), retry)
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _decode(self, raw: str, status: int) -> Any:
+        if not raw.strip():
+            raise self._error(
+                f"Comparator API at {self.settings.endpoint} returned an empty body (HTTP {status}).", status, raw
+            )
+        try:
+            return json.loads(raw)
+        except ValueError:
+            message = f"Comparator API at {self.settings.endpoint} returned a body that is not JSON (HTTP {status})."
+            raise self._error(message, status, raw) from None
+
+    def _redact(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def _error(self, message: str, status: int | None, body: str) -> ComparatorApiError:
+        """The error to raise, with the body excerpt appended and every secret masked."""
+        if body.strip():
+            message = f"{message} Response body: {_excerpt(body)}"
+        return ComparatorApiError(
+            self._redact(message),
+            endpoint=self.settings.endpoint,
+            status=status,
+            body_excerpt=self._redact(_excerpt(body)),
+        )
+
+
+def _rebuild_client(settings: ApiComparatorSettings, rng: random.Random) -> ApiComparatorClient:
+    return ApiComparatorClient(settings, rng=rng)
+
+
+async def _all_or_cancel(coros: Sequence[Awaitable[Any]]) -> list[Any]:
+    """Results in order; on the first failure cancel the rest and raise it (no orphaned requests)."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    if not tasks:
+        return []
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        pending = [t for t in tasks if not t.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+    for task in tasks:
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()
+    return [task.result() for task in tasks]
+
+
+def _retryable(status: int) -> bool:
+    return status in (408, 429) or status >= 500
+
+
+def _excerpt(raw: str) -> str:
+    return (raw or "")[:BODY_EXCERPT_CHARS]
+
+
+def _endpoint_of(url: str) -> str:
+    parts = urlsplit(str(url or ""))
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _is_sensitive(header_name: str) -> bool:
+    lowered = header_name.lower()
+    return any(word in lowered for word in _SENSITIVE_HEADER_WORDS)
+
+
+def _masked_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    return {k: ("***" if _is_sensitive(k) else v) for k, v in headers.items()}
+
+
+def _has_header(headers: Mapping[str, str], name: str) -> bool:
+    return any(k.lower() == name.lower() for k in headers)
+
+
+def _set_header(headers: dict[str, str], name: str, value: str) -> None:
+    for existing in [k for k in headers if k.lower() == name.lower()]:
+        del headers[existing]
+    headers[name] = value
