@@ -1,0 +1,128 @@
+"""Headless entry point: ``comlrl-lab run SPEC``, ``comlrl-lab export RUN_DIR``, ``comlrl-lab import DIR``.
+
+``run`` drives the same engine as the workbench, in the foreground, with a progress bar. A run directory can
+be resumed with ``comlrl-lab run --resume RUN_DIR`` after a crash or a kill; it continues after the last
+finished phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from comlrl_lab.engine import ExperimentSpec, RunManager
+from comlrl_lab.engine.run import STORE_FILE
+from comlrl_lab.store import RunStore
+from comlrl_lab.store.export import export_pairs, export_round_files
+from comlrl_lab.store.importer import import_replay_dir
+
+EXPORT_FORMATS = ("json", "jsonl", "parquet", "csv", "rounds")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    manager = RunManager(args.runs_root)
+    if args.resume:
+        run_id = manager.open(args.resume)
+    else:
+        if not args.spec:
+            print("comlrl-lab run: give a SPEC file or --resume RUN_DIR", file=sys.stderr)
+            return 2
+        spec = ExperimentSpec.load(args.spec)
+        if args.rounds is not None:
+            spec.config["num_iterations"] = args.rounds
+        run_id = manager.create(spec)
+    run = manager.run(run_id)
+    print(f"run {run_id} in {run.run_dir}")
+    manager.start(run_id, rounds=10**6)
+    bar = tqdm(total=0, unit="step", dynamic_ncols=True, disable=args.quiet)
+    try:
+        while True:
+            progress = manager.wait(run_id, timeout=0.5)
+            bar.total = progress.total
+            bar.n = progress.done
+            bar.set_description(f"round {progress.round_index} {progress.phase or progress.next_phase or 'done'}")
+            bar.set_postfix(tok_s=f"{progress.tokens_per_second:.0f}")
+            bar.refresh()
+            if not progress.busy:
+                break
+    except KeyboardInterrupt:
+        manager.stop(run_id)
+        progress = manager.wait(run_id)
+    finally:
+        bar.close()
+    progress = manager.progress(run_id)
+    manager.close()
+    if progress.status == "error":
+        print(f"error: {progress.last_error}", file=sys.stderr)
+        if args.verbose and progress.last_traceback:
+            print(progress.last_traceback, file=sys.stderr)
+        return 1
+    print(f"{progress.status}: round {progress.round_index}, results in {run.run_dir}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run_dir)
+    with RunStore(run_dir / STORE_FILE, read_only=True) as store:
+        runs = store.list_runs()
+        run_id = args.run_id or str(runs["run_id"].iloc[0])
+        filters = {k: v for k, v in {"round": args.round, "winner_side": args.winner_side}.items() if v is not None}
+        started = time.perf_counter()
+        if args.format == "rounds":
+            export_round_files(store, run_id, args.dest)
+        else:
+            export_pairs(store, run_id, args.format, args.dest, **filters)
+    print(f"exported {args.format} to {args.dest} in {time.perf_counter() - started:.2f}s")
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    with RunStore(args.store) as store:
+        report = import_replay_dir(store, args.directory, run_id=args.run_id)
+    print(f"imported {report.pairs} pairs from {len(report.imported_files)} files")
+    for name, reason in report.skipped:
+        print(f"skipped {name}: {reason}", file=sys.stderr)
+    return 0 if report.imported_files or not report.skipped else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="comlrl-lab", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run an experiment spec (YAML or JSON) to the end, headless")
+    run.add_argument("spec", nargs="?", help="experiment spec file (.yaml/.yml/.json)")
+    run.add_argument("--resume", metavar="RUN_DIR", help="continue a run directory after its last finished phase")
+    run.add_argument("--runs-root", default="runs", help="where new run directories are created (default: runs)")
+    run.add_argument("--rounds", type=int, help="override num_iterations")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--verbose", action="store_true", help="print the traceback on error")
+    run.set_defaults(func=_run)
+
+    export = sub.add_parser("export", help="export a run's pairs or round files")
+    export.add_argument("run_dir")
+    export.add_argument("--format", choices=EXPORT_FORMATS, default="jsonl")
+    export.add_argument("--dest", required=True, help="file (pairs) or directory (rounds)")
+    export.add_argument("--run-id")
+    export.add_argument("--round", type=int)
+    export.add_argument("--winner-side", choices=("current", "comparator"))
+    export.set_defaults(func=_export)
+
+    imp = sub.add_parser("import", help="import a CoMLRL preference_replay directory into a DuckDB file")
+    imp.add_argument("directory")
+    imp.add_argument("--store", required=True, help="DuckDB file to import into (created if missing)")
+    imp.add_argument("--run-id", help="run id to file the pairs under (default: from the directory name)")
+    imp.set_defaults(func=_import)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,244 @@
+"""Runs experiments in worker threads: one phase, N phases or N rounds; pause, stop, and live progress.
+
+The workbench holds one ``RunManager`` (in ``st.cache_resource``). Worker threads never touch Streamlit: they
+step a ``Run`` and update a small lock-protected progress record that pages poll. ``pause`` lets the current
+phase finish and then stops; ``stop`` cancels the current phase cooperatively (it is rolled back to the last
+finished phase, so nothing committed is lost). Errors stop the queue with the traceback kept for the page.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from comlrl_lab.engine.run import SPEC_FILE, InvalidTransition, Run
+from comlrl_lab.engine.spec import ExperimentSpec
+from comlrl_lab.trainers.preference.sink import PHASES, PhaseCancelled, PhaseControl
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What a page shows about a run; a copy, safe to read from any thread."""
+
+    run_id: str
+    status: str = "idle"  # idle | loading | running | pausing | stopping | error | finished
+    round_index: int = 1
+    phase: str | None = None
+    next_phase: str | None = "collect"
+    done: int = 0
+    total: int = 0
+    tokens: int = 0
+    tokens_per_second: float = 0.0
+    eta_seconds: float | None = None
+    phases_left: int = 0
+    last_error: str | None = None
+    last_traceback: str | None = None
+    message: str | None = None
+    updated_at: float = 0.0
+
+    @property
+    def busy(self) -> bool:
+        return self.status in ("loading", "running", "pausing", "stopping")
+
+    @property
+    def fraction(self) -> float:
+        return min(1.0, self.done / self.total) if self.total else 0.0
+
+
+class EngineControl(PhaseControl):
+    """PhaseControl that publishes progress to the manager and honours stop requests."""
+
+    def __init__(self, manager: RunManager, run_id: str):
+        super().__init__()
+        self._manager = manager
+        self._run_id = run_id
+        self.cancel_event = threading.Event()
+
+    def begin(self, round_index: int, phase: str, total: int) -> None:
+        super().begin(round_index, phase, total)
+        self._publish()
+
+    def advance(self, count: int = 1, tokens: int = 0) -> None:
+        self.done += int(count)
+        self.tokens += int(tokens)
+        self._publish()
+        self.check_cancel()
+
+    def cancel_requested(self) -> bool:
+        return self.cancel_event.is_set()
+
+    def _publish(self) -> None:
+        elapsed = max(1e-9, time.monotonic() - self.started_at)
+        rate = self.done / elapsed if self.done else 0.0
+        eta = (self.total - self.done) / rate if rate > 0 and self.total >= self.done else None
+        self._manager._update(
+            self._run_id,
+            round_index=self.round_index,
+            phase=self.phase,
+            done=self.done,
+            total=self.total,
+            tokens=self.tokens,
+            tokens_per_second=self.tokens / elapsed,
+            eta_seconds=eta,
+        )
+
+
+class RunManager:
+    """Owns the open runs of one process and the worker thread of each."""
+
+    def __init__(self, runs_root: str | Path = "runs"):
+        self.runs_root = Path(runs_root)
+        self.runs_root.mkdir(parents=True, exist_ok=True)
+        self._runs: dict[str, Run] = {}
+        self._controls: dict[str, EngineControl] = {}
+        self._threads: dict[str, threading.Thread] = {}
+        self._progress: dict[str, Progress] = {}
+        self._pause: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    # Runs --------------------------------------------------------------------------------------------------
+    def create(self, spec: ExperimentSpec) -> str:
+        run = Run.create(spec, self.runs_root)
+        self._register(run)
+        return run.run_id
+
+    def open(self, run_dir: str | Path, secrets: dict[str, Any] | None = None) -> str:
+        run_dir = Path(run_dir)
+        for run in self._runs.values():
+            if run.run_dir.resolve() == run_dir.resolve():
+                return run.run_id
+        run = Run.open(run_dir, secrets=secrets)
+        self._register(run)
+        return run.run_id
+
+    def _register(self, run: Run) -> None:
+        control = EngineControl(self, run.run_id)
+        run.attach_control(control)
+        round_index, next_phase = run.cursor()
+        with self._lock:
+            self._runs[run.run_id] = run
+            self._controls[run.run_id] = control
+            self._pause[run.run_id] = threading.Event()
+            self._progress[run.run_id] = Progress(
+                run_id=run.run_id,
+                status="finished" if next_phase is None else "idle",
+                round_index=round_index,
+                next_phase=next_phase,
+                updated_at=time.time(),
+            )
+
+    def run(self, run_id: str) -> Run:
+        try:
+            return self._runs[run_id]
+        except KeyError:
+            raise KeyError(f"no open run {run_id!r}") from None
+
+    def open_runs(self) -> list[str]:
+        return list(self._runs)
+
+    def past_run_dirs(self) -> list[Path]:
+        return sorted((p.parent for p in self.runs_root.glob(f"*/{SPEC_FILE}")), key=lambda p: p.stat().st_mtime, reverse=True)
+
+    # Commands ----------------------------------------------------------------------------------------------
+    def start(self, run_id: str, *, phases: int | None = None, rounds: int | None = None, phase: str | None = None) -> None:
+        """Run ``phase`` (checked against the cursor), or the next ``phases`` phases, or ``rounds`` whole rounds."""
+        run = self.run(run_id)
+        with self._lock:
+            thread = self._threads.get(run_id)
+            if thread is not None and thread.is_alive():
+                raise InvalidTransition(f"run {run_id} is already running a phase; pause or stop it first")
+            round_index, next_phase = run.cursor()
+            if next_phase is None:
+                raise InvalidTransition(f"run {run_id} has finished all its rounds")
+            if phase is not None and phase != next_phase:
+                raise InvalidTransition(
+                    f"cannot run '{phase}' now: the next phase of round {round_index} is '{next_phase}'"
+                )
+            if rounds is not None:
+                count = len(PHASES) * int(rounds) - PHASES.index(next_phase)
+            else:
+                count = 1 if phases is None else int(phases)
+            if count < 1:
+                raise ValueError("nothing to run: ask for at least one phase or round")
+            self._pause[run_id].clear()
+            self._controls[run_id].cancel_event.clear()
+            self._progress[run_id] = replace(
+                self._progress[run_id], status="loading" if run.trainer is None else "running", phases_left=count,
+                last_error=None, last_traceback=None, message=None, updated_at=time.time(),
+            )
+            worker = threading.Thread(target=self._work, args=(run_id, count), name=f"comlrl-run-{run_id}", daemon=True)
+            self._threads[run_id] = worker
+        worker.start()
+
+    def pause(self, run_id: str) -> None:
+        """Finish the current phase, then stop."""
+        self._pause[run_id].set()
+        self._update(run_id, status="pausing")
+
+    def stop(self, run_id: str) -> None:
+        """Cancel the current phase now; the run returns to its last finished phase."""
+        self._pause[run_id].set()
+        self._controls[run_id].cancel_event.set()
+        self._update(run_id, status="stopping")
+
+    def wait(self, run_id: str, timeout: float | None = None) -> Progress:
+        thread = self._threads.get(run_id)
+        if thread is not None:
+            thread.join(timeout)
+        return self.progress(run_id)
+
+    def progress(self, run_id: str) -> Progress:
+        with self._lock:
+            return self._progress[run_id]
+
+    def close(self) -> None:
+        for run_id in list(self._runs):
+            if self.progress(run_id).busy:
+                self.stop(run_id)
+            self.wait(run_id, timeout=60)
+            self._runs[run_id].close()
+        self._runs.clear()
+
+    # Worker ------------------------------------------------------------------------------------------------
+    def _update(self, run_id: str, **changes: Any) -> None:
+        with self._lock:
+            self._progress[run_id] = replace(self._progress[run_id], updated_at=time.time(), **changes)
+
+    def _work(self, run_id: str, count: int) -> None:
+        run = self._runs[run_id]
+        try:
+            run.ensure_trainer()
+        except Exception as error:  # model loading, task loading, config
+            self._update(run_id, status="error", last_error=f"{type(error).__name__}: {error}",
+                         last_traceback=traceback.format_exc(), phases_left=0)
+            return
+        for left in range(count, 0, -1):
+            if self._pause[run_id].is_set():
+                break
+            trainer = run.trainer
+            if trainer.finished:
+                break
+            self._update(run_id, status="running", phases_left=left, round_index=trainer.round_index,
+                         phase=trainer.next_phase, next_phase=trainer.next_phase, done=0, total=0)
+            try:
+                run.step()
+            except PhaseCancelled as cancelled:
+                self._update(run_id, status="idle", message=f"stopped: {cancelled}; back at the last finished phase",
+                             **self._cursor_fields(run))
+                return
+            except Exception:
+                self._update(run_id, status="error", last_error=run.last_error, last_traceback=run.last_traceback,
+                             phases_left=0, **self._cursor_fields(run))
+                return
+            self._update(run_id, message=(run.trainer.last_message if run.trainer else None), **self._cursor_fields(run))
+        final = "finished" if run.trainer is not None and run.trainer.finished else "idle"
+        self._update(run_id, status=final, phases_left=0, **self._cursor_fields(run))
+
+    @staticmethod
+    def _cursor_fields(run: Run) -> dict[str, Any]:
+        round_index, next_phase = run.cursor()
+        return {"round_index": round_index, "next_phase": next_phase, "phase": None}

@@ -1,0 +1,176 @@
+"""One experiment in its own run directory: trainer, DuckDB store and checkpoints, advanced phase by phase.
+
+Layout of a run directory::
+
+    spec.json            the experiment (no secrets)
+    run.duckdb           every candidate, pair, replay draw, metric and event
+    checkpoint/          state after the last finished phase (resume point)
+    preference_replay/   iteration_NNNN.json, CoMLRL's format
+    policy_history/      policy snapshots for the history comparator
+    snapshots/           Parquet copies of the tables after each phase, for notebooks and other processes
+
+A ``Run`` is not thread-safe; ``RunManager`` makes sure one thread at a time steps it. Reading the store is
+safe from any thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import traceback
+import uuid
+from pathlib import Path
+from typing import Any
+
+from comlrl_lab.engine.spec import ExperimentSpec, build_trainer
+from comlrl_lab.store import RunStore
+from comlrl_lab.trainers.preference import checkpoint as ckpt
+from comlrl_lab.trainers.preference.sink import PHASES, PhaseControl, PhaseRecords
+
+SPEC_FILE = "spec.json"
+STORE_FILE = "run.duckdb"
+CHECKPOINT_DIR = "checkpoint"
+SNAPSHOT_DIR = "snapshots"
+
+
+class InvalidTransition(RuntimeError):
+    """A phase was asked for out of order, or while another one runs."""
+
+
+class StoreSink:
+    """Commits each finished phase to the run's DuckDB file in one transaction, then refreshes the snapshot."""
+
+    def __init__(self, store: RunStore, run_id: str, snapshot_dir: Path | None = None):
+        self.store = store
+        self.run_id = run_id
+        self.snapshot_dir = snapshot_dir
+
+    def commit_phase(self, records: PhaseRecords) -> None:
+        self.store.commit_phase(
+            self.run_id,
+            records.round_index,
+            records.phase,
+            candidates=records.candidates,
+            pairs=records.pairs,
+            replay_rows=records.replay_rows,
+            metrics=records.metrics,
+            events=records.events,
+        )
+        if self.snapshot_dir is not None:
+            self.store.snapshot_parquet(self.run_id, self.snapshot_dir)
+
+
+def new_run_id(name: str | None = None) -> str:
+    stem = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in (name or "run")).strip("-") or "run"
+    return f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+
+
+class Run:
+    """An experiment in ``run_dir``. Build with ``Run.create`` (new) or ``Run.open`` (existing)."""
+
+    def __init__(self, run_dir: Path, spec: ExperimentSpec, run_id: str, store: RunStore):
+        self.run_dir = Path(run_dir)
+        self.spec = spec
+        self.run_id = run_id
+        self.store = store
+        self.trainer: Any = None
+        self.control: PhaseControl = PhaseControl()
+        self.last_error: str | None = None
+        self.last_traceback: str | None = None
+
+    # Construction ------------------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, spec: ExperimentSpec, runs_root: str | Path) -> Run:
+        spec.build_config()  # validate before anything is written (CoMLRL's messages)
+        run_id = new_run_id(spec.name or spec.algorithm)
+        run_dir = Path(runs_root) / run_id
+        run_dir.mkdir(parents=True, exist_ok=False)  # a new run never reuses another run's directory
+        spec.save(run_dir / SPEC_FILE)
+        store = RunStore(run_dir / STORE_FILE)
+        store.create_run(run_id, trainer=spec.algorithm, config=spec.to_dict())
+        return cls(run_dir, spec, run_id, store)
+
+    @classmethod
+    def open(cls, run_dir: str | Path, secrets: dict[str, Any] | None = None) -> Run:
+        run_dir = Path(run_dir)
+        if not (run_dir / SPEC_FILE).is_file():
+            raise FileNotFoundError(f"{run_dir} is not a comlrl-lab run directory (no {SPEC_FILE})")
+        spec = ExperimentSpec.load(run_dir / SPEC_FILE)
+        if secrets:
+            spec.config.update(secrets)
+        store = RunStore(run_dir / STORE_FILE)
+        runs = store.list_runs()
+        run_id = str(runs["run_id"].iloc[0]) if len(runs) else run_dir.name
+        return cls(run_dir, spec, run_id, store)
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.run_dir / CHECKPOINT_DIR
+
+    def attach_control(self, control: PhaseControl) -> None:
+        self.control = control
+        if self.trainer is not None:
+            self.trainer.control = control
+
+    def ensure_trainer(self) -> Any:
+        """Build the trainer on first use (loading models takes seconds) and resume from the checkpoint."""
+        if self.trainer is None:
+            sink = StoreSink(self.store, self.run_id, self.run_dir / SNAPSHOT_DIR)
+            trainer = build_trainer(self.spec, output_dir=self.run_dir, run_id=self.run_id, sink=sink, control=self.control)
+            trainer.checkpoint_dir = self.checkpoint_dir
+            if ckpt.has_checkpoint(self.checkpoint_dir):
+                trainer.load_checkpoint(self.checkpoint_dir)
+            self.trainer = trainer
+        return self.trainer
+
+    # Cursor ------------------------------------------------------------------------------------------------
+    def cursor(self) -> tuple[int, str | None]:
+        """(round, next phase) without building the trainer when a checkpoint can tell."""
+        if self.trainer is not None:
+            return self.trainer.round_index, self.trainer.next_phase
+        if ckpt.has_checkpoint(self.checkpoint_dir):
+            state, _ = ckpt.load_checkpoint(self.checkpoint_dir)
+            return int(state["round_index"]), None if state["finished"] else PHASES[int(state["phase_index"])]
+        return 1, PHASES[0]
+
+    @property
+    def finished(self) -> bool:
+        return self.trainer is not None and self.trainer.finished
+
+    def step(self, expected_phase: str | None = None) -> PhaseRecords | None:
+        """Run the next phase. With ``expected_phase``, refuse when the cursor is elsewhere."""
+        trainer = self.ensure_trainer()
+        if trainer.finished:
+            raise InvalidTransition(f"run {self.run_id} has finished all {trainer.num_rounds} rounds")
+        if expected_phase is not None and expected_phase != trainer.next_phase:
+            raise InvalidTransition(
+                f"cannot run '{expected_phase}' now: the next phase of round {trainer.round_index} is "
+                f"'{trainer.next_phase}'"
+            )
+        try:
+            records = trainer.step()
+        except BaseException as error:
+            self.record_failure(error)
+            raise
+        self.last_error = self.last_traceback = None
+        return records
+
+    def record_failure(self, error: BaseException) -> None:
+        """Log the error and put the trainer back to the last finished phase (nothing committed is lost)."""
+        self.last_error = f"{type(error).__name__}: {error}"
+        self.last_traceback = traceback.format_exc()
+        with contextlib.suppress(Exception):  # the store must not hide the original error
+            self.store.log_event(self.run_id, "error", self.last_error, traceback=self.last_traceback)
+        self.restore_last_good()
+
+    def restore_last_good(self) -> None:
+        if self.trainer is None:
+            return
+        if ckpt.has_checkpoint(self.checkpoint_dir):
+            self.trainer.load_checkpoint(self.checkpoint_dir)
+        else:
+            # Nothing finished yet: rebuild from scratch so no half-run phase leaks into the next attempt.
+            self.trainer = None
+
+    def close(self) -> None:
+        self.store.close()

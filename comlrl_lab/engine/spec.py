@@ -1,0 +1,156 @@
+"""An experiment as data: algorithm, agents, task and config overrides; and the trainer built from it.
+
+The same spec drives the workbench, the CLI (``comlrl-lab run spec.yaml``) and notebooks, and it is saved as
+``spec.json`` in the run directory so a past run can be reopened. It never holds an API key: only the name of
+the environment variable that has it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from comlrl_lab.data.tasks import get_task
+from comlrl_lab.data.user_tasks import load_user_task
+from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
+from comlrl_lab.trainers.preference import (
+    MADPOConfig,
+    MADPOIterConfig,
+    MADPOIterTrainer,
+    MADPOTrainer,
+    MARLHFConfig,
+    MARLHFIterConfig,
+)
+
+#: algorithm name -> (config class, trainer class). The one table that resolves an algorithm choice.
+ALGORITHMS: dict[str, tuple[type, type | None]] = {
+    "MADPO": (MADPOConfig, MADPOTrainer),
+    "MADPOIter": (MADPOIterConfig, MADPOIterTrainer),
+    "MARLHF": (MARLHFConfig, None),
+    "MARLHFIter": (MARLHFIterConfig, None),
+}
+
+try:  # MARLHF trainers land separately; the table picks them up when present.
+    from comlrl_lab.trainers.preference import MARLHFIterTrainer, MARLHFTrainer  # type: ignore[attr-defined]
+
+    ALGORITHMS["MARLHF"] = (MARLHFConfig, MARLHFTrainer)
+    ALGORITHMS["MARLHFIter"] = (MARLHFIterConfig, MARLHFIterTrainer)
+except ImportError:  # pragma: no cover - depends on what is installed
+    pass
+
+SECRET_FIELDS = ("comparator_api_key",)
+
+
+@dataclass
+class ExperimentSpec:
+    """What to run. ``config`` holds config-field overrides by CoMLRL name."""
+
+    algorithm: str = "MADPOIter"
+    agent_models: list[str] = field(default_factory=lambda: [TINY_MODEL_NAME, TINY_MODEL_NAME])
+    task: str | None = "length_ratio"
+    user_task: str | None = None  # path to a Python module (or "package.module") defining the task
+    user_train_data: str | None = None
+    user_eval_data: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    model_config: dict[str, Any] = field(default_factory=dict)
+    name: str | None = None
+    # Keep only the first N task items (None = all): quick looks in the workbench and small tests.
+    max_train_items: int | None = None
+    max_eval_items: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm must be one of: {', '.join(ALGORITHMS)}; got {self.algorithm!r}")
+        if not self.agent_models:
+            raise ValueError("agent_models must name at least one model.")
+        for name in ("max_train_items", "max_eval_items"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be an integer >= 1 or null, got {value!r}.")
+
+    @property
+    def config_class(self) -> type:
+        return ALGORITHMS[self.algorithm][0]
+
+    def build_config(self) -> Any:
+        values = dict(self.config)
+        values.setdefault("num_agents", len(self.agent_models))
+        return self.config_class(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["config"] = {k: v for k, v in self.config.items() if k not in SECRET_FIELDS}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExperimentSpec:
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown experiment spec keys: {', '.join(unknown)}")
+        return cls(**data)
+
+    @classmethod
+    def load(cls, path: str | Path) -> ExperimentSpec:
+        path = Path(path)
+        text = path.read_text(encoding="utf-8")
+        if path.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: an experiment spec must be a mapping")
+        return cls.from_dict(data)
+
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        path.write_text(json.dumps(self.to_dict(), indent=2, ensure_ascii=False), encoding="utf-8")
+
+
+def resolve_task(spec: ExperimentSpec):
+    if spec.user_task:
+        return load_user_task(spec.user_task, data=spec.user_train_data, eval_data=spec.user_eval_data)
+    if not spec.task:
+        raise ValueError("choose a built-in task or a user task module")
+    return get_task(spec.task)
+
+
+def build_trainer(spec: ExperimentSpec, *, output_dir: str | Path, run_id: str, sink=None, control=None):
+    """Validate the config (CoMLRL's messages), load the task and models, and construct the trainer."""
+    config = spec.build_config()
+    config.output_dir = str(output_dir)
+    trainer_class = ALGORITHMS[spec.algorithm][1]
+    if trainer_class is None:
+        raise ValueError(f"{spec.algorithm} is not available in this build of comlrl-lab")
+    task = resolve_task(spec)
+    models = list(spec.agent_models)
+    if len(models) == 1 and config.num_agents > 1:
+        models = models * config.num_agents
+    kwargs: dict[str, Any] = {}
+    if len(set(models)) == 1:
+        kwargs["agent_model"] = models[0]
+        kwargs["num_agents"] = len(models)
+    else:
+        kwargs["agents"] = models
+    train_items, eval_items = task.train_items(), task.eval_items()
+    if spec.max_train_items is not None:
+        train_items = train_items[: spec.max_train_items]
+    if spec.max_eval_items is not None:
+        eval_items = eval_items[: spec.max_eval_items]
+    return trainer_class(
+        train_dataset=train_items,
+        eval_dataset=eval_items,
+        reward_func=task.reward_func,
+        reward_processor=getattr(task, "reward_processor", None),
+        formatters=list(task.formatters),
+        model_config=dict(spec.model_config),
+        args=config,
+        sink=sink,
+        control=control,
+        run_id=run_id,
+        **kwargs,
+    )

@@ -1,0 +1,355 @@
+"""What every preference trainer shares: CoMLRL's constructor, phase stepping, evaluation and checkpoints.
+
+A trainer advances one phase at a time (``step()``): collect -> select -> train -> evaluate, round after
+round. ``train()`` simply steps until done, so the Python API, the CLI and the workbench's background engine all
+drive the same code. Subclasses supply the phase bodies; this module owns the cursor, the commit of each
+phase's records to the sink, and the checkpoint written after it. It does not know about DuckDB or Streamlit.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from comlrl_lab.data.datasets import load_items
+from comlrl_lab.data.formatters import resolve_formatters
+from comlrl_lab.data.records import JointCandidate, PreferencePair
+from comlrl_lab.models.devices import resolve_devices
+from comlrl_lab.models.generation import SamplingSettings
+from comlrl_lab.models.loading import load_agents
+from comlrl_lab.seeding import RandomStreams
+from comlrl_lab.trainers.preference import checkpoint as ckpt
+from comlrl_lab.trainers.preference.collection import (
+    agent_prompts,
+    mean_reward,
+    sample_joint_candidates,
+    score_with_task_reward,
+)
+from comlrl_lab.trainers.preference.comparators.base import encode_text
+from comlrl_lab.trainers.preference.sink import PHASES, NullSink, PhaseControl, PhaseRecords, RecordSink
+
+GENERATION_STREAM = "generation"
+EVAL_STREAM = "eval"
+
+
+class PreferenceTrainerBase:
+    """CoMLRL-compatible construction plus the phase machine. Subclasses implement ``_phase_<name>``."""
+
+    config_class: type = object
+    algorithm_name = "Preference"
+    iterative = False
+
+    def __init__(
+        self,
+        agent_model: str | None = None,
+        agents: Sequence[Any] | None = None,
+        num_agents: int = 2,
+        tokenizer: Any = None,
+        model_config: dict | None = None,
+        train_dataset: Any = None,
+        eval_dataset: Any = None,
+        reward_func: Callable[..., Any] | None = None,
+        reward_processor: Callable[[float], float] | None = None,
+        formatters: Any = None,
+        external_transition: Any = None,
+        wandb_config: dict | None = None,
+        eval_logger: Callable[..., Any] | None = None,
+        eval_aggregator: Callable[..., Any] | None = None,
+        args: Any = None,
+        *,
+        centralized_comparator_adapter: Any = None,
+        sink: RecordSink | None = None,
+        control: PhaseControl | None = None,
+        run_id: str | None = None,
+    ):
+        self.args = args if args is not None else self.config_class()
+        if not callable(reward_func):
+            raise ValueError("reward_func must be a callable.")
+        if self.args.collaboration_mode == "centralized":
+            raise ValueError(
+                "collaboration_mode='centralized' (one actor writing every role) is not supported by comlrl-lab yet; "
+                "use decentralized actors with comparator_generation_mode='centralized' for a centralized comparator."
+            )
+        self.reward_func = reward_func
+        self.reward_processor = reward_processor
+        self.model_config = dict(model_config or {})
+        self.wandb_config = wandb_config
+        self.eval_logger = eval_logger
+        self.eval_aggregator = eval_aggregator
+        self.external_transition = external_transition
+        self.centralized_comparator_adapter = centralized_comparator_adapter
+
+        count = len(agents) if agents is not None else int(num_agents)
+        self.agent_devices = resolve_devices(self.args.agent_devices, count, field_name="agent_devices")
+        bundle = load_agents(
+            agent_model=agent_model,
+            agents=agents,
+            num_agents=count,
+            tokenizer=tokenizer,
+            model_config=self.model_config,
+            devices=self.agent_devices,
+        )
+        self.agents = list(bundle.models)
+        self.tokenizers = list(bundle.tokenizers)
+        self.agent_sources = list(bundle.sources)
+        self.num_agents = len(self.agents)
+        self.formatters = resolve_formatters(formatters, self.num_agents)
+        self.train_items: list[dict] = load_items(train_dataset) if train_dataset is not None else []
+        self.eval_items: list[dict] = load_items(eval_dataset) if eval_dataset is not None else []
+
+        self.streams = RandomStreams(self.args.seed)
+        self.optimizers = [
+            torch.optim.AdamW(model.parameters(), lr=self.args.agent_learning_rate) for model in self.agents
+        ]
+        self.sink: RecordSink = sink if sink is not None else NullSink()
+        self.control = control if control is not None else PhaseControl()
+        self.run_id = run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+        self.output_dir = Path(self.args.output_dir) if self.args.output_dir else Path("runs") / self.run_id
+        self.checkpoint_dir: Path | None = None
+
+        # Cursor: the next phase to run. Rounds are 1-based, as the replay files are.
+        self.round_index = 1
+        self.phase_index = 0
+        self.finished = False
+        self.updates_seen = 0
+        self.env_step = 0
+        self.weights_version = 0
+        self._weights_dirty = True
+        self.last_message: str | None = None
+        self.history: list[dict[str, Any]] = []  # one summary per finished phase
+
+    # ---------------------------------------------------------------------------------------------------
+    # Settings derived from the config
+    @property
+    def num_rounds(self) -> int:
+        return int(getattr(self.args, "num_iterations", 1)) if self.iterative else 1
+
+    def sampling_settings(self, **overrides: Any) -> SamplingSettings:
+        values = dict(
+            max_new_tokens=self.args.max_new_tokens,
+            temperature=self.args.temperature,
+            top_p=self.args.top_p,
+            top_k=self.args.top_k,
+            batch_size=self.args.generation_batch_size,
+        )
+        values.update(overrides)
+        return SamplingSettings(**values)
+
+    def pad_token_id(self, agent: int) -> int:
+        tokenizer = self.tokenizers[agent]
+        return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    def _require_aligned(self) -> None:
+        if str(getattr(self.args, "joint_mode", "aligned")).lower() not in ("aligned", "align"):
+            raise ValueError(f"{self.algorithm_name} preference generation currently supports aligned joint_mode only.")
+
+    # ---------------------------------------------------------------------------------------------------
+    # Stepping
+    @property
+    def next_phase(self) -> str | None:
+        return None if self.finished else PHASES[self.phase_index]
+
+    def step(self) -> PhaseRecords | None:
+        """Run the next phase, commit its records, checkpoint, and advance the cursor. None when finished."""
+        if self.finished:
+            return None
+        phase = PHASES[self.phase_index]
+        records = PhaseRecords(round_index=self.round_index, phase=phase)
+        started = time.monotonic()
+        getattr(self, f"_phase_{phase}")(records)
+        records.add_metrics(self.updates_seen, {f"time/{phase}_seconds": time.monotonic() - started})
+        self.sink.commit_phase(records)
+        self.history.append({"round": self.round_index, "phase": phase, "seconds": time.monotonic() - started})
+        self._advance_cursor()
+        if self.checkpoint_dir is not None:
+            self.save_checkpoint(self.checkpoint_dir)
+        return records
+
+    def _advance_cursor(self) -> None:
+        self.phase_index += 1
+        if self.phase_index == len(PHASES):
+            self.phase_index = 0
+            self.round_index += 1
+            self._end_of_round()
+            if self.round_index > self.num_rounds:
+                self.finished = True
+
+    def _end_of_round(self) -> None:
+        """Hook: clear per-round state."""
+
+    def train(
+        self,
+        resume_from_checkpoint: str | Path | None = None,
+        checkpoint_dir: str | Path | None = None,
+        checkpoint_interval: int = 1,
+        checkpoint_total_limit: int | None = None,
+        **generation_kwargs: Any,
+    ) -> None:
+        """Run every remaining phase. CoMLRL's signature; checkpoints are written after each phase when a
+        ``checkpoint_dir`` is given (or resumed from)."""
+        if isinstance(checkpoint_interval, bool) or not isinstance(checkpoint_interval, int) or checkpoint_interval < 1:
+            raise ValueError("checkpoint_interval must be a positive integer.")
+        generation_kwargs.pop("do_sample", None)
+        self.generation_kwargs = generation_kwargs
+        if resume_from_checkpoint is not None:
+            self.load_checkpoint(resume_from_checkpoint)
+            checkpoint_dir = checkpoint_dir or resume_from_checkpoint
+        if checkpoint_dir is not None:
+            self.checkpoint_dir = Path(checkpoint_dir)
+        while not self.finished:
+            self.step()
+
+    # ---------------------------------------------------------------------------------------------------
+    # Collection helpers shared by subclasses
+    def collect_current(self, items: Sequence[dict], item_indices: Sequence[int], num_candidates: int) -> list[list[JointCandidate]]:
+        self._require_aligned()
+        prompts = agent_prompts(self.formatters, items)
+        generators = [self.streams.torch(GENERATION_STREAM, device) for device in self.agent_devices]
+        joint = sample_joint_candidates(
+            self.agents,
+            self.tokenizers,
+            prompts,
+            item_indices,
+            num_candidates,
+            self.sampling_settings(),
+            generators,
+            side="current",
+            on_agent_done=lambda agent, tokens: self.control.advance(len(items), tokens),
+        )
+        return joint
+
+    def score_task(self, candidates: list[JointCandidate], items_by_index: dict[int, dict]) -> None:
+        score_with_task_reward(candidates, items_by_index, self.reward_func, self.reward_processor)
+
+    def ensure_token_ids(self, pair: PreferencePair) -> PreferencePair:
+        """Pairs imported from text get token ids from each agent's tokenizer (sampled pairs already have them)."""
+        if pair.has_token_ids:
+            return pair
+        pair.prompt_ids = [list(self.tokenizers[i](pair.prompts[i])["input_ids"]) for i in range(self.num_agents)]
+        pair.winner_ids = [encode_text(self.tokenizers[i], pair.winner_completions[i]) for i in range(self.num_agents)]
+        pair.loser_ids = [encode_text(self.tokenizers[i], pair.loser_completions[i]) for i in range(self.num_agents)]
+        return pair
+
+    # ---------------------------------------------------------------------------------------------------
+    # Evaluation: always the task reward of fresh samples from the current policy.
+    def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
+        if not self.eval_items:
+            return {}
+        count = self.args.eval_num_samples if num_eval_samples is None else int(num_eval_samples)
+        items = self.eval_items[: max(0, count)]
+        if not items:
+            return {}
+        prompts = agent_prompts(self.formatters, items)
+        generators = [self.streams.torch(EVAL_STREAM, device) for device in self.agent_devices]
+        joint = sample_joint_candidates(
+            self.agents, self.tokenizers, prompts, list(range(len(items))), 1, self.sampling_settings(), generators, side="current"
+        )
+        flat = [row[0] for row in joint if row]
+        self.score_task(flat, dict(enumerate(items)))
+        reward = mean_reward(flat)
+        metrics = {"eval/turn_1/reward_mean": reward, "eval/turn_1/expected_return": reward}
+        if self.eval_logger is not None and self.eval_aggregator is not None:
+            logged = self.eval_logger(
+                agent_completions_turns=[[[c.completions[i]] for c in flat] for i in range(self.num_agents)],
+                batch_items=items,
+                prompts=[c.prompts for c in flat],
+            )
+            extra = self.eval_aggregator(logged, num_turns=1) or {}
+            metrics.update({f"eval/{k}": float(v) for k, v in extra.items()})
+        self._last_eval_candidates = flat
+        return metrics
+
+    def _phase_evaluate(self, records: PhaseRecords) -> None:
+        count = min(len(self.eval_items), max(0, int(self.args.eval_num_samples)))
+        self.control.begin(self.round_index, "evaluate", count * self.num_agents)
+        if count == 0 or self.args.eval_interval == 0:
+            records.add_event("info", "evaluation skipped (no eval_dataset, eval_num_samples=0 or eval_interval=0)")
+            return
+        metrics = self.evaluate()
+        records.add_metrics(self.updates_seen, metrics)
+        for candidate in self._last_eval_candidates:
+            candidate.side = "eval"
+        records.candidates = self._last_eval_candidates
+
+    # ---------------------------------------------------------------------------------------------------
+    # Saving
+    def save_model(self, output_dir: str | Path) -> None:
+        output_dir = Path(output_dir)
+        for i, (model, tokenizer) in enumerate(zip(self.agents, self.tokenizers)):
+            target = output_dir / f"agent_{i}"
+            model.save_pretrained(target)
+            tokenizer.save_pretrained(target)
+
+    def _state(self) -> dict[str, Any]:
+        """Everything but weights that a resume needs. Subclasses extend it."""
+        return {
+            "trainer": type(self).__name__,
+            "run_id": self.run_id,
+            "config": self.args.to_dict(),
+            "round_index": self.round_index,
+            "phase_index": self.phase_index,
+            "finished": self.finished,
+            "updates_seen": self.updates_seen,
+            "env_step": self.env_step,
+            "streams": self.streams.state_dict(),
+            "num_train_items": len(self.train_items),
+        }
+
+    def _load_state(self, state: dict[str, Any]) -> None:
+        if state["trainer"] != type(self).__name__:
+            raise ValueError(f"checkpoint was written by {state['trainer']}, not {type(self).__name__}")
+        self.run_id = state["run_id"]
+        self.round_index = int(state["round_index"])
+        self.phase_index = int(state["phase_index"])
+        self.finished = bool(state["finished"])
+        self.updates_seen = int(state["updates_seen"])
+        self.env_step = int(state["env_step"])
+        self.streams.load_state_dict(state["streams"])
+
+    def save_checkpoint(self, directory: str | Path) -> Path:
+        weights = None
+        if self._weights_dirty:
+            self.weights_version += 1
+            weights = {
+                "agents": [{k: v.detach().cpu() for k, v in m.state_dict().items()} for m in self.agents],
+                "optimizers": [opt.state_dict() for opt in self.optimizers],
+                **self._extra_weights(),
+            }
+        path = ckpt.save_checkpoint(directory, self._state(), weights, self.weights_version)
+        self._weights_dirty = False
+        return path
+
+    def load_checkpoint(self, directory: str | Path) -> None:
+        state, weights = ckpt.load_checkpoint(directory)
+        for model, device, weights_i in zip(self.agents, self.agent_devices, weights["agents"]):
+            model.load_state_dict(weights_i)
+            model.to(device)
+        for optimizer, opt_state in zip(self.optimizers, weights["optimizers"]):
+            optimizer.load_state_dict(opt_state)
+        self._load_extra_weights(weights)
+        self.weights_version = int(state["weights_version"])
+        self._weights_dirty = False
+        self._load_state(state)
+
+    def _extra_weights(self) -> dict[str, Any]:
+        """Hook: more trained state for the weights file (MARLHF: critics, value heads, a reward model)."""
+        return {}
+
+    def _load_extra_weights(self, weights: dict[str, Any]) -> None:
+        """Hook: restore what ``_extra_weights`` saved; runs before ``_load_state``."""
+
+    # ---------------------------------------------------------------------------------------------------
+    def log(self, records: PhaseRecords, message: str, level: str = "info") -> None:
+        self.last_message = message
+        records.add_event(level, message)
+
+
+def finite_mean(values: Sequence[float]) -> float:
+    kept = [float(v) for v in values if not math.isnan(float(v))]
+    return sum(kept) / len(kept) if kept else math.nan

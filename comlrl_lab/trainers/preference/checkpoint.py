@@ -1,0 +1,67 @@
+"""Atomic checkpoints after every finished phase: weights and optimisers, RNG streams, replay index, cursor.
+
+Layout of ``checkpoint_dir``::
+
+    state.pt              cursor, RNG streams, replay buffer, pending pairs, counters (small; rewritten each phase)
+    weights-<version>.pt  agent state dicts and optimiser states (written only when training changed them)
+
+Each file is written to a temporary name and renamed, and ``state.pt`` names the weights version it belongs to,
+so a process killed at any moment leaves the previous consistent checkpoint. API keys are never part of it:
+configs are stored through ``to_dict()``, which drops them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+STATE_FILE = "state.pt"
+CHECKPOINT_FORMAT = 1
+
+
+def _atomic_save(obj: Any, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    torch.save(obj, tmp)
+    with open(tmp, "rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def weights_file(directory: Path, version: int) -> Path:
+    return directory / f"weights-{version:06d}.pt"
+
+
+def save_checkpoint(directory: str | Path, state: dict[str, Any], weights: dict[str, Any] | None, version: int) -> Path:
+    """Write ``weights`` (when given) under ``version``, then ``state`` pointing at it; prune older weights."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    target = weights_file(directory, version)
+    if weights is not None or not target.exists():
+        if weights is None:
+            raise ValueError(f"weights version {version} is missing from {directory}")
+        _atomic_save(weights, target)
+    _atomic_save({"format": CHECKPOINT_FORMAT, "weights_version": version, **state}, directory / STATE_FILE)
+    for old in directory.glob("weights-*.pt"):
+        if old != target:
+            old.unlink(missing_ok=True)
+    return directory
+
+
+def has_checkpoint(directory: str | Path) -> bool:
+    return (Path(directory) / STATE_FILE).is_file()
+
+
+def load_checkpoint(directory: str | Path, map_location: Any = "cpu") -> tuple[dict[str, Any], dict[str, Any]]:
+    directory = Path(directory)
+    state_path = directory / STATE_FILE
+    if not state_path.is_file():
+        raise FileNotFoundError(f"no checkpoint in {directory} (missing {STATE_FILE})")
+    # Our own files: they hold Python records (pairs, RNG states) besides tensors.
+    state = torch.load(state_path, map_location=map_location, weights_only=False)
+    if state.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{state_path}: unsupported checkpoint format {state.get('format')!r}")
+    weights = torch.load(weights_file(directory, state["weights_version"]), map_location=map_location, weights_only=False)
+    return state, weights

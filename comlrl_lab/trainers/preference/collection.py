@@ -1,0 +1,106 @@
+"""Joint candidates for a collection phase: batched sampling per agent, then one oracle call per side.
+
+Sampling runs all items x candidates of a phase for one agent in batches (``models.generation``), then
+index-aligns them into joint responses. The oracle is the task reward (``reward_func`` + ``reward_processor``)
+or any callable that maps joint candidates to scores (the MARLHF reward model). It does not build pairs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from comlrl_lab.data.records import PARSE_OK, JointCandidate, Side
+from comlrl_lab.data.rewards import apply_reward_processor, call_reward_function
+from comlrl_lab.models.generation import SamplingSettings, sample_candidates
+
+#: (candidates of one side, flattened) -> one score per candidate, for a learned oracle.
+ScoreFn = Callable[[list[JointCandidate]], list[float]]
+
+
+def agent_prompts(formatters: Sequence[Callable[[dict], str]], items: Sequence[dict]) -> list[list[str]]:
+    """``prompts[i][k]`` = agent i's prompt for item k."""
+    return [[fmt(item) for item in items] for fmt in formatters]
+
+
+def sample_joint_candidates(
+    models: Sequence[Any],
+    tokenizers: Sequence[Any],
+    prompts: list[list[str]],
+    item_indices: Sequence[int],
+    num_candidates: int,
+    settings: SamplingSettings,
+    generators: Sequence[Any],
+    side: Side,
+    on_agent_done: Callable[[int, int], None] | None = None,
+) -> list[list[JointCandidate]]:
+    """Sample ``num_candidates`` per agent per item; candidate j of every agent forms joint response j.
+
+    Returns ``joint[k][j]`` for item k (position in ``item_indices``) and candidate j.
+    """
+    per_agent = []
+    for agent, (model, tokenizer, generator) in enumerate(zip(models, tokenizers, generators)):
+        samples = sample_candidates(model, tokenizer, prompts[agent], num_candidates, settings, generator)
+        per_agent.append(samples)
+        if on_agent_done is not None:
+            on_agent_done(agent, sum(len(s.completion_ids) for row in samples for s in row))
+    return align_joint(per_agent, prompts, item_indices, side)
+
+
+def align_joint(per_agent, prompts: list[list[str]], item_indices: Sequence[int], side: Side) -> list[list[JointCandidate]]:
+    """``per_agent[i][k][j]`` (SampledText) -> ``joint[k][j]`` index-aligned across agents."""
+    joint: list[list[JointCandidate]] = []
+    for k, item_index in enumerate(item_indices):
+        count = min(len(per_agent[i][k]) for i in range(len(per_agent)))
+        row = []
+        for j in range(count):
+            samples = [per_agent[i][k][j] for i in range(len(per_agent))]
+            row.append(
+                JointCandidate(
+                    item_index=int(item_index),
+                    candidate_index=j,
+                    side=side,
+                    prompts=[prompts[i][k] for i in range(len(per_agent))],
+                    completions=[s.text for s in samples],
+                    completion_ids=[list(s.completion_ids) for s in samples],
+                    prompt_ids=[list(s.prompt_ids) for s in samples],
+                )
+            )
+        joint.append(row)
+    return joint
+
+
+def score_with_task_reward(
+    candidates: list[JointCandidate],
+    items: dict[int, dict],
+    reward_func: Callable[..., Any],
+    reward_processor: Callable[[float], float] | None,
+) -> None:
+    """Fill ``raw_reward`` and ``reward`` in place with one batched call over all parsed candidates."""
+    scored = [c for c in candidates if c.parse_status == PARSE_OK]
+    if not scored:
+        return
+    num_agents = len(scored[0].completions)
+    completions = [[c.completions[i] for c in scored] for i in range(num_agents)]
+    prompts = [[c.prompts[i] for c in scored] for i in range(num_agents)]
+    batch_items = [items[c.item_index] for c in scored]
+    raw = call_reward_function(reward_func, completions, prompts=prompts, batch_items=batch_items)
+    processed = apply_reward_processor(reward_processor, raw)
+    for candidate, r, p in zip(scored, raw, processed):
+        candidate.raw_reward = float(r)
+        candidate.reward = float(p)
+
+
+def score_with(candidates: list[JointCandidate], score_fn: ScoreFn) -> None:
+    """Learned oracle: raw = processed = the model score (no reward_processor, as in CoMLRL)."""
+    scored = [c for c in candidates if c.parse_status == PARSE_OK]
+    if not scored:
+        return
+    for candidate, value in zip(scored, score_fn(scored)):
+        candidate.raw_reward = candidate.reward = float(value)
+
+
+def mean_reward(candidates: Sequence[JointCandidate]) -> float:
+    values = [c.reward for c in candidates if c.parse_status == PARSE_OK and not math.isnan(c.reward)]
+    return sum(values) / len(values) if values else math.nan

@@ -1,0 +1,138 @@
+"""Local comparators: the live actors, a device copy of them, a fixed model, or an earlier policy snapshot."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from comlrl_lab.models.loading import load_model
+from comlrl_lab.trainers.preference.comparators.base import Comparator
+
+INITIAL_SNAPSHOT = "initial"
+
+
+def snapshot_name(round_index: int) -> str:
+    """Policy snapshot taken after round ``round_index`` (1-based) finished training."""
+    return f"iteration_{round_index:04d}"
+
+
+def frozen(model: Any) -> Any:
+    model.eval()
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    return model
+
+
+class CurrentComparator(Comparator):
+    """The live actors, sampled under the comparator's own RNG stream."""
+
+    def models_for_round(self) -> list[Any]:
+        return self.context.models
+
+
+class CurrentCopyComparator(Comparator):
+    """A frozen copy of the live actors on ``comparator_devices``, refreshed each collection phase.
+
+    When the comparator devices equal the actor devices, a copy would only cost memory, so the live actors
+    are used (as in CoMLRL).
+    """
+
+    def __init__(self, context):
+        super().__init__(context)
+        self._copies: list[Any] | None = None
+
+    def _needs_copy(self) -> bool:
+        return [str(d) for d in self.context.comparator_devices] != [str(d) for d in self.context.agent_devices]
+
+    def prepare_round(self, round_index: int) -> None:
+        if self._needs_copy():
+            self._copies = [
+                frozen(copy.deepcopy(model).to(device))
+                for model, device in zip(self.context.models, self.context.comparator_devices)
+            ]
+
+    def release(self) -> None:
+        self._copies = None
+
+    def models_for_round(self) -> list[Any]:
+        return self._copies if self._copies is not None else self.context.models
+
+
+class ModelComparator(Comparator):
+    """A fixed model per agent (``comparator_model_name`` or ``comparator_agents``), loaded once per run."""
+
+    def __init__(self, context):
+        super().__init__(context)
+        self._models: list[Any] | None = None
+        config = context.config
+        sources = context.comparator_agents or config.comparator_agents
+        if sources is None:
+            sources = [config.comparator_model_name] * self.num_agents
+        elif len(sources) == 1:
+            sources = list(sources) * self.num_agents
+        if len(sources) != self.num_agents:
+            raise ValueError("comparator_agents must have one entry per agent.")
+        self.sources = list(sources)
+        self.source_description = ", ".join(s if isinstance(s, str) else type(s).__name__ for s in self.sources)
+
+    def models_for_round(self) -> list[Any]:
+        if self._models is None:
+            models = []
+            for source, device in zip(self.sources, self.context.comparator_devices):
+                if isinstance(source, str):
+                    model = load_model(source, device=device, dtype=self.context.dtype,
+                                       model_kwargs=(self.context.model_config or {}).get("model_kwargs"))
+                else:
+                    model = source.to(device)
+                models.append(frozen(model))
+            self._models = models
+        return self._models
+
+
+class HistoryComparator(Comparator):
+    """The actors as they were ``comparator_history_k`` rounds back, from the snapshots the trainer saves.
+
+    Snapshot ``iteration_t`` holds the weights after round t, i.e. the live weights at the start of round t+1,
+    so k = 1 compares against the current policy (CoMLRL's semantics). When round ν-k has no snapshot the
+    newest one before it is used, and ``initial`` when there is none. Loaded once per round, not per prompt.
+    """
+
+    def __init__(self, context):
+        super().__init__(context)
+        self.k = int(context.config.comparator_history_k or 1)
+        self._loaded_from: Path | None = None
+        self._models: list[Any] | None = None
+
+    def snapshot_for_round(self, round_index: int) -> Path:
+        root = Path(self.context.history_dir)
+        target = round_index - self.k
+        for t in range(target, 0, -1):
+            candidate = root / snapshot_name(t)
+            if candidate.is_dir():
+                return candidate
+        return root / INITIAL_SNAPSHOT
+
+    def prepare_round(self, round_index: int) -> None:
+        path = self.snapshot_for_round(round_index)
+        if path == self._loaded_from and self._models is not None:
+            return
+        if not path.is_dir():
+            raise FileNotFoundError(f"history comparator: policy snapshot {path} does not exist")
+        self._models = [
+            frozen(load_model(str(path / f"agent_{i}"), device=device, dtype=self.context.dtype))
+            for i, device in enumerate(self.context.comparator_devices)
+        ]
+        self._loaded_from = path
+        self.source_description = f"history:{path.name}"
+
+    def release(self) -> None:
+        # Keep the loaded snapshot: the next round often needs the same one only when k > 1; reload cost is small
+        # compared to holding two copies, so free it.
+        self._models = None
+        self._loaded_from = None
+
+    def models_for_round(self) -> list[Any]:
+        if self._models is None:
+            raise RuntimeError("history comparator used before prepare_round()")
+        return self._models

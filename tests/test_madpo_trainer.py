@@ -1,0 +1,275 @@
+"""MADPO / MADPOIter trainers on a tiny random model: hand-checked gradients, comparators, NaN, resume."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from model_fixtures import build_tiny_model_dir
+
+from comlrl_lab.data.records import PreferencePair
+from comlrl_lab.data.rewards import batched_reward
+from comlrl_lab.trainers.preference import MADPOConfig, MADPOIterConfig, MADPOIterTrainer, MADPOTrainer
+from comlrl_lab.trainers.preference.losses import NonFiniteLossError
+from comlrl_lab.trainers.preference.sink import MemorySink
+
+ITEMS = [{"prompt": f"the {w} cat", "topic": w} for w in ("red", "blue", "green", "big", "small", "fast")]
+
+
+@batched_reward
+def words_ratio_reward(c1, c2, **_):
+    """2 x words(agent 1) == words(agent 2) scores 1; the further off, the lower."""
+    out = []
+    for a, b in zip(c1, c2):
+        n1, n2 = len(a.split()), len(b.split())
+        out.append(0.0 if n1 == 0 or n2 == 0 else max(0.0, 1.0 - abs(n2 / n1 - 2.0) / 2.0))
+    return out
+
+
+def fmt_one(item):
+    return item["prompt"] + " one"
+
+
+def fmt_two(item):
+    return item["prompt"] + " two"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return str(build_tiny_model_dir(tmp_path_factory.mktemp("tiny")))
+
+
+def iter_config(tmp_path, **overrides):
+    values = dict(
+        num_iterations=3,
+        preference_num_candidates=4,
+        preference_pairs_per_sample=2,
+        max_new_tokens=6,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=None,
+        agent_learning_rate=1e-3,
+        eval_num_samples=3,
+        agent_devices="cpu",
+        output_dir=str(tmp_path / "out"),
+        seed=7,
+    )
+    values.update(overrides)
+    return MADPOIterConfig(**values)
+
+
+def make_iter_trainer(model_dir, config, sink=None, **kwargs):
+    return MADPOIterTrainer(
+        agent_model=model_dir,
+        num_agents=2,
+        train_dataset=ITEMS,
+        eval_dataset=ITEMS[:3],
+        reward_func=words_ratio_reward,
+        formatters=[fmt_one, fmt_two],
+        args=config,
+        sink=sink,
+        **kwargs,
+    )
+
+
+def manual_logp(model, prompt_ids, completion_ids, score_final_token=False):
+    """Batch-1 reference: sum of log p(completion token) over the scored positions."""
+    scored = completion_ids if score_final_token else completion_ids[:-1]
+    if not scored:
+        return torch.zeros((), requires_grad=False)
+    ids = torch.tensor([prompt_ids + completion_ids])
+    logits = model(input_ids=ids).logits[0].float()
+    logprobs = torch.log_softmax(logits, dim=-1)
+    start = len(prompt_ids)
+    return sum(logprobs[start - 1 + t, tok] for t, tok in enumerate(scored))
+
+
+def test_madpo_update_matches_hand_computed_loss_and_gradients(model_dir, tmp_path):
+    config = MADPOConfig(agent_learning_rate=0.0, preference_num_candidates=2, dpo_beta=0.5, agent_devices="cpu",
+                         output_dir=str(tmp_path / "o"))
+    trainer = MADPOTrainer(agent_model=model_dir, num_agents=2, train_dataset=ITEMS, reward_func=words_ratio_reward,
+                           formatters=[fmt_one, fmt_two], args=config)
+    tok = trainer.tokenizers[0]
+    ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    pair = PreferencePair(
+        prompts=["the red cat one", "the red cat two"], winner_completions=["a", "b"], loser_completions=["c", "d"],
+        winner_reward=1.0, loser_reward=0.0, candidate_reward_mean=0.5,
+        prompt_ids=[tok("the red cat one")["input_ids"], tok("the red cat two")["input_ids"]],
+        winner_ids=[ids("big dog") + [tok.eos_token_id], ids("small bird sun") + [tok.eos_token_id]],
+        loser_ids=[ids("up") + [tok.eos_token_id], ids("moon moon") + [tok.eos_token_id]],
+    )
+    metrics = trainer.madpo_update([pair])
+
+    beta = 0.5
+    margins, grads = [], []
+    for i, model in enumerate(trainer.agents):
+        model.zero_grad(set_to_none=True)
+        delta = manual_logp(model, pair.prompt_ids[i], pair.winner_ids[i]) - manual_logp(model, pair.prompt_ids[i], pair.loser_ids[i])
+        delta.backward()
+        margins.append(float(delta.detach()))
+        grads.append([p.grad.clone() for p in model.parameters()])
+    joint = sum(margins)
+    assert metrics["madpo/loss"] == pytest.approx(-math.log(1 / (1 + math.exp(-beta * joint))), rel=1e-5)
+    assert metrics["madpo/joint_margin"] == pytest.approx(joint, rel=1e-5)
+    weight = beta / (1 + math.exp(beta * joint))  # σ(-βΔ)·β
+    # Re-run the update to get its gradients (the manual pass above overwrote .grad).
+    trainer.madpo_update([pair])
+    for i, model in enumerate(trainer.agents):
+        for got, manual in zip((p.grad for p in model.parameters()), grads[i]):
+            torch.testing.assert_close(got, -weight * manual, rtol=1e-4, atol=1e-6)
+
+
+def test_nan_loss_stops_training_and_keeps_weights(model_dir, tmp_path, monkeypatch):
+    trainer = make_iter_trainer(model_dir, iter_config(tmp_path, num_iterations=1))
+    trainer.step()  # collect
+    trainer.step()  # select
+    before = [p.detach().clone() for p in trainer.agents[0].parameters()]
+    import comlrl_lab.trainers.preference.madpo as madpo
+
+    def nan_logps(*args, **kwargs):
+        real = original(*args, **kwargs)
+        return real * float("nan")
+
+    original = madpo.sequence_logps
+    monkeypatch.setattr(madpo, "sequence_logps", nan_logps)
+    assert trainer.train_pairs, "the seeded round must produce pairs"
+    with pytest.raises(NonFiniteLossError, match="loss of agent 0"):
+        trainer.step()
+    for a, b in zip(before, trainer.agents[0].parameters()):
+        assert torch.equal(a, b)
+    assert trainer.next_phase == "train"
+
+
+def test_base_trainer_without_pairs_makes_no_update(model_dir, tmp_path):
+    @batched_reward
+    def constant(c1, c2, **_):
+        return [0.5] * len(c1)
+
+    config = MADPOConfig(preference_num_candidates=3, max_new_tokens=4, agent_devices="cpu", output_dir=str(tmp_path / "o"))
+    sink = MemorySink()
+    trainer = MADPOTrainer(agent_model=model_dir, num_agents=2, train_dataset=ITEMS[:2], reward_func=constant,
+                           formatters=[fmt_one, fmt_two], args=config, sink=sink)
+    before = [p.detach().clone() for p in trainer.agents[1].parameters()]
+    trainer.train()
+    assert trainer.updates_seen == 0
+    messages = [e["message"] for phase in sink.phases for e in phase.events]
+    assert "MADPO: no non-tied preference pairs were generated." in messages
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.agents[1].parameters()))
+
+
+def test_comparator_sampling_does_not_shift_training_stream(model_dir, tmp_path):
+    current = [MemorySink(), MemorySink()]
+    for sink, policy in zip(current, ("current", "history")):
+        trainer = make_iter_trainer(model_dir, iter_config(tmp_path / policy, comparator_policy=policy, num_iterations=1), sink=sink)
+        trainer.step()
+    texts = [[c.completions for c in sink.phases[0].candidates if c.side == "current"] for sink in current]
+    assert texts[0] == texts[1]
+
+
+def test_comparator_candidate_count_limits_comparisons(model_dir, tmp_path):
+    sink = MemorySink()
+    config = iter_config(tmp_path, num_iterations=1, preference_num_candidates=5, comparator_num_candidates=2,
+                         pair_selection="all", preference_pairs_per_sample=None)
+    trainer = make_iter_trainer(model_dir, config, sink=sink)
+    trainer.step()
+    collected = sink.phases[0]
+    assert sum(c.side == "comparator" for c in collected.candidates) == 2 * len(ITEMS)
+    assert all(p.winner_candidate_index < 2 for p in collected.pairs)
+
+
+def test_history_comparator_picks_snapshot_k_rounds_back(model_dir, tmp_path):
+    trainer = make_iter_trainer(model_dir, iter_config(tmp_path, comparator_policy="history", comparator_history_k=2))
+    comparator = trainer.comparator
+    root = trainer.history_dir
+    assert comparator.snapshot_for_round(1).name == "initial"
+    assert comparator.snapshot_for_round(2).name == "initial"
+    (root / "iteration_0001").mkdir(parents=True)
+    assert comparator.snapshot_for_round(3).name == "iteration_0001"
+    assert comparator.snapshot_for_round(5).name == "iteration_0001"  # newest existing before round 3
+
+
+def test_centralized_comparator_marks_unparsed_outputs_and_continues(model_dir, tmp_path):
+    sink = MemorySink()
+    config = iter_config(tmp_path, num_iterations=1, comparator_generation_mode="centralized")
+    trainer = make_iter_trainer(model_dir, config, sink=sink)
+    trainer.step()
+    comparator = [c for c in sink.phases[0].candidates if c.side == "comparator"]
+    # A random word model never writes <agent_i> tags: every output is marked and skipped, and no pair uses one.
+    assert comparator and all(c.parse_status == "unparsed" for c in comparator)
+    assert sink.phases[0].pairs == []
+    assert any("could not be parsed" in e["message"] for e in sink.phases[0].events)
+
+
+def test_replay_files_written_in_seed_format(model_dir, tmp_path):
+    trainer = make_iter_trainer(model_dir, iter_config(tmp_path, num_iterations=1))
+    trainer.step()
+    path = Path(trainer.replay.replay_dir) / "iteration_0001.json"
+    payload = json.loads(path.read_text(encoding="utf-8"))
+    assert payload["iteration"] == 1
+    assert payload["num_pairs"] == len(payload["pairs"]) == len(trainer.round_pairs)
+    if payload["pairs"]:
+        assert list(payload["pairs"][0]) == [
+            "prompts", "winner_completions", "loser_completions", "winner_reward", "loser_reward",
+            "candidate_reward_mean", "raw_rewards", "target_raw_reward", "comparator_raw_reward",
+        ]
+
+
+RESUME_SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys
+    sys.path.insert(0, {tests!r})
+    from test_madpo_trainer import make_iter_trainer, iter_config
+    from pathlib import Path
+    config = iter_config(Path({tmp!r}), preference_replay_mode="lambda_decay", preference_replay_lambda=0.5)
+    trainer = make_iter_trainer({model_dir!r}, config, run_id="resume-run")
+    trainer.checkpoint_dir = Path({ckpt!r})
+    for _ in range(8):   # two whole rounds
+        trainer.step()
+    def die(count=1, tokens=0):
+        os.kill(os.getpid(), signal.SIGKILL)   # killed inside round 3's collection
+    trainer.control.advance = die
+    trainer.step()
+    """
+)
+
+
+def summarise(sink_or_pairs):
+    return [(p.round_index, p.item_index, p.winner_candidate_index, p.winner_side, p.winner_completions, p.loser_completions)
+            for p in sink_or_pairs]
+
+
+@pytest.mark.slow
+def test_three_rounds_equal_two_rounds_kill_resume_one(model_dir, tmp_path):
+    straight_sink = MemorySink()
+    straight = make_iter_trainer(model_dir, iter_config(tmp_path / "a", preference_replay_mode="lambda_decay",
+                                                       preference_replay_lambda=0.5), sink=straight_sink, run_id="resume-run")
+    straight.train()
+
+    ckpt_dir = tmp_path / "b" / "ckpt"
+    script = RESUME_SCRIPT.format(tests=str(Path(__file__).resolve().parent), model_dir=model_dir,
+                                  tmp=str(tmp_path / "b"), ckpt=str(ckpt_dir))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+
+    resumed_sink = MemorySink()
+    resumed = make_iter_trainer(model_dir, iter_config(tmp_path / "b", preference_replay_mode="lambda_decay",
+                                                       preference_replay_lambda=0.5), sink=resumed_sink, run_id="resume-run")
+    resumed.train(resume_from_checkpoint=ckpt_dir)
+    assert resumed.round_index == 4 and resumed.finished
+
+    assert summarise(resumed_sink.pairs(3)) == summarise(straight_sink.pairs(3))
+    straight_replay = [r.replay_rows for r in straight_sink.phases if r.phase == "select" and r.round_index == 3]
+    resumed_replay = [r.replay_rows for r in resumed_sink.phases if r.phase == "select" and r.round_index == 3]
+    assert straight_replay == resumed_replay
+    for a, b in zip(straight.agents, resumed.agents):
+        for pa, pb in zip(a.parameters(), b.parameters()):
+            torch.testing.assert_close(pa, pb, rtol=0, atol=1e-6)
+    # Round files of rounds 1-2 were written by the killed process, round 3 by the resumed one; all in one folder.
+    names = sorted(p.name for p in Path(resumed.replay.replay_dir).glob("iteration_*.json"))
+    assert names == ["iteration_0001.json", "iteration_0002.json", "iteration_0003.json"]
