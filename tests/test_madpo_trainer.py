@@ -91,15 +91,30 @@ def manual_logp(model, prompt_ids, completion_ids, score_final_token=False):
 
 
 def test_madpo_update_matches_hand_computed_loss_and_gradients(model_dir, tmp_path):
-    config = MADPOConfig(agent_learning_rate=0.0, preference_num_candidates=2, dpo_beta=0.5, agent_devices="cpu",
-                         output_dir=str(tmp_path / "o"))
-    trainer = MADPOTrainer(agent_model=model_dir, num_agents=2, train_dataset=ITEMS, reward_func=words_ratio_reward,
-                           formatters=[fmt_one, fmt_two], args=config)
+    config = MADPOConfig(
+        agent_learning_rate=0.0,
+        preference_num_candidates=2,
+        dpo_beta=0.5,
+        agent_devices="cpu",
+        output_dir=str(tmp_path / "o"),
+    )
+    trainer = MADPOTrainer(
+        agent_model=model_dir,
+        num_agents=2,
+        train_dataset=ITEMS,
+        reward_func=words_ratio_reward,
+        formatters=[fmt_one, fmt_two],
+        args=config,
+    )
     tok = trainer.tokenizers[0]
     ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
     pair = PreferencePair(
-        prompts=["the red cat one", "the red cat two"], winner_completions=["a", "b"], loser_completions=["c", "d"],
-        winner_reward=1.0, loser_reward=0.0, candidate_reward_mean=0.5,
+        prompts=["the red cat one", "the red cat two"],
+        winner_completions=["a", "b"],
+        loser_completions=["c", "d"],
+        winner_reward=1.0,
+        loser_reward=0.0,
+        candidate_reward_mean=0.5,
         prompt_ids=[tok("the red cat one")["input_ids"], tok("the red cat two")["input_ids"]],
         winner_ids=[ids("big dog") + [tok.eos_token_id], ids("small bird sun") + [tok.eos_token_id]],
         loser_ids=[ids("up") + [tok.eos_token_id], ids("moon moon") + [tok.eos_token_id]],
@@ -110,7 +125,9 @@ def test_madpo_update_matches_hand_computed_loss_and_gradients(model_dir, tmp_pa
     margins, grads = [], []
     for i, model in enumerate(trainer.agents):
         model.zero_grad(set_to_none=True)
-        delta = manual_logp(model, pair.prompt_ids[i], pair.winner_ids[i]) - manual_logp(model, pair.prompt_ids[i], pair.loser_ids[i])
+        delta = manual_logp(model, pair.prompt_ids[i], pair.winner_ids[i]) - manual_logp(
+            model, pair.prompt_ids[i], pair.loser_ids[i]
+        )
         delta.backward()
         margins.append(float(delta.detach()))
         grads.append([p.grad.clone() for p in model.parameters()])
@@ -151,10 +168,19 @@ def test_base_trainer_without_pairs_makes_no_update(model_dir, tmp_path):
     def constant(c1, c2, **_):
         return [0.5] * len(c1)
 
-    config = MADPOConfig(preference_num_candidates=3, max_new_tokens=4, agent_devices="cpu", output_dir=str(tmp_path / "o"))
+    config = MADPOConfig(
+        preference_num_candidates=3, max_new_tokens=4, agent_devices="cpu", output_dir=str(tmp_path / "o")
+    )
     sink = MemorySink()
-    trainer = MADPOTrainer(agent_model=model_dir, num_agents=2, train_dataset=ITEMS[:2], reward_func=constant,
-                           formatters=[fmt_one, fmt_two], args=config, sink=sink)
+    trainer = MADPOTrainer(
+        agent_model=model_dir,
+        num_agents=2,
+        train_dataset=ITEMS[:2],
+        reward_func=constant,
+        formatters=[fmt_one, fmt_two],
+        args=config,
+        sink=sink,
+    )
     before = [p.detach().clone() for p in trainer.agents[1].parameters()]
     trainer.train()
     assert trainer.updates_seen == 0
@@ -166,7 +192,9 @@ def test_base_trainer_without_pairs_makes_no_update(model_dir, tmp_path):
 def test_comparator_sampling_does_not_shift_training_stream(model_dir, tmp_path):
     current = [MemorySink(), MemorySink()]
     for sink, policy in zip(current, ("current", "history")):
-        trainer = make_iter_trainer(model_dir, iter_config(tmp_path / policy, comparator_policy=policy, num_iterations=1), sink=sink)
+        trainer = make_iter_trainer(
+            model_dir, iter_config(tmp_path / policy, comparator_policy=policy, num_iterations=1), sink=sink
+        )
         trainer.step()
     texts = [[c.completions for c in sink.phases[0].candidates if c.side == "current"] for sink in current]
     assert texts[0] == texts[1]
@@ -174,8 +202,14 @@ def test_comparator_sampling_does_not_shift_training_stream(model_dir, tmp_path)
 
 def test_comparator_candidate_count_limits_comparisons(model_dir, tmp_path):
     sink = MemorySink()
-    config = iter_config(tmp_path, num_iterations=1, preference_num_candidates=5, comparator_num_candidates=2,
-                         pair_selection="all", preference_pairs_per_sample=None)
+    config = iter_config(
+        tmp_path,
+        num_iterations=1,
+        preference_num_candidates=5,
+        comparator_num_candidates=2,
+        pair_selection="all",
+        preference_pairs_per_sample=None,
+    )
     trainer = make_iter_trainer(model_dir, config, sink=sink)
     trainer.step()
     collected = sink.phases[0]
@@ -215,8 +249,15 @@ def test_replay_files_written_in_seed_format(model_dir, tmp_path):
     assert payload["num_pairs"] == len(payload["pairs"]) == len(trainer.round_pairs)
     if payload["pairs"]:
         assert list(payload["pairs"][0]) == [
-            "prompts", "winner_completions", "loser_completions", "winner_reward", "loser_reward",
-            "candidate_reward_mean", "raw_rewards", "target_raw_reward", "comparator_raw_reward",
+            "prompts",
+            "winner_completions",
+            "loser_completions",
+            "winner_reward",
+            "loser_reward",
+            "candidate_reward_mean",
+            "raw_rewards",
+            "target_raw_reward",
+            "comparator_raw_reward",
         ]
 
 
@@ -240,26 +281,44 @@ RESUME_SCRIPT = textwrap.dedent(
 
 
 def summarise(sink_or_pairs):
-    return [(p.round_index, p.item_index, p.winner_candidate_index, p.winner_side, p.winner_completions, p.loser_completions)
-            for p in sink_or_pairs]
+    return [
+        (
+            p.round_index,
+            p.item_index,
+            p.winner_candidate_index,
+            p.winner_side,
+            p.winner_completions,
+            p.loser_completions,
+        )
+        for p in sink_or_pairs
+    ]
 
 
 @pytest.mark.slow
 def test_three_rounds_equal_two_rounds_kill_resume_one(model_dir, tmp_path):
     straight_sink = MemorySink()
-    straight = make_iter_trainer(model_dir, iter_config(tmp_path / "a", preference_replay_mode="lambda_decay",
-                                                       preference_replay_lambda=0.5), sink=straight_sink, run_id="resume-run")
+    straight = make_iter_trainer(
+        model_dir,
+        iter_config(tmp_path / "a", preference_replay_mode="lambda_decay", preference_replay_lambda=0.5),
+        sink=straight_sink,
+        run_id="resume-run",
+    )
     straight.train()
 
     ckpt_dir = tmp_path / "b" / "ckpt"
-    script = RESUME_SCRIPT.format(tests=str(Path(__file__).resolve().parent), model_dir=model_dir,
-                                  tmp=str(tmp_path / "b"), ckpt=str(ckpt_dir))
+    script = RESUME_SCRIPT.format(
+        tests=str(Path(__file__).resolve().parent), model_dir=model_dir, tmp=str(tmp_path / "b"), ckpt=str(ckpt_dir)
+    )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert proc.returncode == -9, proc.stderr[-2000:]
 
     resumed_sink = MemorySink()
-    resumed = make_iter_trainer(model_dir, iter_config(tmp_path / "b", preference_replay_mode="lambda_decay",
-                                                       preference_replay_lambda=0.5), sink=resumed_sink, run_id="resume-run")
+    resumed = make_iter_trainer(
+        model_dir,
+        iter_config(tmp_path / "b", preference_replay_mode="lambda_decay", preference_replay_lambda=0.5),
+        sink=resumed_sink,
+        run_id="resume-run",
+    )
     resumed.train(resume_from_checkpoint=ckpt_dir)
     assert resumed.round_index == 4 and resumed.finished
 

@@ -1,0 +1,200 @@
+"""Exports from the store: pair datasets (JSON, JSONL, Parquet, CSV), CoMLRL round files and Parquet snapshots.
+
+JSON and JSONL hold the seed's records exactly as ``PreferencePair.to_record()`` writes them (the nine keys in the
+seed page's order, ``raw_rewards`` [] when absent, null targets); Parquet and CSV add the provenance columns (round,
+pair_index, item_index, candidate indices, winner_side, reward_gap). Bulk formats are written by DuckDB's ``COPY``
+straight from the file; round files by Python's ``json`` so they match CoMLRL's bytes. Every file is written under a
+temporary name and renamed, so a reader never sees half a file. This module does not import (``importer``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from comlrl_lab.data.records import SEED_RECORD_FIELDS, round_file_payload
+from comlrl_lab.store import queries
+from comlrl_lab.store.schema import PHASE_TABLES
+
+if TYPE_CHECKING:
+    from comlrl_lab.store.runstore import RunStore
+
+PAIR_FORMATS = ("json", "jsonl", "parquet", "csv")
+_LIST_COLUMNS = ("prompts", "winner_completions", "loser_completions", "raw_rewards")
+
+
+@contextmanager
+def _open_store(store_or_path: RunStore | str | os.PathLike[str]) -> Iterator[RunStore]:
+    from comlrl_lab.store.runstore import RunStore
+
+    if isinstance(store_or_path, RunStore):
+        yield store_or_path
+        return
+    store = RunStore(store_or_path, read_only=True)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _sql_path(path: Path) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+def export_pairs(
+    store_or_path: RunStore | str | os.PathLike[str],
+    run_id: str,
+    fmt: str,
+    dest: str | os.PathLike[str],
+    **filters: Any,
+) -> int:
+    """Write the run's pairs (all, or those matching the pair browser's ``filters``) to ``dest``; return the count.
+
+    ``fmt``: "json" (one JSON list of seed records), "jsonl" (one record per line), "parquet" or "csv" (the nine
+    fields plus provenance; in CSV the list fields are JSON text). Pairs are in (round, pair_index) order.
+    """
+    if fmt not in PAIR_FORMATS:
+        raise ValueError(f"fmt must be one of {list(PAIR_FORMATS)}, got {fmt!r}")
+    flt = queries.pair_filter(**filters)
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".tmp")
+    with _open_store(store_or_path) as store:
+        cur = store.cursor()
+        where, args = flt.where(run_id)
+        if fmt in ("json", "jsonl"):
+            cols = ", ".join(SEED_RECORD_FIELDS)
+            options = "FORMAT json, ARRAY true" if fmt == "json" else "FORMAT json"
+        elif fmt == "parquet":
+            cols = ", ".join(dict.fromkeys((*queries.PROVENANCE_COLUMNS, *SEED_RECORD_FIELDS)))
+            options = "FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL 1, ROW_GROUP_SIZE 100000"
+        else:
+            cols = ", ".join(
+                f"to_json({c}) AS {c}" if c in _LIST_COLUMNS else c
+                for c in dict.fromkeys((*queries.PROVENANCE_COLUMNS, *SEED_RECORD_FIELDS))
+            )
+            options = "FORMAT csv, HEADER true"
+        # DuckDB keeps insertion order without ORDER BY; the sort is skipped while the file is in order.
+        in_order = cur.execute("SELECT pairs_in_order FROM runs WHERE run_id = ?", [run_id]).fetchone()
+        order = "" if in_order and in_order[0] else " ORDER BY round, pair_index"
+        sql = f"SELECT {cols} FROM pair_records WHERE {where}{order}"
+        count = cur.execute(f"COPY ({sql}) TO {_sql_path(tmp)} ({options})", args).fetchone()[0]
+    if fmt == "json" and int(count) == 0:
+        tmp.write_text("[]", encoding="utf-8")  # DuckDB writes an empty file for zero rows
+    os.replace(tmp, dest)
+    return int(count)
+
+
+def export_round_files(
+    store_or_path: RunStore | str | os.PathLike[str], run_id: str, dest_dir: str | os.PathLike[str]
+) -> list[Path]:
+    """Write each collected round as ``iteration_NNNN.json`` in CoMLRL's format; return the paths written.
+
+    As CoMLRL does, a round that collected no pair still gets its (empty) file. Written with ``ensure_ascii=False``
+    and no indent, through a ``.tmp`` file and an atomic rename, as CoMLRL writes them.
+    """
+    dest_dir = Path(dest_dir)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    with _open_store(store_or_path) as store:
+        cur = store.cursor()
+        collected = [
+            r
+            for (r,) in cur.execute(
+                "SELECT round FROM phases WHERE run_id = $1 AND phase = 'collect' UNION "
+                "SELECT DISTINCT round FROM pairs WHERE run_id = $1 ORDER BY 1",
+                [run_id],
+            ).fetchall()
+        ]
+        for round_ in collected:
+            pairs = queries.load_pairs(cur, run_id, queries.PairFilter(round=round_))
+            path = dest_dir / f"iteration_{int(round_):04d}.json"
+            tmp = path.with_name(path.name + ".tmp")
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(round_file_payload(int(round_), pairs), f, ensure_ascii=False)
+            os.replace(tmp, path)
+            written.append(path)
+    return written
+
+
+def snapshot_parquet(
+    store_or_path: RunStore | str | os.PathLike[str],
+    run_id: str,
+    dest_dir: str | os.PathLike[str],
+    *,
+    round: int | None = None,
+    phase: str | None = None,
+) -> list[Path]:
+    """Parquet files of one run for notebooks and other processes (which cannot open the DuckDB file while the app
+    holds it); return the paths written.
+
+    Layout (one ``dest_dir`` per run): ``dest_dir/<table>/round_NNNN_<phase>.parquet`` for each phase table
+    (candidates, pairs, replay, metrics, events; none when the phase added no rows to it) plus ``runs.parquet``,
+    ``rounds.parquet`` and ``phases.parquet`` rewritten whole. With ``round`` and ``phase`` only that finished phase
+    is written. Without, every committed phase is brought up to date: ``_manifest.json`` remembers each phase's
+    commit time, so unchanged phases are not rewritten and discarded ones are removed. Read a table back with
+    ``pandas.read_parquet(dest_dir / "pairs")`` or DuckDB ``read_parquet('dest_dir/pairs/*.parquet')``.
+    """
+    if (round is None) != (phase is None):
+        raise ValueError("give both round and phase, or neither")
+    dest_dir = Path(dest_dir)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    manifest_path = dest_dir / "_manifest.json"
+    manifest = _read_manifest(manifest_path, run_id)
+    written: list[Path] = []
+    with _open_store(store_or_path) as store:
+        cur = store.cursor()
+        committed = {
+            f"round_{int(r):04d}_{p}": str(at)
+            for r, p, at in cur.execute(
+                "SELECT round, phase, committed_at FROM phases WHERE run_id = ?", [run_id]
+            ).fetchall()
+        }
+        if round is not None:
+            wanted = [f"round_{int(round):04d}_{phase}"]
+        else:
+            for stale in set(manifest) - set(committed):
+                for table in PHASE_TABLES:
+                    (dest_dir / table / f"{stale}.parquet").unlink(missing_ok=True)
+                del manifest[stale]
+            wanted = sorted(k for k in committed if manifest.get(k) != committed[k])
+        for key in wanted:
+            r, p = int(key[6:10]), key[11:]
+            where, args = "run_id = ? AND round = ? AND phase = ?", [run_id, r, p]
+            for table in PHASE_TABLES:
+                path = dest_dir / table / f"{key}.parquet"
+                if cur.execute(f"SELECT count(*) FROM {table} WHERE {where}", args).fetchone()[0]:
+                    path.parent.mkdir(exist_ok=True)
+                    written.append(_copy(cur, f"SELECT * FROM {table} WHERE {where}", args, path))
+                else:
+                    path.unlink(missing_ok=True)  # a phase committed again with no rows leaves no stale file
+            if key in committed:
+                manifest[key] = committed[key]
+        for table in ("runs", "rounds", "phases"):
+            path = dest_dir / f"{table}.parquet"
+            written.append(_copy(cur, f"SELECT * FROM {table} WHERE run_id = ?", [run_id], path))
+    tmp = manifest_path.with_name(manifest_path.name + ".tmp")
+    tmp.write_text(json.dumps({"run_id": run_id, "phases": manifest}, indent=1), encoding="utf-8")
+    os.replace(tmp, manifest_path)
+    return written
+
+
+def _read_manifest(path: Path, run_id: str) -> dict[str, str]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("run_id") != run_id or not isinstance(data.get("phases"), dict):
+        return {}
+    return {str(k): str(v) for k, v in data["phases"].items()}
+
+
+def _copy(cur: Any, sql: str, args: list[Any], path: Path) -> Path:
+    tmp = path.with_name(path.name + ".tmp")
+    cur.execute(f"COPY ({sql}) TO {_sql_path(tmp)} (FORMAT parquet, COMPRESSION zstd)", args).fetchall()
+    os.replace(tmp, path)
+    return path

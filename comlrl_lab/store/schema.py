@@ -1,0 +1,249 @@
+"""The store's DuckDB schema: table DDL, the record view, the schema version and its migrations.
+
+This module owns every ``CREATE`` statement of the store and nothing else. It does not write data rows (that is
+``writer``) and does not read them (``queries``). A file made by a newer comlrl-lab is refused rather than guessed at.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from datetime import datetime, timezone
+
+import duckdb
+
+#: Bump when the DDL changes, and add a step to ``MIGRATIONS`` that brings version - 1 up to it.
+SCHEMA_VERSION = 1
+
+#: The phases of one round, in order (``comlrl_lab.trainers.preference.sink.PHASES`` uses the same names).
+PHASES: tuple[str, ...] = ("collect", "select", "train", "evaluate")
+
+#: Tables whose rows belong to one committed (run, round, phase) and are replaced when it is committed again.
+PHASE_TABLES: tuple[str, ...] = ("candidates", "pairs", "replay", "metrics", "events")
+
+# Small tables carry primary keys for upserts. The large ones (candidates, pairs, metrics) carry none: an ART index
+# slows every bulk append and delete, while DuckDB's zone maps on (run_id, round), which rows arrive sorted by,
+# already prune the page and detail queries to a few row groups.
+TABLES: dict[str, str] = {
+    "schema_version": """
+        CREATE TABLE IF NOT EXISTS schema_version (
+            version INTEGER NOT NULL,
+            applied_at TIMESTAMP NOT NULL
+        )""",
+    "runs": """
+        CREATE TABLE IF NOT EXISTS runs (
+            run_id VARCHAR PRIMARY KEY,
+            created_at TIMESTAMP NOT NULL,
+            updated_at TIMESTAMP NOT NULL,
+            trainer VARCHAR,
+            status VARCHAR NOT NULL,
+            source VARCHAR NOT NULL,
+            num_agents INTEGER,
+            config_json VARCHAR,
+            -- true while the run's pairs sit in the file in (round, pair_index) order, so exports need no sort
+            pairs_in_order BOOLEAN NOT NULL DEFAULT true
+        )""",
+    "rounds": """
+        CREATE TABLE IF NOT EXISTS rounds (
+            run_id VARCHAR NOT NULL,
+            round INTEGER NOT NULL,
+            status VARCHAR NOT NULL,
+            collect_at TIMESTAMP,
+            select_at TIMESTAMP,
+            train_at TIMESTAMP,
+            evaluate_at TIMESTAMP,
+            num_candidates INTEGER NOT NULL DEFAULT 0,
+            num_pairs INTEGER NOT NULL DEFAULT 0,
+            num_drawn INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (run_id, round)
+        )""",
+    "phases": """
+        CREATE TABLE IF NOT EXISTS phases (
+            run_id VARCHAR NOT NULL,
+            round INTEGER NOT NULL,
+            phase VARCHAR NOT NULL,
+            committed_at TIMESTAMP NOT NULL,
+            PRIMARY KEY (run_id, round, phase)
+        )""",
+    "candidates": """
+        CREATE TABLE IF NOT EXISTS candidates (
+            run_id VARCHAR NOT NULL,
+            round INTEGER NOT NULL,
+            phase VARCHAR NOT NULL,
+            item_index INTEGER NOT NULL,
+            side VARCHAR NOT NULL,
+            candidate_index INTEGER NOT NULL,
+            prompts VARCHAR[] NOT NULL,
+            completions VARCHAR[] NOT NULL,
+            prompt_token_counts INTEGER[],
+            token_counts INTEGER[],
+            raw_reward DOUBLE,
+            reward DOUBLE,
+            parse_status VARCHAR NOT NULL
+        )""",
+    "pairs": """
+        CREATE TABLE IF NOT EXISTS pairs (
+            run_id VARCHAR NOT NULL,
+            round INTEGER NOT NULL,
+            phase VARCHAR NOT NULL,
+            pair_index INTEGER NOT NULL,
+            item_index INTEGER,
+            winner_candidate_index INTEGER,
+            loser_candidate_index INTEGER,
+            winner_side VARCHAR,
+            prompts VARCHAR[] NOT NULL,
+            winner_completions VARCHAR[] NOT NULL,
+            loser_completions VARCHAR[] NOT NULL,
+            winner_reward DOUBLE NOT NULL,
+            loser_reward DOUBLE NOT NULL,
+            candidate_reward_mean DOUBLE NOT NULL,
+            raw_rewards DOUBLE[],
+            target_raw_reward DOUBLE,
+            comparator_raw_reward DOUBLE,
+            reward_gap DOUBLE NOT NULL,
+            winner_token_counts INTEGER[],
+            loser_token_counts INTEGER[],
+            extra_json VARCHAR
+        )""",
+    "replay": """
+        CREATE TABLE IF NOT EXISTS replay (
+            run_id VARCHAR NOT NULL,
+            round INTEGER NOT NULL,
+            phase VARCHAR NOT NULL,
+            source_round INTEGER NOT NULL,
+            mode VARCHAR NOT NULL,
+            weight DOUBLE NOT NULL,
+            drawn_count INTEGER NOT NULL,
+            num_pairs INTEGER
+        )""",
+    "metrics": """
+        CREATE TABLE IF NOT EXISTS metrics (
+            run_id VARCHAR NOT NULL,
+            round INTEGER,
+            phase VARCHAR,
+            step INTEGER NOT NULL,
+            name VARCHAR NOT NULL,
+            value DOUBLE
+        )""",
+    "events": """
+        CREATE TABLE IF NOT EXISTS events (
+            run_id VARCHAR NOT NULL,
+            ts TIMESTAMP NOT NULL,
+            round INTEGER,
+            phase VARCHAR,
+            level VARCHAR NOT NULL,
+            message VARCHAR NOT NULL,
+            traceback VARCHAR
+        )""",
+}
+
+#: The seed's JSON record as a view of ``pairs``: the nine fields in the seed page's order, ``raw_rewards`` [] when
+#: absent, as ``PreferencePair.to_record()`` writes it. Exports select from here.
+VIEWS: dict[str, str] = {
+    "pair_records": """
+        CREATE OR REPLACE VIEW pair_records AS
+        SELECT run_id, round, pair_index, item_index, winner_candidate_index, loser_candidate_index, winner_side,
+               reward_gap,
+               prompts, winner_completions, loser_completions,
+               winner_reward, loser_reward, candidate_reward_mean,
+               coalesce(raw_rewards, []::DOUBLE[]) AS raw_rewards,
+               target_raw_reward, comparator_raw_reward
+        FROM pairs""",
+}
+
+#: Every relation a read-only query may name.
+READABLE_RELATIONS: frozenset[str] = frozenset(TABLES) | frozenset(VIEWS)
+
+#: version -> step that upgrades a store from ``version - 1`` to ``version``. Empty while there is one version.
+MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {}
+
+
+def utcnow() -> datetime:
+    """The store's clock: naive UTC, which is how every TIMESTAMP column is read back."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class SchemaVersionError(RuntimeError):
+    """The file's schema cannot be used by this version of comlrl-lab."""
+
+
+def stored_version(con: duckdb.DuckDBPyConnection) -> int | None:
+    """The schema version recorded in the file, or None for a file without the store's tables."""
+    exists = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'main' AND table_name = 'schema_version'"
+    ).fetchone()[0]
+    if not exists:
+        return None
+    return con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
+
+
+@functools.cache
+def expected_columns() -> dict[str, list[str]]:
+    """Each table's columns as the DDL above declares them (built once in an in-memory database)."""
+    mem = duckdb.connect()
+    try:
+        for ddl in TABLES.values():
+            mem.execute(ddl)
+        return _live_columns(mem)
+    finally:
+        mem.close()
+
+
+def _live_columns(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
+    rows = con.execute(
+        "SELECT table_name, column_name FROM duckdb_columns() WHERE schema_name = 'main' AND NOT internal "
+        "ORDER BY table_name, column_index"
+    ).fetchall()
+    out: dict[str, list[str]] = {}
+    for table, column in rows:
+        out.setdefault(table, []).append(column)
+    return out
+
+
+def check_columns(con: duckdb.DuckDBPyConnection) -> None:
+    """Refuse a file whose tables differ from what its schema version promises (a hand-edited or foreign file)."""
+    live = _live_columns(con)
+    for table, columns in expected_columns().items():
+        if live.get(table) != columns:
+            raise SchemaVersionError(
+                f"table {table!r} has columns {live.get(table)} but schema version {SCHEMA_VERSION} expects {columns}"
+            )
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection, *, read_only: bool = False) -> int:
+    """Create the schema in a new file, migrate an older one, and return the version now in use."""
+    version = stored_version(con)
+    if version is not None and version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"store schema version {version} is newer than this comlrl-lab supports ({SCHEMA_VERSION}); upgrade comlrl-lab"
+        )
+    if read_only:
+        if version is None:
+            raise SchemaVersionError("not a comlrl-lab store: the file has no schema_version table")
+        if version < SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"store schema version {version} is older than {SCHEMA_VERSION}; open it read-write once to migrate it"
+            )
+        check_columns(con)
+        return version
+    missing = [v for v in range((version or SCHEMA_VERSION) + 1, SCHEMA_VERSION + 1) if v not in MIGRATIONS]
+    if version is not None and missing:
+        raise SchemaVersionError(f"no migration to schema version(s) {missing} from {version}")
+    con.execute("BEGIN TRANSACTION")
+    try:
+        if version is None:
+            for ddl in TABLES.values():
+                con.execute(ddl)
+            con.execute("INSERT INTO schema_version VALUES (?, ?)", [SCHEMA_VERSION, utcnow()])
+        else:
+            for target in range(version + 1, SCHEMA_VERSION + 1):
+                MIGRATIONS[target](con)
+                con.execute("INSERT INTO schema_version VALUES (?, ?)", [target, utcnow()])
+        check_columns(con)
+        for ddl in VIEWS.values():
+            con.execute(ddl)
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return SCHEMA_VERSION

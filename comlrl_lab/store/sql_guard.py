@@ -1,0 +1,213 @@
+"""The read-only SQL entry point: accept one query that only reads the store, run it, and roll it back.
+
+Three guards, each enough on its own for the common cases, together for the odd ones:
+1. DuckDB's own parser (``duckdb.extract_statements``): exactly one statement, of type SELECT or EXPLAIN
+   (SHOW, DESCRIBE, SUMMARIZE, FROM-first and WITH parse as SELECT).
+2. A keyword scan of the text with comments, string literals and quoted names blanked out, so a write hidden in a
+   CTE (``WITH x AS (DELETE ... RETURNING *) SELECT ...``) or after a comment is still refused.
+3. The parsed tree (``json_serialize_sql``): no data-modifying query node, only the store's tables and views, CTE
+   names and a short list of catalog and generator table functions; no file readers, replacement scans of file
+   names, sequences or other side-effecting functions.
+The query then runs on its own cursor inside a transaction that is always rolled back, with a row limit and an
+optional time limit. This module does not know the UI; it only answers DataFrames or ``ReadOnlyQueryError``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from typing import Any
+
+import duckdb
+import pandas as pd
+
+from comlrl_lab.store.schema import READABLE_RELATIONS
+
+
+class ReadOnlyQueryError(ValueError):
+    """The query was refused: it is not a single statement that only reads the store."""
+
+
+class QueryExecutionError(RuntimeError):
+    """An accepted query failed while running (a typo, a missing column, the time limit)."""
+
+
+FORBIDDEN_KEYWORDS: tuple[str, ...] = (
+    "insert", "update", "delete", "drop", "create", "alter", "attach", "detach", "copy", "export", "import",
+    "install", "load", "set", "reset", "pragma", "call", "checkpoint", "vacuum", "truncate", "merge", "use",
+    "prepare", "execute", "deallocate", "begin", "commit", "rollback", "abort", "grant", "revoke",
+)  # fmt: skip
+
+#: Functions that touch files, the environment, sequences or the RNG; refused whether called as scalar or table.
+DENIED_FUNCTION_PATTERN = re.compile(
+    r"^(read_\w+|glob|sniff_csv|parquet_\w+|query|query_table|nextval|setseed|getenv|checkpoint|force_checkpoint"
+    r"|sqlite_\w+|postgres_\w+|mysql_\w+|delta_scan|iceberg_\w+|duckdb_secrets|duckdb_extensions|load_\w+"
+    r"|install_\w+|\w+_scan|write_\w+)$"
+)
+
+ALLOWED_TABLE_FUNCTIONS: frozenset[str] = frozenset(
+    {
+        "range", "generate_series", "unnest", "json_each", "json_tree", "pragma_table_info", "pragma_show",
+        "duckdb_tables", "duckdb_columns", "duckdb_views", "duckdb_schemas", "duckdb_types", "duckdb_indexes",
+        "duckdb_constraints", "duckdb_functions", "duckdb_databases", "duckdb_settings", "duckdb_keywords",
+    }
+)  # fmt: skip
+SYSTEM_VIEWS: frozenset[str] = frozenset(f for f in ALLOWED_TABLE_FUNCTIONS if f.startswith("duckdb_"))
+SYSTEM_SCHEMAS = ("information_schema", "pg_catalog")
+
+_ALLOWED_TYPES = (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN)
+_KEYWORD_RE = re.compile(r"\b(" + "|".join(FORBIDDEN_KEYWORDS) + r")\b", re.IGNORECASE)
+_CALL_RE = re.compile(r"\b([a-z_][a-z0-9_]*)\s*\(", re.IGNORECASE)
+_EXPLAIN_RE = re.compile(r"^\s*explain\s+(analyze\s+)?", re.IGNORECASE)
+# One token at a time: comments, '...' strings (with '' escapes), "..." names, $tag$...$tag$ strings.
+_LEXEME_RE = re.compile(
+    r"--[^\n]*|/\*.*?(?:\*/|\Z)|'(?:[^']|'')*(?:'|\Z)|\"(?:[^\"]|\"\")*(?:\"|\Z)|\$(\w*)\$.*?(?:\$\1\$|\Z)",
+    re.DOTALL,
+)
+
+
+def blank_out(sql: str, *, keep_literals: bool = False) -> str:
+    """``sql`` with comments (and, unless ``keep_literals``, strings and quoted names) replaced by spaces."""
+
+    def repl(m: re.Match[str]) -> str:
+        text = m.group(0)
+        if keep_literals and not text.startswith(("--", "/*")):
+            return text
+        return " " * len(text)
+
+    return _LEXEME_RE.sub(repl, sql)
+
+
+def check_readonly(con: duckdb.DuckDBPyConnection, query: str, *, extra_relations: frozenset[str] = frozenset()) -> str:
+    """Return the single statement to run, or raise ``ReadOnlyQueryError`` saying why it is refused."""
+    if not isinstance(query, str) or not query.strip():
+        raise ReadOnlyQueryError("the query is empty")
+    try:
+        statements = duckdb.extract_statements(query)
+    except duckdb.Error as e:
+        raise ReadOnlyQueryError(f"the query could not be parsed: {_first_line(e)}") from e
+    if len(statements) != 1:
+        raise ReadOnlyQueryError(f"only one statement is allowed, found {len(statements)}")
+    kind = statements[0].type
+    bare = blank_out(query)
+    if kind not in _ALLOWED_TYPES:
+        first = (bare.split() or [""])[0].lower()
+        verb = first.upper() if first in FORBIDDEN_KEYWORDS else kind.name
+        raise ReadOnlyQueryError(
+            f"{verb} is not allowed: only read-only queries (SELECT, WITH, FROM, SHOW, DESCRIBE, SUMMARIZE, EXPLAIN)"
+        )
+    found = _KEYWORD_RE.search(bare)
+    if found:
+        raise ReadOnlyQueryError(f"the keyword {found.group(1).upper()} is not allowed in a read-only query")
+    for call in _CALL_RE.finditer(bare):
+        if DENIED_FUNCTION_PATTERN.match(call.group(1).lower()):
+            raise ReadOnlyQueryError(f"the function {call.group(1)}() is not allowed in a read-only query")
+    statement = blank_out(query, keep_literals=True).strip().rstrip(";").strip()
+    inner = _EXPLAIN_RE.sub("", statement, count=1) if kind == duckdb.StatementType.EXPLAIN else statement
+    serialized = json.loads(con.execute("SELECT json_serialize_sql(?)", [inner]).fetchone()[0])
+    if serialized.get("error"):
+        raise ReadOnlyQueryError(f"the query is not a plain read: {serialized.get('error_message', 'unknown')}")
+    _check_tree(serialized["statements"], READABLE_RELATIONS | extra_relations | _cte_names(serialized))
+    return statement
+
+
+def run_readonly(
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    *,
+    limit: int = 1000,
+    timeout_s: float | None = 30.0,
+    extra_relations: frozenset[str] = frozenset(),
+) -> pd.DataFrame:
+    """Check ``query``, run it on a fresh cursor of ``con`` in a rolled-back transaction, return at most ``limit`` rows.
+
+    ``df.attrs["truncated"]`` is True when the query had more rows than ``limit``.
+    """
+    if int(limit) < 1:
+        raise ValueError(f"limit must be at least 1, got {limit!r}")
+    cur = con.cursor()
+    try:
+        statement = check_readonly(cur, query, extra_relations=extra_relations)
+        cur.execute("BEGIN TRANSACTION")
+        timer = threading.Timer(timeout_s, cur.interrupt) if timeout_s else None
+        try:
+            if timer is not None:
+                timer.start()
+            df = cur.sql(statement).limit(int(limit) + 1).df()
+        except duckdb.InterruptException as e:
+            raise QueryExecutionError(f"the query ran longer than {timeout_s} s and was stopped") from e
+        except duckdb.Error as e:
+            raise QueryExecutionError(_first_line(e)) from e
+        finally:
+            if timer is not None:
+                timer.cancel()
+            cur.execute("ROLLBACK")
+    finally:
+        cur.close()
+    truncated = len(df) > int(limit)
+    df = df.iloc[: int(limit)].reset_index(drop=True)
+    df.attrs["truncated"] = truncated
+    return df
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def _cte_names(tree: Any) -> frozenset[str]:
+    names: set[str] = set()
+
+    def visit(node: Any) -> None:
+        if isinstance(node, dict):
+            cte_map = node.get("cte_map")
+            if isinstance(cte_map, dict):
+                names.update(str(entry.get("key", "")).lower() for entry in cte_map.get("map", []))
+            for value in node.values():
+                visit(value)
+        elif isinstance(node, list):
+            for value in node:
+                visit(value)
+
+    visit(tree)
+    return frozenset(names)
+
+
+def _check_tree(node: Any, relations: frozenset[str]) -> None:
+    if isinstance(node, list):
+        for value in node:
+            _check_tree(value, relations)
+        return
+    if not isinstance(node, dict):
+        return
+    kind = node.get("type")
+    if isinstance(kind, str) and kind.endswith("_QUERY_NODE"):
+        verb = kind.removesuffix("_QUERY_NODE")
+        raise ReadOnlyQueryError(f"the query contains a {verb} inside it; only reads are allowed")
+    is_show_of_table = kind == "SHOW_REF" and node.get("show_type") != "SHOW_SPECIAL" and node.get("table_name")
+    if kind == "BASE_TABLE" or is_show_of_table:
+        _check_relation(node, relations)
+    elif kind == "TABLE_FUNCTION":
+        name = str((node.get("function") or {}).get("function_name", "")).lower()
+        if name not in ALLOWED_TABLE_FUNCTIONS:
+            raise ReadOnlyQueryError(
+                f"the table function {name}() is not allowed; use the store's tables "
+                f"({', '.join(sorted(READABLE_RELATIONS))})"
+            )
+    if node.get("class") == "FUNCTION":
+        name = str(node.get("function_name", "")).lower()
+        if DENIED_FUNCTION_PATTERN.match(name):
+            raise ReadOnlyQueryError(f"the function {name}() is not allowed in a read-only query")
+    for value in node.values():
+        if isinstance(value, (dict, list)):
+            _check_tree(value, relations)
+
+
+def _check_relation(node: dict[str, Any], relations: frozenset[str]) -> None:
+    name = str(node.get("table_name", "")).strip('"').lower()
+    schema = str(node.get("schema_name", "") or "").lower()
+    if schema in SYSTEM_SCHEMAS or (schema in ("", "main") and (name in relations or name in SYSTEM_VIEWS)):
+        return
+    raise ReadOnlyQueryError(
+        f"{node.get('table_name')!r} is not a table of this store; readable: {', '.join(sorted(READABLE_RELATIONS))}"
+    )

@@ -1,0 +1,270 @@
+"""Exports (JSON, JSONL, Parquet, CSV, round files, snapshots) and imports (CoMLRL replay dirs, uploaded files)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+from store_fixtures import make_pairs, phase_payload
+
+from comlrl_lab.data.records import SEED_RECORD_FIELDS, PreferencePair, round_file_payload
+from comlrl_lab.store import (
+    PHASES,
+    RunStore,
+    export_pairs,
+    export_round_files,
+    import_pair_files,
+    import_replay_dir,
+    snapshot_parquet,
+)
+from comlrl_lab.store import writer as store_writer
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = RunStore(tmp_path / "run.duckdb")
+    for r in (1, 2, 3):
+        s.commit_phase("r", r, "collect", pairs=make_pairs(r, 8 if r != 2 else 0))
+    yield s
+    s.close()
+
+
+def all_records() -> list[dict]:
+    return [p.to_record() for r in (1, 3) for p in make_pairs(r, 8)]
+
+
+# -- pair exports --------------------------------------------------------------------------------------------------
+
+
+def test_json_export_is_the_seed_records_exactly(store, tmp_path):
+    dest = tmp_path / "out" / "pairs.json"
+    assert export_pairs(store, "r", "json", dest) == 16
+    records = json.loads(dest.read_text(encoding="utf-8"))
+    assert records == all_records()
+    assert all(list(r) == list(SEED_RECORD_FIELDS) for r in records)
+    assert "勝ち" in dest.read_text(encoding="utf-8")  # UTF-8, not \\u escapes
+    assert not list(dest.parent.glob("*.tmp"))
+
+
+def test_jsonl_export_and_filters(store, tmp_path):
+    dest = tmp_path / "pairs.jsonl"
+    n = export_pairs(store, "r", "jsonl", dest, round=3, winner_side="comparator", min_gap=1.0)
+    lines = dest.read_text(encoding="utf-8").splitlines()
+    expected = [p.to_record() for p in make_pairs(3, 8) if p.winner_side == "comparator" and p.reward_gap >= 1.0]
+    assert n == len(lines) == len(expected) and [json.loads(line) for line in lines] == expected
+
+
+def test_empty_export_is_valid_json(store, tmp_path):
+    dest = tmp_path / "none.json"
+    assert export_pairs(store, "r", "json", dest, round=2) == 0
+    assert json.loads(dest.read_text()) == []
+
+
+def test_parquet_and_csv_have_the_fields_and_provenance(store, tmp_path):
+    export_pairs(store, "r", "parquet", tmp_path / "p.parquet")
+    table = pq.read_table(tmp_path / "p.parquet")
+    assert table.num_rows == 16
+    assert {"round", "pair_index", "item_index", "winner_side", "reward_gap", *SEED_RECORD_FIELDS} <= set(
+        table.column_names
+    )
+    rows = table.to_pylist()
+    assert [{k: r[k] for k in SEED_RECORD_FIELDS} for r in rows] == all_records()
+    assert rows[1]["winner_side"] == "comparator" and rows[8]["round"] == 3
+    export_pairs(store, "r", "csv", tmp_path / "p.csv", item=1)
+    csv = pd.read_csv(tmp_path / "p.csv")
+    assert len(csv) == 2 and csv["round"].tolist() == [1, 3]
+    first = make_pairs(1, 8)[1]
+    assert json.loads(csv["winner_completions"][0]) == first.winner_completions  # lists as JSON text, newlines kept
+    assert json.loads(csv["raw_rewards"][0]) == first.raw_rewards
+
+
+def test_export_from_a_path_and_bad_format(store, tmp_path):
+    path = store.path
+    store.close()
+    assert export_pairs(path, "r", "jsonl", tmp_path / "x.jsonl") == 16
+    with pytest.raises(ValueError, match="fmt must be one of"):
+        export_pairs(path, "r", "xml", tmp_path / "x.xml")
+
+
+# -- round files ---------------------------------------------------------------------------------------------------
+
+
+def test_round_files_are_comlrl_bytes(store, tmp_path):
+    paths = export_round_files(store, "r", tmp_path / "replay")
+    assert [p.name for p in paths] == ["iteration_0001.json", "iteration_0002.json", "iteration_0003.json"]
+    for path, r in zip(paths, (1, 2, 3)):
+        pairs = make_pairs(r, 8 if r != 2 else 0)
+        assert path.read_text(encoding="utf-8") == json.dumps(round_file_payload(r, pairs), ensure_ascii=False)
+    assert json.loads(paths[1].read_text()) == {"iteration": 2, "num_pairs": 0, "pairs": []}
+
+
+# -- round trips ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+def test_export_then_import_gives_identical_records(store, tmp_path, fmt):
+    first = tmp_path / f"a.{fmt}"
+    export_pairs(store, "r", fmt, first)
+    report = import_pair_files(store, [first])
+    assert report.skipped == [] and report.pairs == 16
+    second = tmp_path / f"b.{fmt}"
+    export_pairs(store, report.run_id, fmt, second)
+    assert first.read_bytes() == second.read_bytes()
+    assert [p.to_record() for p in store.load_pairs(report.run_id)] == all_records()
+
+
+def test_round_files_round_trip_with_provenance(store, tmp_path):
+    export_round_files(store, "r", tmp_path / "replay")
+    report = import_replay_dir(store, tmp_path / "replay", run_id="again")
+    assert report.rounds == [1, 2, 3] and report.pairs == 16 and report.skipped == []
+    assert store.rounds("again")["num_pairs"].tolist() == [8, 0, 8]
+    original = store.pairs_page("r", limit=100)
+    imported = store.pairs_page("again", limit=100)
+    cols = ["round", "pair_index", "winner_side", "reward_gap", "winner_reward"]
+    pd.testing.assert_frame_equal(original[cols], imported[cols])  # winner side read back from raw_rewards
+    assert store.run("again")["source"] == "import"
+
+
+# -- CoMLRL directories ----------------------------------------------------------------------------------------------
+
+
+def write(path: Path, payload) -> Path:
+    path.write_text(payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False), encoding="utf-8")
+    return path
+
+
+def test_import_comlrl_dir_reports_malformed_files_by_name(tmp_path):
+    d = tmp_path / "preference_replay"
+    d.mkdir()
+    good1 = [p.to_record() for p in make_pairs(1, 3)]
+    write(d / "iteration_0001.json", {"iteration": 1, "num_pairs": 3, "pairs": good1})
+    write(d / "iteration_0002.json", [p.to_record() for p in make_pairs(2, 2)])  # bare list: round from the name
+    write(d / "iteration_0003.json", '{"iteration": 3, "pairs": [')
+    write(d / "iteration_0004.json", {"iteration": 4, "num_pairs": 1, "pairs": [{**good1[0], "winner_reward": "high"}]})
+    write(d / "iteration_0005.json", {"iteration": 5, "num_pairs": 2, "pairs": good1[:1]})
+    write(d / "iteration_0006.json", {"iteration": 6, "records": good1})
+    write(d / "iteration_0007.json", [good1[0], "not a record"])
+    (d / "iteration_0008.json").write_bytes(b'[{"prompts": ["\xff"]}]')
+    write(d / "notes.txt", "ignored: not JSON")
+    # A seed record without the iterative fields (non-iterative trainers) is fine.
+    base = {k: v for k, v in good1[0].items() if k in SEED_RECORD_FIELDS[:6]}
+    write(d / "iteration_0009.json", {"iteration": 9, "num_pairs": 1, "pairs": [base]})
+    with RunStore(tmp_path / "run.duckdb") as s:
+        report = import_replay_dir(s, d)
+        assert report.imported_files == ["iteration_0001.json", "iteration_0002.json", "iteration_0009.json"]
+        assert report.rounds == [1, 2, 9] and report.pairs == 6
+        reasons = dict(report.skipped)
+        assert set(reasons) == {f"iteration_000{i}.json" for i in range(3, 9)}
+        assert "not valid JSON" in reasons["iteration_0003.json"]
+        assert "pair 0" in reasons["iteration_0004.json"] and "winner_reward" in reasons["iteration_0004.json"]
+        assert "num_pairs" in reasons["iteration_0005.json"]
+        assert "'pairs' list" in reasons["iteration_0006.json"]
+        assert "pair 1" in reasons["iteration_0007.json"]
+        assert "UTF-8" in reasons["iteration_0008.json"]
+        assert s.rounds(report.run_id)["round"].tolist() == [1, 2, 9]
+        assert [p.to_record() for p in s.load_pairs(report.run_id, round=1)] == good1
+        assert s.load_pairs(report.run_id, round=9)[0].to_record()["raw_rewards"] == []
+        assert report.run_id.startswith("import-preference_replay-")
+
+
+def test_import_writes_nothing_when_the_transaction_fails(tmp_path, monkeypatch):
+    d = tmp_path / "replay"
+    d.mkdir()
+    for r in (1, 2, 3):
+        write(d / f"iteration_000{r}.json", round_file_payload(r, make_pairs(r, 4)))
+    calls = {"n": 0}
+    real_append = store_writer._append
+
+    def fail_on_third(con, table, rows, key):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError("disk full")
+        real_append(con, table, rows, key)
+
+    monkeypatch.setattr(store_writer, "_append", fail_on_third)
+    with RunStore(tmp_path / "run.duckdb") as s:
+        with pytest.raises(OSError, match="disk full"):
+            import_replay_dir(s, d, run_id="imp")
+        assert s.list_runs().empty and s.pairs_count("imp") == 0  # nothing half-imported
+
+
+def test_import_uploaded_files(tmp_path):
+    records = [p.to_record() for p in make_pairs(1, 3)]
+    jsonl = "\n".join(json.dumps(r, ensure_ascii=False) for r in records) + "\n\n"
+
+    class Upload(io.BytesIO):  # what Streamlit's UploadedFile offers: .name and .getvalue()
+        name = "mine.jsonl"
+
+    files = [
+        Upload(jsonl.encode()),
+        ("round.json", json.dumps({"iteration": 7, "num_pairs": 3, "pairs": records})),
+        ("list.json", json.dumps(records).encode()),
+        ("bad.jsonl", b'{"prompts": []}\nnot json\n'),
+        tmp_path / "missing.json",
+    ]
+    with RunStore(tmp_path / "run.duckdb") as s:
+        report = import_pair_files(s, files, run_id="up")
+        assert report.imported_files == ["mine.jsonl", "round.json", "list.json"]
+        assert report.rounds == [8, 7, 9]  # explicit iterations keep their number; the others take the next free ones
+        assert [name for name, _ in report.skipped] == ["bad.jsonl", "missing.json"]
+        assert "line 2" in dict(report.skipped)["bad.jsonl"]
+        assert s.pairs_count("up") == 9
+        # Importing again into the same run replaces rounds instead of duplicating them.
+        again = import_pair_files(s, [("round.json", json.dumps({"iteration": 7, "pairs": records[:1]}))], run_id="up")
+        assert again.rounds == [7] and s.pairs_count("up", round=7) == 1 and s.pairs_count("up") == 7
+
+
+def test_from_record_is_the_validator():
+    with pytest.raises(ValueError, match="prompts"):
+        PreferencePair.from_record({"winner_completions": []})
+
+
+# -- snapshots -----------------------------------------------------------------------------------------------------
+
+
+def test_parquet_snapshot_per_phase_and_incremental(tmp_path):
+    snap = tmp_path / "snap"
+    with RunStore(tmp_path / "run.duckdb", snapshot_dir=snap) as s:
+        for phase in PHASES:
+            s.commit_phase("r", 1, phase, **phase_payload(1, phase, pairs_per_round=5))
+        assert len(pd.read_parquet(snap / "pairs")) == 5
+        assert len(pd.read_parquet(snap / "metrics")) == 3 + 1 + 25 + 1
+        assert pd.read_parquet(snap / "rounds.parquet")["status"].tolist() == ["evaluate"]
+        # A full snapshot elsewhere, then only what changed is rewritten; discarded phases disappear.
+        full = snapshot_parquet(s, "r", tmp_path / "full")
+        assert {p.parent.name for p in full} >= {"pairs", "metrics", "replay", "candidates"}
+        assert len(snapshot_parquet(s, "r", tmp_path / "full")) == 3  # runs, rounds, phases only
+        s.commit_phase("r", 1, "collect", pairs=make_pairs(1, 2))
+        s.discard_after("r", 1, "select")
+        written = snapshot_parquet(s, "r", tmp_path / "full")
+        assert sorted(p.name for p in written if p.parent.name == "pairs") == ["round_0001_collect.parquet"]
+        assert len(pd.read_parquet(tmp_path / "full" / "pairs")) == 2
+        assert not (tmp_path / "full" / "metrics" / "round_0001_train.parquet").exists()
+        assert not (tmp_path / "full" / "candidates" / "round_0001_collect.parquet").exists()
+
+
+def test_exports_stay_in_round_order_whatever_the_commit_order(tmp_path):
+    with RunStore(tmp_path / "run.duckdb") as s:
+        s.commit_phase("r", 1, "collect", pairs=make_pairs(1, 4))
+        s.commit_phase("r", 2, "collect", pairs=make_pairs(2, 4))
+        s.commit_phase("r", 2, "collect", pairs=make_pairs(2, 4))  # the latest round again: still in file order
+        assert s.run("r")["pairs_in_order"]
+        s.commit_phase("r", 1, "collect", pairs=make_pairs(1, 3))  # an older round after a newer one
+        assert not s.run("r")["pairs_in_order"]
+        s.export_pairs("r", "jsonl", tmp_path / "a.jsonl")
+        lines = [json.loads(line) for line in (tmp_path / "a.jsonl").read_text(encoding="utf-8").splitlines()]
+        assert lines == [p.to_record() for p in make_pairs(1, 3) + make_pairs(2, 4)]
+        shuffled = pd.DataFrame([{**p.to_record(), "pair_index": i} for i, p in enumerate(make_pairs(3, 5))]).iloc[
+            [3, 0, 4, 2, 1]
+        ]
+        s.commit_phase("r", 3, "collect", pairs=shuffled)
+        s.export_pairs("r", "json", tmp_path / "b.json", round=3)
+        assert json.loads((tmp_path / "b.json").read_text(encoding="utf-8")) == [
+            p.to_record() for p in make_pairs(3, 5)
+        ]
+        with pytest.raises(ValueError, match="distinct"):
+            s.commit_phase("r", 4, "collect", pairs=shuffled.assign(pair_index=0))
