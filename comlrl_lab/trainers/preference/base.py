@@ -101,7 +101,9 @@ class PreferenceTrainerBase:
         self.num_agents = len(self.agents)
         self.formatters = resolve_formatters(formatters, self.num_agents)
         self.train_items: list[dict] = load_items(train_dataset) if train_dataset is not None else []
-        self.eval_items: list[dict] = load_items(eval_dataset) if eval_dataset is not None else []
+        # An empty eval set means "no evaluation" (CoMLRL returns {}), not an error.
+        has_eval = eval_dataset is not None and not (hasattr(eval_dataset, "__len__") and len(eval_dataset) == 0)
+        self.eval_items: list[dict] = load_items(eval_dataset) if has_eval else []
 
         self.streams = RandomStreams(self.args.seed)
         self.optimizers = [

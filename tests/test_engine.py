@@ -1,0 +1,163 @@
+"""The engine: runs stepped in worker threads, invalid transitions, errors, stop, and kill -9 + resume."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from comlrl_lab.engine import ExperimentSpec, InvalidTransition, RunManager
+from comlrl_lab.store import RunStore
+from model_fixtures import build_tiny_model_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+USER_TASK = str(ROOT / "examples" / "custom_task" / "my_task.py")
+USER_DATA = str(ROOT / "examples" / "custom_task" / "data.jsonl")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return str(build_tiny_model_dir(tmp_path_factory.mktemp("tiny")))
+
+
+def small_spec(model_dir, **config) -> ExperimentSpec:
+    values = dict(
+        num_iterations=2,
+        preference_num_candidates=3,
+        preference_pairs_per_sample=2,
+        max_new_tokens=5,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=None,
+        eval_num_samples=2,
+        agent_learning_rate=1e-3,
+        agent_devices="cpu",
+        seed=3,
+    )
+    values.update(config)
+    return ExperimentSpec(algorithm="MADPOIter", agent_models=[model_dir, model_dir], task=None, user_task=USER_TASK,
+                          user_train_data=USER_DATA, user_eval_data=USER_DATA, config=values)
+
+
+def test_manager_runs_a_round_in_the_background_and_commits_each_phase(model_dir, tmp_path):
+    manager = RunManager(tmp_path / "runs")
+    run_id = manager.create(small_spec(model_dir))
+    manager.start(run_id, rounds=1)
+    with pytest.raises(InvalidTransition, match="already running"):
+        manager.start(run_id)
+    progress = manager.wait(run_id, timeout=300)
+    assert progress.status == "idle" and progress.round_index == 2 and progress.next_phase == "collect"
+    store = manager.run(run_id).store
+    phases = store.committed_phases(run_id)
+    assert phases == [(1, "collect"), (1, "select"), (1, "train"), (1, "evaluate")]
+    assert store.pairs_count(run_id) == len(manager.run(run_id).trainer.replay.round_pairs(1))
+    names = set(store.metrics(run_id)["name"])
+    assert {"turn_1/reward_mean", "eval/turn_1/reward_mean", "iter/train_preference_pairs"} <= names
+    manager.close()
+
+
+def test_phase_out_of_order_is_refused_with_a_clear_message(model_dir, tmp_path):
+    manager = RunManager(tmp_path / "runs")
+    run_id = manager.create(small_spec(model_dir))
+    with pytest.raises(InvalidTransition, match="cannot run 'train' now: the next phase of round 1 is 'collect'"):
+        manager.start(run_id, phase="train")
+    manager.close()
+
+
+def test_invalid_config_is_refused_before_anything_is_written(model_dir, tmp_path):
+    manager = RunManager(tmp_path / "runs")
+    with pytest.raises(ValueError, match="preference_replay_lambda is only valid when preference_replay_mode='lambda_decay'."):
+        manager.create(small_spec(model_dir, preference_replay_lambda=0.5))
+    assert list((tmp_path / "runs").iterdir()) == []
+
+
+def test_reward_exception_stops_the_run_with_traceback_and_state_intact(model_dir, tmp_path, monkeypatch):
+    manager = RunManager(tmp_path / "runs")
+    run_id = manager.create(small_spec(model_dir))
+    manager.start(run_id, phases=1)
+    assert manager.wait(run_id, timeout=300).status == "idle"
+    trainer = manager.run(run_id).trainer
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("reward server down")
+
+    monkeypatch.setattr(trainer, "score_task", broken)
+    manager.start(run_id, phases=1)  # select: fine
+    manager.wait(run_id, timeout=300)
+    manager.start(run_id, phases=3)  # train, evaluate (score_task fails here), ...
+    progress = manager.wait(run_id, timeout=300)
+    assert progress.status == "error"
+    assert "reward server down" in progress.last_error
+    assert "Traceback" in progress.last_traceback
+    assert progress.next_phase == "evaluate" and progress.round_index == 1
+    events = manager.run(run_id).store.events(run_id)
+    assert any("reward server down" in m for m in events["message"])
+    manager.close()
+
+
+def test_stop_cancels_the_phase_and_returns_to_the_last_finished_one(model_dir, tmp_path):
+    manager = RunManager(tmp_path / "runs")
+    run_id = manager.create(small_spec(model_dir, preference_num_candidates=6, max_new_tokens=12))
+    manager.start(run_id, phases=1)
+    deadline = time.monotonic() + 120
+    while manager.progress(run_id).phase != "collect" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    manager.stop(run_id)
+    progress = manager.wait(run_id, timeout=300)
+    # Either the cancel arrived in time (idle, back at collect) or the phase had already finished.
+    assert progress.status == "idle"
+    if "stopped" in (progress.message or ""):
+        assert progress.next_phase == "collect"
+        assert manager.run(run_id).store.committed_phases(run_id) == []
+    manager.close()
+
+
+@pytest.mark.slow
+def test_kill_9_during_training_then_resume_keeps_every_committed_row_once(model_dir, tmp_path):
+    spec_path = tmp_path / "spec.json"
+    small_spec(model_dir, num_iterations=3).save(spec_path)
+    runs = tmp_path / "runs"
+    cmd = [sys.executable, "-m", "comlrl_lab.cli", "run", str(spec_path), "--runs-root", str(runs), "--quiet"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    state_file = None
+    deadline = time.monotonic() + 300
+    # Kill once round 2's training has started: its collect and select are committed, train is not.
+    while time.monotonic() < deadline:
+        dirs = list(runs.glob("*/checkpoint/state.pt"))
+        if dirs:
+            state_file = dirs[0]
+            import torch
+
+            try:
+                state = torch.load(state_file, weights_only=False)
+            except Exception:
+                state = None
+            if state and state["round_index"] == 2 and state["phase_index"] == 2:
+                break
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert state_file is not None, "the run never checkpointed"
+    run_dir = state_file.parent.parent
+
+    with duckdb.connect(str(run_dir / "run.duckdb"), read_only=True) as con:
+        committed_before = con.execute("select count(*) from pairs").fetchone()[0]
+    resumed = subprocess.run([sys.executable, "-m", "comlrl_lab.cli", "run", "--resume", str(run_dir), "--runs-root",
+                              str(runs), "--quiet"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+
+    with RunStore(run_dir / "run.duckdb", read_only=True) as store:
+        run_id = str(store.list_runs()["run_id"].iloc[0])
+        pairs = store.readonly_sql("select round, pair_index, count(*) as n from pairs group by all having n > 1")
+        assert pairs.empty
+        metrics = store.readonly_sql("select round, step, name, count(*) as n from metrics group by all having n > 1")
+        assert metrics.empty
+        phases = store.committed_phases(run_id)
+        assert len(phases) == 12  # 3 rounds x 4 phases, each once
+        assert store.pairs_count(run_id) >= committed_before
