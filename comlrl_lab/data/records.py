@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Side = Literal["current", "comparator"]
+Side = Literal["current", "comparator", "eval"]  # eval: fresh samples scored by the task reward
 
 #: The nine fields of one pair record, in the seed page's order. Exports write exactly these keys.
 SEED_RECORD_FIELDS: tuple[str, ...] = (
