@@ -11,10 +11,10 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from model_fixtures import build_tiny_model_dir
 
 from comlrl_lab.engine import ExperimentSpec, InvalidTransition, RunManager
 from comlrl_lab.store import RunStore
-from model_fixtures import build_tiny_model_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 USER_TASK = str(ROOT / "examples" / "custom_task" / "my_task.py")

@@ -1,0 +1,133 @@
+"""MADPO training speed: pairs scored per second against a raw batched forward+backward of the same tokens.
+
+Both sides of the ratio run in this process on the same model and pairs:
+- ``ours``: ``MADPOIterTrainer.madpo_update`` over the round's training pairs (batched scoring, joint margin,
+  one backward, optimiser steps);
+- ``raw``: for the same batches, one padded forward + log-softmax gather + backward per agent over winners and
+  losers, with the tensors built before timing: the floor any implementation pays.
+
+Then a whole round (collect, select, train, evaluate) is timed. Run: ``python benchmarks/madpo_round.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+
+import torch
+
+from comlrl_lab.data.tasks import get_task
+from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
+from comlrl_lab.trainers.preference import MADPOIterConfig, MADPOIterTrainer
+
+
+def build_trainer(args, output_dir: str) -> MADPOIterTrainer:
+    task = get_task(args.task)
+    config = MADPOIterConfig(
+        num_iterations=2,
+        preference_num_candidates=args.candidates,
+        preference_pairs_per_sample=args.candidates,
+        max_new_tokens=args.max_new_tokens,
+        train_batch_size=args.batch_size,
+        scoring_batch_size=args.batch_size,
+        eval_num_samples=16,
+        temperature=1.0,
+        top_p=1.0,
+        agent_devices="cpu",
+        output_dir=output_dir,
+        seed=0,
+    )
+    return MADPOIterTrainer(
+        agent_model=TINY_MODEL_NAME,
+        num_agents=task.num_agents,
+        train_dataset=task.train_items()[: args.items],
+        eval_dataset=task.eval_items(),
+        reward_func=task.reward_func,
+        formatters=list(task.formatters),
+        args=config,
+    )
+
+
+def raw_batches(trainer, batches):
+    """Right-padded (input_ids, attention_mask, target mask) per batch and agent, built before timing."""
+    built = []
+    for batch in batches:
+        per_agent = []
+        for i in range(trainer.num_agents):
+            rows, masks = [], []
+            for pair in batch:
+                for completion in (pair.winner_ids[i], pair.loser_ids[i]):
+                    rows.append(pair.prompt_ids[i] + completion)
+                    masks.append([0] * len(pair.prompt_ids[i]) + [1] * len(completion))
+            width = max(len(r) for r in rows)
+            pad = trainer.pad_token_id(i)
+            ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
+            attention = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+            target = torch.tensor([m + [0] * (width - len(m)) for m in masks], dtype=torch.bool)
+            per_agent.append((ids, attention, target))
+        built.append(per_agent)
+    return built
+
+
+def raw_step(models, batch_tensors) -> None:
+    for model, (ids, attention, target) in zip(models, batch_tensors):
+        logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()  # (B, T-1, V)
+        logps = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        (logps * target[:, 1:]).sum().backward()
+        model.zero_grad(set_to_none=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="length_ratio")
+    parser.add_argument("--items", type=int, default=32)
+    parser.add_argument("--candidates", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = build_trainer(args, tmp)
+        round_started = time.perf_counter()
+        phase_seconds = {}
+        for phase in ("collect", "select", "train", "evaluate"):
+            started = time.perf_counter()
+            trainer.step()
+            phase_seconds[phase] = time.perf_counter() - started
+        round_seconds = time.perf_counter() - round_started
+
+        pairs = [trainer.ensure_token_ids(p) for p in trainer.replay.round_pairs(1)]
+        if not pairs:
+            raise SystemExit("the round produced no pairs; raise --candidates")
+        batches = [pairs[i : i + args.batch_size] for i in range(0, len(pairs), args.batch_size)]
+        tensors = raw_batches(trainer, batches)
+        tokens = sum(len(p.winner_ids[i]) + len(p.loser_ids[i]) for p in pairs for i in range(trainer.num_agents))
+
+        ours, raw = [], []
+        for _ in range(args.repeats):
+            started = time.perf_counter()
+            for batch in batches:
+                trainer.madpo_update(batch)
+            ours.append(len(pairs) / (time.perf_counter() - started))
+            started = time.perf_counter()
+            for batch in tensors:
+                raw_step(trainer.agents, batch)
+            raw.append(len(pairs) / (time.perf_counter() - started))
+
+    ours_rate, raw_rate = statistics.median(ours), statistics.median(raw)
+    print(f"model: {TINY_MODEL_NAME}, task: {args.task}, items: {args.items}, candidates: {args.candidates}, "
+          f"max_new_tokens: {args.max_new_tokens}, threads: {args.threads}")
+    print(f"pairs: {len(pairs)}, completion tokens per pass: {tokens}, batch: {args.batch_size}")
+    print(f"madpo_update       {ours_rate:8.1f} pairs/s")
+    print(f"raw fwd+bwd        {raw_rate:8.1f} pairs/s")
+    print(f"ratio (target >= 0.7): {ours_rate / raw_rate:.2f}")
+    print(f"one round: {round_seconds:.2f} s  " + "  ".join(f"{k} {v:.2f}s" for k, v in phase_seconds.items()))
+
+
+if __name__ == "__main__":
+    main()
