@@ -1,0 +1,238 @@
+"""Batched sampling of candidate responses: all prompts x candidates of a phase, for one agent's model.
+
+Sequences are left-padded, sorted by prompt length so that a batch holds prompts of similar length, and sent
+``settings.batch_size`` at a time through ``model.generate`` (sampling, one beam, eval mode, no grad). Each
+completion is cut after its first EOS (the EOS is kept) and comes back with its token ids, so that training
+can use exactly the tokens that were sampled.
+
+The random stream is the ``torch.Generator`` passed in: its state drives the sampling and is advanced by it,
+and the device's global RNG is left as it was. This module does not score, pair or train.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from comlrl_lab.models.devices import model_device
+
+# Keys the sampler owns; extra generate kwargs may not override them.
+_RESERVED_KWARGS = {"input_ids", "attention_mask", "num_return_sequences", "generator"}
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How candidates are sampled. Names and defaults follow CoMLRL's config fields; ``batch_size`` is ours."""
+
+    max_new_tokens: int = 256
+    temperature: float = 0.6
+    top_p: float = 0.6
+    top_k: int | None = 50  # passed to generate only when not None, as in CoMLRL
+    batch_size: int = 64  # sequences per model.generate call
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}.")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0 (generation always samples), got {self.temperature!r}.")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}.")
+        if self.top_k is not None and (
+            isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0
+        ):
+            raise ValueError(f"top_k must be None or a non-negative integer, got {self.top_k!r}.")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}.")
+
+
+@dataclass(frozen=True)
+class SampledText:
+    """One sampled response. ``completion_ids`` has no padding and ends with the EOS when one was emitted."""
+
+    text: str
+    completion_ids: list[int]
+    prompt_ids: list[int]
+    finished: bool  # True when the response ended with an EOS token, False when it hit max_new_tokens
+
+
+def count_tokens(samples: Sequence[Sequence[SampledText]]) -> int:
+    """The number of generated tokens (EOS included, padding excluded) in ``sample_candidates`` output."""
+    return sum(len(s.completion_ids) for row in samples for s in row)
+
+
+# Device RNG -----------------------------------------------------------------------------------------------
+
+_LOCKS: dict[str, threading.RLock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def _device_lock(device: torch.device) -> threading.RLock:
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(str(device), threading.RLock())
+
+
+def _normalise(device: torch.device) -> torch.device:
+    if device.type != "cpu" and device.index is None:
+        module = getattr(torch, device.type)
+        index = module.current_device() if hasattr(module, "current_device") else 0
+        return torch.device(device.type, index)
+    return device
+
+
+def _get_rng_state(device: torch.device) -> torch.Tensor:
+    if device.type == "cpu":
+        return torch.get_rng_state()
+    return getattr(torch, device.type).get_rng_state(device)
+
+
+def _set_rng_state(device: torch.device, state: torch.Tensor) -> None:
+    if device.type == "cpu":
+        torch.set_rng_state(state)
+    else:
+        getattr(torch, device.type).set_rng_state(state, device)
+
+
+@contextmanager
+def generator_as_device_rng(generator: torch.Generator, device: torch.device) -> Iterator[None]:
+    """Run the body with ``device``'s global RNG driven by ``generator``; restore the global RNG afterwards.
+
+    ``model.generate`` takes no generator, so its sampling draws from the device's global RNG. When the
+    generator lives on ``device`` its state is swapped in and the advanced state is written back, so the
+    next call continues the stream. When it lives elsewhere, one 63-bit seed drawn from it seeds the device.
+    Only ``device``'s state is touched (``torch.random.fork_rng`` would also save and restore the CPU state,
+    which would clobber a CPU sampler running in another thread); a per-device lock keeps two samplers
+    from swapping the same global state at once.
+    """
+    device = _normalise(torch.device(device))
+    same_device = _normalise(generator.device) == device
+    with _device_lock(device):
+        saved = _get_rng_state(device)
+        if same_device:
+            _set_rng_state(device, generator.get_state())
+        else:
+            seed = int(torch.randint(0, 2**63 - 1, (1,), generator=generator, device=generator.device).item())
+            seeded = torch.Generator(device=device)
+            seeded.manual_seed(seed)
+            _set_rng_state(device, seeded.get_state())
+        try:
+            yield
+        finally:
+            if same_device:
+                generator.set_state(_get_rng_state(device))
+            _set_rng_state(device, saved)
+
+
+# Sampling -------------------------------------------------------------------------------------------------
+
+
+def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """The ids that end a response: the model's generation config, else the tokenizer's EOS."""
+    generation_config = getattr(model, "generation_config", None)
+    ids = getattr(generation_config, "eos_token_id", None)
+    if ids is None:
+        ids = tokenizer.eos_token_id
+    if ids is None:
+        return []
+    return [int(i) for i in ids] if isinstance(ids, (list, tuple)) else [int(ids)]
+
+
+def _left_pad(rows: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)  # (B, T)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, row in enumerate(rows):
+        if row:
+            input_ids[b, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+            attention_mask[b, width - len(row) :] = 1
+    return input_ids.to(device), attention_mask.to(device)
+
+
+def _cut_at_eos(ids: list[int], eos_ids: set[int]) -> tuple[list[int], bool]:
+    for t, token in enumerate(ids):
+        if token in eos_ids:
+            return ids[: t + 1], True
+    # No EOS: generation ran for max_new_tokens, and every token was sampled (even one equal to the pad id).
+    return ids, False
+
+
+def _generate_kwargs(settings: SamplingSettings, pad_id: int, eos_ids: list[int], extra: Mapping[str, Any] | None):
+    kwargs: dict[str, Any] = {
+        "do_sample": True,
+        "num_beams": 1,
+        "max_new_tokens": settings.max_new_tokens,
+        "temperature": settings.temperature,
+        "top_p": settings.top_p,
+        "pad_token_id": pad_id,
+    }
+    if settings.top_k is not None:
+        kwargs["top_k"] = settings.top_k
+    if eos_ids:
+        kwargs["eos_token_id"] = eos_ids if len(eos_ids) > 1 else eos_ids[0]
+    extra = dict(extra or {})
+    extra.pop("do_sample", None)  # as in CoMLRL: generation always samples
+    reserved = sorted(_RESERVED_KWARGS & set(extra))
+    if reserved:
+        raise ValueError(f"extra_generate_kwargs may not set {reserved}; the sampler controls them.")
+    kwargs.update(extra)
+    return kwargs
+
+
+def sample_candidates(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    num_candidates: int,
+    settings: SamplingSettings,
+    generator: torch.Generator,
+    *,
+    extra_generate_kwargs: Mapping[str, Any] | None = None,
+) -> list[list[SampledText]]:
+    """Sample ``num_candidates`` responses to every prompt; result[k][j] is candidate j of prompt k.
+
+    Prompts are tokenised with the tokenizer's default special tokens and no chat template (as in CoMLRL).
+    All prompts x candidates go through ``model.generate`` in batches of ``settings.batch_size``, shortest
+    prompts first. The same generator state, inputs and settings give the same samples.
+    """
+    if isinstance(num_candidates, bool) or not isinstance(num_candidates, int) or num_candidates < 0:
+        raise ValueError(f"num_candidates must be a non-negative integer, got {num_candidates!r}.")
+    prompts = list(prompts)
+    if not prompts or num_candidates == 0:
+        return [[] for _ in prompts]
+    pad_id = tokenizer.pad_token_id
+    if pad_id is None:
+        raise ValueError("The tokenizer has no pad token; load it with comlrl_lab.models.loading.ensure_pad_token.")
+
+    device = model_device(model)
+    prompt_ids = [list(ids) for ids in tokenizer(prompts, truncation=True)["input_ids"]]
+    eos_ids = eos_token_ids(model, tokenizer)
+    eos_set = set(eos_ids)
+    kwargs = _generate_kwargs(settings, pad_id, eos_ids, extra_generate_kwargs)
+
+    # Every (prompt, candidate) job, shortest prompts first; a prompt's candidates stay together.
+    order = sorted(range(len(prompts)), key=lambda k: len(prompt_ids[k]))
+    jobs = [(k, j) for k in order for j in range(num_candidates)]
+    results: list[list[Any]] = [[None] * num_candidates for _ in prompts]
+
+    was_training = model.training
+    model.eval()  # dropout off while sampling
+    try:
+        with torch.inference_mode(), generator_as_device_rng(generator, device):
+            for start in range(0, len(jobs), settings.batch_size):
+                batch = jobs[start : start + settings.batch_size]
+                input_ids, attention_mask = _left_pad([prompt_ids[k] for k, _ in batch], pad_id, device)
+                output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+                sequences = output if isinstance(output, torch.Tensor) else output.sequences  # (B, T + new)
+                cut = [_cut_at_eos(row, eos_set) for row in sequences[:, input_ids.shape[1] :].tolist()]
+                texts = tokenizer.batch_decode([ids for ids, _ in cut], skip_special_tokens=True)
+                for (k, j), (ids, finished), text in zip(batch, cut, texts):
+                    results[k][j] = SampledText(
+                        text=text, completion_ids=ids, prompt_ids=list(prompt_ids[k]), finished=finished
+                    )
+    finally:
+        model.train(was_training)
+    return results

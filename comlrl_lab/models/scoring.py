@@ -1,0 +1,203 @@
+"""Log-probabilities of sampled completions under a causal LM, batched: the scoring core of MADPO and RL.
+
+Each sequence is prompt ++ completion. Sequences are right-padded into micro-batches (longest first) and
+run through one forward pass per micro-batch with an attention mask and explicit position ids. Token
+log-probs are taken in float32 as logit[target] - logsumexp(logits), only at the positions that are scored,
+so padding is never scored and the full (B, T, V) log-softmax is never materialised.
+
+Gradients flow when the caller has them enabled; wrap calls in ``torch.no_grad()`` for detached margins.
+This module does not switch the model's mode: see ``disable_dropout`` for scoring without dropout noise.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from comlrl_lab.models.devices import model_device
+
+
+@functools.lru_cache(maxsize=64)
+def _forward_params(model_class: type) -> frozenset[str]:
+    return frozenset(inspect.signature(model_class.forward).parameters)
+
+
+def disable_dropout(model: Any) -> Any:
+    """Set every dropout probability in ``model`` to 0, keeping train mode (and gradient checkpointing).
+
+    Covers ``nn.Dropout`` modules and the float ``attention_dropout`` attribute Hugging Face attention
+    modules pass to their attention kernels.
+    """
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+            module.p = 0.0
+        if isinstance(getattr(module, "attention_dropout", None), float):
+            module.attention_dropout = 0.0
+    return model
+
+
+def _scored_counts(completion_ids: Sequence[Sequence[int]], score_final_token: bool) -> list[int]:
+    if score_final_token:
+        return [len(c) for c in completion_ids]
+    # CoMLRL's decentralized convention (seed page): the last completion token is not scored.
+    return [max(len(c) - 1, 0) for c in completion_ids]
+
+
+def _score_rows(
+    model: Any,
+    prompts: list[list[int]],
+    completions: list[list[int]],
+    counts: list[int],
+    pad_token_id: int,
+    device: torch.device,
+) -> torch.Tensor:
+    """Token log-probs (float32, (b, max count)) of completions[b][:counts[b]], zero past each count (all > 0)."""
+    width = max(counts)
+    rows = len(prompts)
+    # Scoring completion tokens 0..n-1 needs the logits at positions P-1 .. P+n-2, i.e. inputs up to P+n-2.
+    inputs = [p + c[: max(n - 1, 0)] for p, c, n in zip(prompts, completions, counts)]
+    seq_len = max(len(x) for x in inputs)
+    input_ids = torch.full((rows, seq_len), pad_token_id, dtype=torch.long)  # (b, T), right padding
+    attention_mask = torch.zeros((rows, seq_len), dtype=torch.long)
+    for b, x in enumerate(inputs):
+        input_ids[b, : len(x)] = torch.tensor(x, dtype=torch.long)
+        attention_mask[b, : len(x)] = 1
+
+    # Only positions from the shortest prompt onwards carry scored logits.
+    first = min(len(p) - 1 for p in prompts)
+    kwargs: dict[str, Any] = {"attention_mask": attention_mask.to(device), "use_cache": False}
+    params = _forward_params(type(model))
+    if "position_ids" in params:
+        kwargs["position_ids"] = torch.arange(seq_len, device=device).unsqueeze(0).expand(rows, -1)
+    if "logits_to_keep" in params:
+        kwargs["logits_to_keep"] = seq_len - first
+    elif "num_logits_to_keep" in params:
+        kwargs["num_logits_to_keep"] = seq_len - first
+    logits = model(input_ids=input_ids.to(device), **kwargs).logits  # (b, T', V), T' = T - offset
+    offset = seq_len - logits.shape[1]
+
+    row_index, token_index, position, target = [], [], [], []
+    for b, (p, c, n) in enumerate(zip(prompts, completions, counts)):
+        row_index += [b] * n
+        token_index += range(n)
+        position += range(len(p) - 1 - offset, len(p) - 1 - offset + n)
+        target += c[:n]
+    row_index_t = torch.tensor(row_index, device=device)
+    position_t = torch.tensor(position, device=device)
+    target_t = torch.tensor(target, device=device)
+    selected = logits[row_index_t, position_t].float()  # (N, V), N = scored tokens
+    token_logps = selected.gather(-1, target_t.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(selected, dim=-1)  # (N,)
+    out = torch.zeros((rows, width), dtype=torch.float32, device=device)
+    return out.index_put((row_index_t, torch.tensor(token_index, device=device)), token_logps)  # (b, width)
+
+
+def _score(
+    model: Any,
+    prompt_ids: Sequence[Sequence[int]],
+    completion_ids: Sequence[Sequence[int]],
+    *,
+    pad_token_id: int,
+    score_final_token: bool,
+    micro_batch_size: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token_logps, mask), both (B, C_max) aligned with completion_ids; mask marks the scored tokens."""
+    if len(prompt_ids) != len(completion_ids):
+        raise ValueError(f"{len(prompt_ids)} prompts but {len(completion_ids)} completions.")
+    if isinstance(micro_batch_size, bool) or not isinstance(micro_batch_size, int) or micro_batch_size < 1:
+        raise ValueError(f"micro_batch_size must be a positive integer, got {micro_batch_size!r}.")
+    if pad_token_id is None:
+        raise ValueError("pad_token_id is required to pad micro-batches.")
+    prompts = [list(map(int, p)) for p in prompt_ids]
+    completions = [list(map(int, c)) for c in completion_ids]
+    counts = _scored_counts(completions, score_final_token)
+    for b, (p, n) in enumerate(zip(prompts, counts)):
+        if n > 0 and not p:
+            raise ValueError(f"prompt_ids[{b}] is empty: the first completion token has no context to be scored from.")
+
+    device = model_device(model)
+    c_max = max((len(c) for c in completions), default=0)
+    # Rows with something to score, longest first, so each micro-batch holds similar lengths (little padding).
+    order = sorted((b for b, n in enumerate(counts) if n > 0), key=lambda b: len(prompts[b]) + counts[b], reverse=True)
+    token_logps = torch.zeros((len(completions), c_max), dtype=torch.float32, device=device)  # (B, C_max)
+    if order:
+        parts = []
+        for start in range(0, len(order), micro_batch_size):
+            chunk = order[start : start + micro_batch_size]
+            part = _score_rows(
+                model,
+                [prompts[b] for b in chunk],
+                [completions[b] for b in chunk],
+                [counts[b] for b in chunk],
+                int(pad_token_id),
+                device,
+            )
+            parts.append(F.pad(part, (0, c_max - part.shape[1])))
+        token_logps = token_logps.index_put((torch.tensor(order, device=device),), torch.cat(parts))
+    mask = torch.arange(c_max).unsqueeze(0) < torch.tensor(counts, dtype=torch.long).reshape(-1, 1)
+    return token_logps, mask.to(device)
+
+
+def sequence_logps(
+    model: Any,
+    prompt_ids: Sequence[Sequence[int]],
+    completion_ids: Sequence[Sequence[int]],
+    *,
+    pad_token_id: int,
+    score_final_token: bool = False,
+    micro_batch_size: int = 16,
+    return_token_logps: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Summed log π(completion | prompt) per sequence, float32, shape (B,), on the model's device.
+
+    ``score_final_token=False`` (default) follows CoMLRL's documented decentralized convention: the last
+    completion token is not scored. ``True`` scores every completion token, including the EOS that ended
+    it. A completion with nothing to score gets 0.0. Completions are the sampled token ids without padding;
+    ``pad_token_id`` only fills the micro-batches. Gradients flow unless the caller disables them.
+    With ``return_token_logps`` it returns ``(logps, token_logps, mask)``, the last two (B, C_max).
+    """
+    # Differs from CoMLRL: one padded forward per micro-batch instead of one batch-1 forward per sequence; the
+    # completion is never cut at the first pad id (so with pad == eos the EOS stays a real token); log-softmax
+    # runs in float32 whatever the model dtype; the mode (dropout) is left to the caller.
+    token_logps, mask = _score(
+        model,
+        prompt_ids,
+        completion_ids,
+        pad_token_id=pad_token_id,
+        score_final_token=score_final_token,
+        micro_batch_size=micro_batch_size,
+    )
+    logps = token_logps.sum(dim=-1)  # (B,)
+    if torch.is_grad_enabled() and not logps.requires_grad:
+        # Nothing was scored: a constant that backward() accepts (as CoMLRL returns for empty completions).
+        logps.requires_grad_(True)
+    if return_token_logps:
+        return logps, token_logps, mask
+    return logps
+
+
+def token_logps_and_mask(
+    model: Any,
+    prompt_ids: Sequence[Sequence[int]],
+    completion_ids: Sequence[Sequence[int]],
+    *,
+    pad_token_id: int,
+    micro_batch_size: int = 16,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token log-probs of every completion token and the mask of real tokens, both (B, C_max).
+
+    For policy-gradient losses: every sampled token, EOS included, is scored, and padding is masked out.
+    """
+    # Differs from CoMLRL: its MAGRPO-family loss scores trailing padding and skips the last real token.
+    return _score(
+        model,
+        prompt_ids,
+        completion_ids,
+        pad_token_id=pad_token_id,
+        score_final_token=True,
+        micro_batch_size=micro_batch_size,
+    )
