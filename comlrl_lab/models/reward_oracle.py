@@ -23,7 +23,9 @@ from typing import Any
 import torch
 
 from comlrl_lab.models.devices import resolve_devices, resolve_dtype
-from comlrl_lab.models.loading import _dtype_keyword, _from_pretrained, ensure_pad_token
+from comlrl_lab.models.loading import dtype_keyword as _dtype_keyword
+from comlrl_lab.models.loading import ensure_pad_token
+from comlrl_lab.models.loading import load_pretrained as _from_pretrained
 
 __all__ = ["HFRewardModelOracle", "hf_reward_model_oracle", "joint_reward_text"]
 
