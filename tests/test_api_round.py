@@ -1,0 +1,134 @@
+"""A whole iterative round against a real local HTTP comparator; the API key is then searched for everywhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from http_stub import HttpStub, Reply, openai_chat
+from model_fixtures import build_tiny_model_dir
+
+from comlrl_lab.engine import ExperimentSpec, RunManager
+from comlrl_lab.store.export import export_pairs, export_round_files
+from comlrl_lab.trainers.preference import MADPOIterConfig, MADPOIterTrainer
+from comlrl_lab.trainers.preference.comparators.api import ComparatorApiKeyError
+from comlrl_lab.trainers.preference.sink import MemorySink
+
+ROOT = Path(__file__).resolve().parents[1]
+USER_TASK = str(ROOT / "examples" / "custom_task" / "my_task.py")
+USER_DATA = str(ROOT / "examples" / "custom_task" / "data.jsonl")
+ENV_KEY = "sk-envkey-DO-NOT-LEAK-4f1c9a7e2b"
+LITERAL_KEY = "sk-literal-DO-NOT-LEAK-9b3e1d5c7a"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return str(build_tiny_model_dir(tmp_path_factory.mktemp("tiny")))
+
+
+@pytest.fixture
+def server():
+    with HttpStub() as stub:
+        stub.route("/v1/chat/completions", openai_chat(max_choices=2))
+        yield stub
+
+
+def api_config(url: str, **extra) -> dict:
+    values = dict(
+        num_iterations=1,
+        preference_num_candidates=3,
+        preference_pairs_per_sample=2,
+        max_new_tokens=5,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=None,
+        eval_num_samples=2,
+        agent_devices="cpu",
+        comparator_policy="api",
+        comparator_api_format="openai",
+        comparator_api_url=url,
+        comparator_api_model="stub-model",
+        comparator_api_key_env="COMLRL_TEST_API_KEY",
+        comparator_api_backoff_base=0.01,
+    )
+    values.update(extra)
+    return values
+
+
+def files_containing(root: Path, needle: bytes) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
+
+
+@pytest.mark.parametrize("literal", [False, True], ids=["key-from-env", "literal-key-in-config"])
+def test_api_round_end_to_end_and_the_key_is_written_nowhere(model_dir, server, tmp_path, monkeypatch, literal):
+    monkeypatch.setenv("COMLRL_TEST_API_KEY", ENV_KEY)
+    key = LITERAL_KEY if literal else ENV_KEY
+    extra = {"comparator_api_key": LITERAL_KEY} if literal else {}
+    spec = ExperimentSpec(algorithm="MADPOIter", agent_models=[model_dir, model_dir], task=None, user_task=USER_TASK,
+                          user_train_data=USER_DATA, user_eval_data=USER_DATA,
+                          config=api_config(server.url("/v1/chat/completions"), **extra))
+    manager = RunManager(tmp_path / "runs")
+    run_id = manager.create(spec)
+    manager.start(run_id, rounds=1)
+    progress = manager.wait(run_id, timeout=300)
+    assert progress.status == "finished", progress.last_error
+
+    requests = server.requests_for("/v1/chat/completions")
+    # 12 items x 2 agents, M = 3 with at most 2 choices per answer -> n = 3 then n = 1: two requests each.
+    assert len(requests) == 12 * 2 * 2
+    assert {r.headers["authorization"] for r in requests} == {f"Bearer {key}"}
+    assert sorted({r.json["n"] for r in requests}) == [1, 3]
+
+    run = manager.run(run_id)
+    store = run.store
+    assert store.pairs_count(run_id) > 0
+    sides = set(store.readonly_sql("select distinct side from candidates")["side"])
+    assert {"current", "comparator"} <= sides
+    exports = run.run_dir / "exports"
+    for fmt in ("json", "jsonl", "parquet", "csv"):
+        export_pairs(store, run_id, fmt, exports / f"pairs.{fmt}")
+    export_round_files(store, run_id, exports / "rounds")
+    manager.close()  # flush and close DuckDB before reading its bytes
+
+    assert (run.run_dir / "checkpoint" / "state.pt").is_file()
+    assert list((run.run_dir / "preference_replay").rglob("iteration_0001.json"))
+    assert files_containing(run.run_dir, key.encode()) == []
+    assert files_containing(run.run_dir, b"DO-NOT-LEAK") == []
+
+
+def test_missing_key_fails_before_any_request(model_dir, server, tmp_path, monkeypatch):
+    monkeypatch.delenv("COMLRL_TEST_API_KEY", raising=False)
+    config = MADPOIterConfig(**api_config(server.url("/v1/chat/completions")), output_dir=str(tmp_path / "o"))
+    with pytest.raises(ComparatorApiKeyError, match="COMLRL_TEST_API_KEY"):
+        MADPOIterTrainer(agent_model=model_dir, num_agents=2, train_dataset=[{"prompt": "the cat"}],
+                         reward_func=lambda a, b: [float(len(a[0]))], args=config)
+    assert server.requests_for("/v1/chat/completions") == []
+
+
+def test_centralized_api_comparator_parses_roles_and_skips_untagged(model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("COMLRL_TEST_API_KEY", ENV_KEY)
+    answers = iter(["<agent_0>red cat</agent_0>\n<agent_1>big blue dog</agent_1>", "no tags at all"] * 100)
+
+    def responder(request):
+        n = int(request.json.get("n", 1))
+        choices = [{"index": i, "message": {"role": "assistant", "content": next(answers)}} for i in range(n)]
+        return Reply(json={"choices": choices})
+
+    items = [{"prompt": f"the {w}"} for w in ("cat", "dog", "sun")]
+    with HttpStub() as stub:
+        stub.route("/chat", responder)
+        config = MADPOIterConfig(**api_config(stub.url("/chat"), comparator_generation_mode="centralized",
+                                              preference_num_candidates=2), output_dir=str(tmp_path / "o"))
+        sink = MemorySink()
+        trainer = MADPOIterTrainer(agent_model=model_dir, num_agents=2, train_dataset=items,
+                                   reward_func=lambda a, b: [float(len(b[0].split()) - len(a[0].split()))],
+                                   args=config, sink=sink)
+        trainer.step()
+        requests = stub.requests_for("/chat")
+    assert len(requests) == 3  # one joint request per item, for both roles
+    assert "<agent_1>" in requests[0].json["messages"][0]["content"]
+    comparator = [c for c in sink.phases[0].candidates if c.side == "comparator"]
+    parsed = [c for c in comparator if c.parsed]
+    assert [c.completions for c in parsed] == [["red cat", "big blue dog"]] * 3
+    assert sum(not c.parsed for c in comparator) == 3
+    assert sink.metric("collect/unparsed_comparator_candidates")[0][1] == 3
