@@ -2,7 +2,9 @@
 
 ``run`` drives the same engine as the workbench, in the foreground, with a progress bar. A run directory can
 be resumed with ``comlrl-lab run --resume RUN_DIR`` after a crash or a kill; it continues after the last
-finished phase.
+finished phase. Started by ``torchrun --nproc_per_node=K -m comlrl_lab.cli run SPEC`` (or the ``comlrl-lab``
+script under torchrun), ``run`` becomes data parallel: rank 0 owns the run directory and the store, every rank
+collects and trains its share, and a run resumes with any K.
 """
 
 from __future__ import annotations
@@ -13,17 +15,40 @@ import time
 from pathlib import Path
 
 from comlrl_lab.engine import ExperimentSpec, RunManager
-from comlrl_lab.engine.run import STORE_FILE
+from comlrl_lab.engine.run import STORE_FILE, run_data_parallel
 from comlrl_lab.store import RunStore
 from comlrl_lab.store.export import export_pairs, export_round_files
 from comlrl_lab.store.importer import import_replay_dir
+from comlrl_lab.trainers.preference.distributed import DistContext
 
 EXPORT_FORMATS = ("json", "jsonl", "parquet", "csv", "rounds")
+
+
+def _run_ranks(args: argparse.Namespace, dist: DistContext) -> int:
+    """``run`` under torchrun: every rank steps the run in the foreground; rank 0 prints."""
+    spec = None
+    if not args.resume:
+        if not args.spec:
+            print("comlrl-lab run: give a SPEC file or --resume RUN_DIR", file=sys.stderr)
+            return 2
+        spec = ExperimentSpec.load(args.spec)
+        if args.rounds is not None:
+            spec.config["num_iterations"] = args.rounds
+    quiet = args.quiet or not dist.is_main
+    run = run_data_parallel(
+        dist, spec=spec, resume=args.resume, runs_root=args.runs_root, log=(lambda _line: None) if quiet else print
+    )
+    if dist.is_main:
+        print(f"finished: {dist.world_size} ranks, results in {run.run_dir}")
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    dist = DistContext.from_env()
+    if dist.enabled:
+        return _run_ranks(args, dist)
     manager = RunManager(args.runs_root)
     if args.resume:
         run_id = manager.open(args.resume)

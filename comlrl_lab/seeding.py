@@ -29,15 +29,30 @@ class RandomStreams:
     ``python(name)`` gives a ``random.Random`` for list shuffles and draws; ``torch(name, device)`` gives a
     ``torch.Generator`` for sampling on that device. Both are created lazily and kept, so repeated calls
     continue the same stream.
+
+    ``cuda_offset`` is for data-parallel ranks that each own a slice of the GPUs: a stream on ``cuda:i`` is
+    named (seeded, saved) after ``cuda:(i - cuda_offset)``, the rank's own numbering, so every rank draws the
+    same numbers and a checkpoint resumes on any rank layout.
     """
 
-    def __init__(self, seed: int = 42):
+    def __init__(self, seed: int = 42, *, cuda_offset: int = 0):
         self.seed = int(seed)
+        self.cuda_offset = int(cuda_offset)
         self._python: dict[str, random.Random] = {}
         self._torch: dict[tuple[str, str], Any] = {}
 
     def stream_seed(self, name: str) -> int:
         return _derive(self.seed, name)
+
+    def _logical(self, device: Any) -> str:
+        if device.type == "cuda" and device.index is not None and self.cuda_offset:
+            return f"cuda:{device.index - self.cuda_offset}"
+        return str(device)
+
+    def _physical(self, name: str) -> str:
+        if name.startswith("cuda:") and self.cuda_offset:
+            return f"cuda:{int(name.split(':', 1)[1]) + self.cuda_offset}"
+        return name
 
     def python(self, name: str) -> random.Random:
         if name not in self._python:
@@ -48,10 +63,11 @@ class RandomStreams:
         import torch
 
         device = torch.device(device)
-        key = (name, str(device))
+        logical = self._logical(device)
+        key = (name, logical)
         if key not in self._torch:
             generator = torch.Generator(device=device)
-            generator.manual_seed(self.stream_seed(f"{name}@{device}") & 0x7FFF_FFFF_FFFF_FFFF)
+            generator.manual_seed(self.stream_seed(f"{name}@{logical}") & 0x7FFF_FFFF_FFFF_FFFF)
             self._torch[key] = generator
         return self._torch[key]
 
@@ -72,7 +88,7 @@ class RandomStreams:
         self._torch = {}
         for key, gen_state in state.get("torch", {}).items():
             name, device = key.split("|", 1)
-            generator = self.torch(name, device)
+            generator = self.torch(name, self._physical(device))
             generator.set_state(gen_state)
 
 

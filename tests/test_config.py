@@ -67,6 +67,12 @@ OUR_MADPO_DEFAULTS = {
     "scoring_batch_size": 16,
     "output_dir": None,
     "max_grad_norm": None,
+    "batch_invariant_sampling": True,
+    "lora_r": None,
+    "lora_alpha": 16.0,
+    "lora_dropout": 0.0,
+    "lora_target_modules": None,
+    "gradient_checkpointing": False,
 }
 MARLHF_DEFAULTS = {
     "rl_algorithm": "magrpo",
@@ -239,6 +245,10 @@ MADPO_ERRORS = [
     ({"generation_batch_size": 0}, "generation_batch_size must be >= 1."),
     ({"scoring_batch_size": 0}, "scoring_batch_size must be >= 1."),
     ({"max_grad_norm": 0.0}, "max_grad_norm must be > 0."),
+    ({"lora_r": 0}, "lora_r must be >= 1."),
+    ({"lora_alpha": 0}, "lora_alpha must be > 0."),
+    ({"lora_dropout": 1.0}, "lora_dropout must be in [0, 1)"),
+    ({"lora_target_modules": []}, "lora_target_modules must be None"),
     ({"num_train_epochs": "3"}, "num_train_epochs must be an integer, got '3'."),
     ({"num_train_epochs": True}, "num_train_epochs must be an integer, got True."),
 ]

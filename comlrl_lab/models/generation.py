@@ -5,24 +5,37 @@ Sequences are left-padded, sorted by prompt length so that a batch holds prompts
 completion is cut after its first EOS (the EOS is kept) and comes back with its token ids, so that training
 can use exactly the tokens that were sampled.
 
-The random stream is the ``torch.Generator`` passed in: its state drives the sampling and is advanced by it,
-and the device's global RNG is left as it was. This module does not score, pair or train.
+Two ways to draw the randomness:
+
+- a stream: the ``torch.Generator`` passed in drives the sampling and is advanced by it, and the device's global
+  RNG is left as it was. Which tokens a row gets then depends on the rows sampled before it and beside it.
+- per-row seeds (``row_seeds``): every (prompt, candidate) row draws its uniforms from its own seeded
+  sequence, and a logits processor applies temperature, top-k and top-p and picks the token by inverse CDF;
+  ``generate`` then runs greedily and takes that token. A row's tokens no longer depend on batch size, batch
+  composition, sort order or which process sampled it, so sharding items across ranks changes nothing.
+
+This module does not score, pair or train.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from comlrl_lab.models.devices import model_device
 
 # Keys the sampler owns; extra generate kwargs may not override them.
 _RESERVED_KWARGS = {"input_ids", "attention_mask", "num_return_sequences", "generator"}
+# Sampling filters the per-row sampler does not apply itself; asking for them with row seeds is an error.
+_ROW_SEEDED_UNSUPPORTED = {"min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "top_h", "logits_processor"}
 
 
 @dataclass(frozen=True)
@@ -127,6 +140,70 @@ def generator_as_device_rng(generator: torch.Generator, device: torch.device) ->
             _set_rng_state(device, saved)
 
 
+# Per-row seeded sampling ----------------------------------------------------------------------------------
+
+
+def row_uniforms(row_seed: int, candidate: int, steps: int) -> np.ndarray:
+    """``steps`` uniforms in (0, 1] for candidate ``candidate`` of a prompt whose seed is ``row_seed``.
+
+    numpy's SeedSequence mixes (seed, candidate) into a PCG64 state, so rows are independent and a row's
+    uniforms depend on nothing else. 1 - U moves the range from [0, 1) to (0, 1], which inverse-CDF sampling
+    needs to never pick a zero-probability token.
+    """
+    seed = int(row_seed)
+    entropy = [seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF, int(candidate)]
+    return 1.0 - np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy))).random(steps)
+
+
+class RowSeededSampler:
+    """A ``generate`` logits processor that samples each row with its own uniforms and forces that token.
+
+    Per step t: scores -> temperature -> top-k -> top-p (transformers' own warpers, in the order and with the
+    ``min_tokens_to_keep=1`` that sampling with one beam uses), softmax in float32, then the token is the first
+    index whose cumulative probability reaches u[b, t] times the total. Every other token gets -inf, so greedy
+    decoding takes the sampled one. Each row's result depends only on its own logits and uniforms.
+    """
+
+    def __init__(self, uniforms: torch.Tensor, settings: SamplingSettings):
+        from transformers.generation.logits_process import (
+            LogitsProcessorList,
+            TemperatureLogitsWarper,
+            TopKLogitsWarper,
+            TopPLogitsWarper,
+        )
+
+        self.uniforms = uniforms  # (B, max_new_tokens) float32 on the model's device
+        self.step = 0
+        warpers = []
+        if settings.temperature != 1.0:
+            warpers.append(TemperatureLogitsWarper(settings.temperature))
+        if settings.top_k:
+            warpers.append(TopKLogitsWarper(top_k=settings.top_k, min_tokens_to_keep=1))
+        if settings.top_p < 1.0:
+            warpers.append(TopPLogitsWarper(top_p=settings.top_p, min_tokens_to_keep=1))
+        self.warpers = LogitsProcessorList(warpers)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        scores = self.warpers(input_ids, scores.float())  # (B, V)
+        cdf = torch.softmax(scores, dim=-1).cumsum(dim=-1)  # (B, V)
+        u = self.uniforms[:, self.step].to(cdf.device) * cdf[:, -1]  # (B,)
+        self.step += 1
+        # First index with cdf >= u: u > 0, so that index has a positive probability.
+        tokens = (cdf < u.unsqueeze(1)).sum(dim=-1).clamp_(max=cdf.shape[-1] - 1)  # (B,)
+        forced = torch.full_like(scores, float("-inf"))
+        forced.scatter_(1, tokens.unsqueeze(1), 0.0)
+        return forced
+
+
+def _row_processor(batch: list[tuple[int, int]], row_seeds: Sequence[int], settings: SamplingSettings, device) -> Any:
+    """The logits processors for one generate call over ``batch`` (prompt k, candidate j) rows."""
+    from transformers.generation.logits_process import LogitsProcessorList
+
+    uniforms = np.stack([row_uniforms(row_seeds[k], j, settings.max_new_tokens) for k, j in batch])
+    tensor = torch.from_numpy(uniforms.astype(np.float32)).to(device)  # (B, max_new_tokens)
+    return LogitsProcessorList([RowSeededSampler(tensor, settings)])
+
+
 # Sampling -------------------------------------------------------------------------------------------------
 
 
@@ -188,15 +265,19 @@ def sample_candidates(
     prompts: Sequence[str],
     num_candidates: int,
     settings: SamplingSettings,
-    generator: torch.Generator,
+    generator: torch.Generator | None,
     *,
     extra_generate_kwargs: Mapping[str, Any] | None = None,
+    row_seeds: Sequence[int] | None = None,
 ) -> list[list[SampledText]]:
     """Sample ``num_candidates`` responses to every prompt; result[k][j] is candidate j of prompt k.
 
     Prompts are tokenised with the tokenizer's default special tokens and no chat template (as in CoMLRL).
     All prompts x candidates go through ``model.generate`` in batches of ``settings.batch_size``, shortest
     prompts first. The same generator state, inputs and settings give the same samples.
+
+    With ``row_seeds`` (one seed per prompt) the generator is not used: candidate j of prompt k is sampled
+    from ``row_uniforms(row_seeds[k], j, ...)``, whatever else is in its batch (``RowSeededSampler``).
     """
     if isinstance(num_candidates, bool) or not isinstance(num_candidates, int) or num_candidates < 0:
         raise ValueError(f"num_candidates must be a non-negative integer, got {num_candidates!r}.")
@@ -207,11 +288,28 @@ def sample_candidates(
     if pad_id is None:
         raise ValueError("The tokenizer has no pad token; load it with comlrl_lab.models.loading.ensure_pad_token.")
 
+    if row_seeds is not None and len(row_seeds) != len(prompts):
+        raise ValueError(f"row_seeds must have one seed per prompt: got {len(row_seeds)} for {len(prompts)} prompts.")
+    if row_seeds is None and generator is None:
+        raise ValueError("sample_candidates needs a generator or row_seeds.")
+
     device = model_device(model)
     prompt_ids = [list(ids) for ids in tokenizer(prompts, truncation=True)["input_ids"]]
     eos_ids = eos_token_ids(model, tokenizer)
     eos_set = set(eos_ids)
     kwargs = _generate_kwargs(settings, pad_id, eos_ids, extra_generate_kwargs)
+    if row_seeds is not None:
+        unsupported = sorted(_ROW_SEEDED_UNSUPPORTED & set(kwargs))
+        if unsupported:
+            raise ValueError(f"per-row seeded sampling does not apply {unsupported}; leave them out.")
+        # The processor samples; generate only takes its forced token (greedy, no warpers of its own).
+        for key in ("temperature", "top_p", "top_k"):
+            kwargs.pop(key, None)
+        kwargs["do_sample"] = False
+        if settings.top_k is None:
+            # As when generate samples: top_k=None leaves the model's own generation_config top_k in force.
+            inherited = getattr(getattr(model, "generation_config", None), "top_k", None)
+            settings = dataclasses.replace(settings, top_k=inherited)
 
     # Every (prompt, candidate) job, shortest prompts first; a prompt's candidates stay together.
     order = sorted(range(len(prompts)), key=lambda k: len(prompt_ids[k]))
@@ -221,10 +319,13 @@ def sample_candidates(
     was_training = model.training
     model.eval()  # dropout off while sampling
     try:
-        with torch.inference_mode(), generator_as_device_rng(generator, device):
+        rng_context = generator_as_device_rng(generator, device) if row_seeds is None else contextlib.nullcontext()
+        with torch.inference_mode(), rng_context:
             for start in range(0, len(jobs), settings.batch_size):
                 batch = jobs[start : start + settings.batch_size]
                 input_ids, attention_mask = _left_pad([prompt_ids[k] for k, _ in batch], pad_id, device)
+                if row_seeds is not None:
+                    kwargs["logits_processor"] = _row_processor(batch, row_seeds, settings, device)
                 output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
                 sequences = output if isinstance(output, torch.Tensor) else output.sequences  # (B, T + new)
                 cut = [_cut_at_eos(row, eos_set) for row in sequences[:, input_ids.shape[1] :].tolist()]

@@ -71,7 +71,9 @@ def _score_rows(
     # Only positions from the shortest prompt onwards carry scored logits.
     first = min(len(p) - 1 for p in prompts)
     kwargs: dict[str, Any] = {"attention_mask": attention_mask.to(device), "use_cache": False}
-    params = _forward_params(type(model))
+    # A peft model forwards these keywords to its base model; ask the base which ones it takes.
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    params = _forward_params(type(base))
     if "position_ids" in params:
         kwargs["position_ids"] = torch.arange(seq_len, device=device).unsqueeze(0).expand(rows, -1)
     if "logits_to_keep" in params:

@@ -20,9 +20,16 @@ import torch
 from comlrl_lab.data.datasets import load_items
 from comlrl_lab.data.formatters import resolve_formatters
 from comlrl_lab.data.records import JointCandidate, PreferencePair
-from comlrl_lab.models.devices import resolve_devices
 from comlrl_lab.models.generation import SamplingSettings
 from comlrl_lab.models.loading import load_agents
+from comlrl_lab.models.lora import (
+    LoraSettings,
+    apply_lora,
+    load_trainable_state_dict,
+    trainable_parameters,
+    trainable_state_dict,
+)
+from comlrl_lab.models.scoring import disable_dropout
 from comlrl_lab.seeding import RandomStreams
 from comlrl_lab.trainers.preference import checkpoint as ckpt
 from comlrl_lab.trainers.preference.collection import (
@@ -32,10 +39,13 @@ from comlrl_lab.trainers.preference.collection import (
     score_with_task_reward,
 )
 from comlrl_lab.trainers.preference.comparators.base import encode_text
+from comlrl_lab.trainers.preference.devices import resolve_layout
+from comlrl_lab.trainers.preference.distributed import DistContext
 from comlrl_lab.trainers.preference.sink import PHASES, NullSink, PhaseControl, PhaseRecords, RecordSink
 
 GENERATION_STREAM = "generation"
 EVAL_STREAM = "eval"
+LORA_INIT_STREAM = "lora_init"
 
 
 class PreferenceTrainerBase:
@@ -86,7 +96,12 @@ class PreferenceTrainerBase:
         self.centralized_comparator_adapter = centralized_comparator_adapter
 
         count = len(agents) if agents is not None else int(num_agents)
-        self.agent_devices = resolve_devices(self.args.agent_devices, count, field_name="agent_devices")
+        # Differs from CoMLRL: one process there; under torchrun every rank builds the same trainer here, and
+        # DistContext says which share of the work is its own. Every device field resolves in one DeviceLayout.
+        self.dist = DistContext.from_env()
+        self.dist.init_process_group()
+        self.devices = resolve_layout(self.args, count, model_config=self.model_config, dist=self.dist)
+        self.agent_devices = self.devices.agents
         bundle = load_agents(
             agent_model=agent_model,
             agents=agents,
@@ -105,13 +120,15 @@ class PreferenceTrainerBase:
         has_eval = eval_dataset is not None and not (hasattr(eval_dataset, "__len__") and len(eval_dataset) == 0)
         self.eval_items: list[dict] = load_items(eval_dataset) if has_eval else []
 
-        self.streams = RandomStreams(self.args.seed)
+        self.streams = RandomStreams(self.args.seed, cuda_offset=self.devices.cuda_offset)
+        self._prepare_agents()
         self.optimizers = [
-            torch.optim.AdamW(model.parameters(), lr=self.args.agent_learning_rate) for model in self.agents
+            torch.optim.AdamW(trainable_parameters(model), lr=self.args.agent_learning_rate) for model in self.agents
         ]
-        self.sink: RecordSink = sink if sink is not None else NullSink()
+        # Only the main rank commits records; the others compute the same phases and keep nothing.
+        self.sink: RecordSink = sink if sink is not None and self.dist.is_main else NullSink()
         self.control = control if control is not None else PhaseControl()
-        self.run_id = run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+        self.run_id = self.dist.broadcast_object(run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6])
         self.output_dir = Path(self.args.output_dir) if self.args.output_dir else Path("runs") / self.run_id
         self.checkpoint_dir: Path | None = None
 
@@ -125,6 +142,50 @@ class PreferenceTrainerBase:
         self._weights_dirty = True
         self.last_message: str | None = None
         self.history: list[dict[str, Any]] = []  # one summary per finished phase
+
+    def _prepare_agents(self) -> None:
+        """LoRA adapters and gradient checkpointing when asked for; every rank starts from rank 0's weights."""
+        # Differs from CoMLRL: it trains every weight and has neither LoRA nor gradient checkpointing.
+        if self.args.lora_r is not None:
+            settings = LoraSettings(
+                r=self.args.lora_r,
+                alpha=self.args.lora_alpha,
+                dropout=self.args.lora_dropout,
+                target_modules=self.args.lora_target_modules,
+            )
+            self.agents = [
+                apply_lora(model, settings, seed=self.streams.stream_seed(f"{LORA_INIT_STREAM}/{i}"))
+                for i, model in enumerate(self.agents)
+            ]
+        if self.args.gradient_checkpointing:
+            for model in self.agents:
+                # Non-reentrant checkpointing needs no input gradients, so frozen embeddings (LoRA) are fine.
+                if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 names it so
+                    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+                else:
+                    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+                if self.args.disable_dropout:
+                    # Checkpointing only acts in train mode, so updates run in train mode with dropout at zero.
+                    disable_dropout(model)
+        # What is trained must start equal on every rank (a LoRA adapter's frozen base comes from the same files).
+        for model in self.agents:
+            self.dist.broadcast_parameters(trainable_parameters(model))
+
+    @property
+    def train_mode_for_updates(self) -> bool:
+        """The mode agents score in while learning: train mode only when dropout is wanted or checkpointing needs it."""
+        return (not self.args.disable_dropout) or bool(self.args.gradient_checkpointing)
+
+    def row_seeds(self, purpose: str, item_indices: Sequence[int], agent: int) -> list[int] | None:
+        """One sampling seed per item for ``purpose`` in this round, or None when sampling is stream-based.
+
+        Seeds are named after (purpose, round, item, agent), never after a batch or a rank, so the tokens a row
+        gets are the same whatever the batching, the sharding across ranks, or a resume in between.
+        """
+        # Differs from CoMLRL: one global, unseeded stream there; per-row seeds here (batch_invariant_sampling).
+        if not self.args.batch_invariant_sampling:
+            return None
+        return [self.streams.stream_seed(f"sample/{purpose}/{self.round_index}/{int(k)}/{agent}") for k in item_indices]
 
     # ---------------------------------------------------------------------------------------------------
     # Settings derived from the config
@@ -223,8 +284,14 @@ class PreferenceTrainerBase:
             generators,
             side="current",
             on_agent_done=lambda agent, tokens: self.control.advance(len(items), tokens),
+            row_seeds=[self.row_seeds("current", item_indices, i) for i in range(self.num_agents)],
+            devices=self.agent_devices,
         )
         return joint
+
+    def gather_rows(self, rows: list[list[JointCandidate]]) -> list[list[JointCandidate]]:
+        """Every rank's per-item rows (for its ``dist.shard`` of the items), on every rank, in item order."""
+        return self.dist.gather_shards(rows)
 
     def score_task(self, candidates: list[JointCandidate], items_by_index: dict[int, dict]) -> None:
         score_with_task_reward(candidates, items_by_index, self.reward_func, self.reward_processor)
@@ -247,13 +314,26 @@ class PreferenceTrainerBase:
         items = self.eval_items[: max(0, count)]
         if not items:
             return {}
-        prompts = agent_prompts(self.formatters, items)
+        # Each rank samples and scores its share of the items; everyone then holds all of them, in order.
+        indices = self.dist.shard(list(range(len(items))))
+        local_items = [items[k] for k in indices]
+        prompts = agent_prompts(self.formatters, local_items)
         generators = [self.streams.torch(EVAL_STREAM, device) for device in self.agent_devices]
         joint = sample_joint_candidates(
-            self.agents, self.tokenizers, prompts, list(range(len(items))), 1, self.sampling_settings(), generators, side="current"
+            self.agents,
+            self.tokenizers,
+            prompts,
+            indices,
+            1,
+            self.sampling_settings(),
+            generators,
+            side="current",
+            row_seeds=[self.row_seeds(f"eval/{self.updates_seen}", indices, i) for i in range(self.num_agents)],
+            devices=self.agent_devices,
         )
-        flat = [row[0] for row in joint if row]
-        self.score_task(flat, dict(enumerate(items)))
+        local = [row[0] for row in joint if row]
+        self.score_task(local, dict(zip(indices, local_items)))
+        flat = [row[0] for row in self.gather_rows([[c] for c in local])]
         reward = mean_reward(flat)
         metrics = {"eval/turn_1/reward_mean": reward, "eval/turn_1/expected_return": reward}
         if self.eval_logger is not None and self.eval_aggregator is not None:
@@ -282,6 +362,9 @@ class PreferenceTrainerBase:
     # ---------------------------------------------------------------------------------------------------
     # Saving
     def save_model(self, output_dir: str | Path) -> None:
+        """Each agent and its tokenizer under ``agent_<i>`` (LoRA: the adapter only). Main rank only."""
+        if not self.dist.is_main:
+            return
         output_dir = Path(output_dir)
         for i, (model, tokenizer) in enumerate(zip(self.agents, self.tokenizers)):
             target = output_dir / f"agent_{i}"
@@ -318,11 +401,17 @@ class PreferenceTrainerBase:
         weights = None
         if self._weights_dirty:
             self.weights_version += 1
+            if not self.dist.is_main:  # every rank counts versions; only the main rank writes
+                self._weights_dirty = False
+                return Path(directory)
             weights = {
-                "agents": [{k: v.detach().cpu() for k, v in m.state_dict().items()} for m in self.agents],
+                # LoRA: the adapters only; the frozen base is reloaded from its source.
+                "agents": [trainable_state_dict(m) for m in self.agents],
                 "optimizers": [opt.state_dict() for opt in self.optimizers],
                 **self._extra_weights(),
             }
+        elif not self.dist.is_main:
+            return Path(directory)
         path = ckpt.save_checkpoint(directory, self._state(), weights, self.weights_version)
         self._weights_dirty = False
         return path
@@ -330,7 +419,7 @@ class PreferenceTrainerBase:
     def load_checkpoint(self, directory: str | Path) -> None:
         state, weights = ckpt.load_checkpoint(directory)
         for model, device, weights_i in zip(self.agents, self.agent_devices, weights["agents"]):
-            model.load_state_dict(weights_i)
+            load_trainable_state_dict(model, weights_i)
             model.to(device)
         for optimizer, opt_state in zip(self.optimizers, weights["optimizers"]):
             optimizer.load_state_dict(opt_state)

@@ -1,7 +1,8 @@
 """Joint candidates for a collection phase: batched sampling per agent, then one oracle call per side.
 
 Sampling runs all items x candidates of a phase for one agent in batches (``models.generation``), then
-index-aligns them into joint responses. The oracle is the task reward (``reward_func`` + ``reward_processor``)
+index-aligns them into joint responses. Agents on distinct CUDA devices sample concurrently, one thread each
+(``map_agents``): generate waits on its device at every step, so one thread per device keeps all of them busy. The oracle is the task reward (``reward_func`` + ``reward_processor``)
 or any callable that maps joint candidates to scores (the MARLHF reward model). It does not build pairs.
 """
 
@@ -9,11 +10,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from comlrl_lab.data.records import PARSE_OK, JointCandidate, Side
 from comlrl_lab.data.rewards import apply_reward_processor, call_reward_function
 from comlrl_lab.models.generation import SamplingSettings, sample_candidates
+from comlrl_lab.trainers.preference.devices import concurrent_devices
+
+T = TypeVar("T")
 
 #: (candidates of one side, flattened) -> one score per candidate, for a learned oracle.
 ScoreFn = Callable[[list[JointCandidate]], list[float]]
@@ -22,6 +27,17 @@ ScoreFn = Callable[[list[JointCandidate]], list[float]]
 def agent_prompts(formatters: Sequence[Callable[[dict], str]], items: Sequence[dict]) -> list[list[str]]:
     """``prompts[i][k]`` = agent i's prompt for item k."""
     return [[fmt(item) for item in items] for fmt in formatters]
+
+
+def map_agents(fn: Callable[[int], T], devices: Sequence[Any]) -> list[T]:
+    """``[fn(0), ..., fn(A-1)]``, one agent per device; concurrent (one thread per agent) when the agents sit on
+    two or more distinct CUDA devices, in order otherwise (CPU threads would only compete for the same cores)."""
+    count = len(devices)
+    if count < 2 or not concurrent_devices(list(devices)):
+        return [fn(i) for i in range(count)]
+    with ThreadPoolExecutor(max_workers=count, thread_name_prefix="comlrl-lab-agent") as pool:
+        futures = [pool.submit(fn, i) for i in range(count)]
+        return [f.result() for f in futures]
 
 
 def sample_joint_candidates(
@@ -34,17 +50,27 @@ def sample_joint_candidates(
     generators: Sequence[Any],
     side: Side,
     on_agent_done: Callable[[int, int], None] | None = None,
+    *,
+    row_seeds: Sequence[Sequence[int] | None] | None = None,
+    devices: Sequence[Any] | None = None,
 ) -> list[list[JointCandidate]]:
     """Sample ``num_candidates`` per agent per item; candidate j of every agent forms joint response j.
 
-    Returns ``joint[k][j]`` for item k (position in ``item_indices``) and candidate j.
+    Returns ``joint[k][j]`` for item k (position in ``item_indices``) and candidate j. ``row_seeds[i]`` (one
+    seed per item, or None) switches agent i to batch-invariant sampling; ``devices`` (the agents' devices)
+    lets agents on distinct GPUs sample concurrently.
     """
-    per_agent = []
-    for agent, (model, tokenizer, generator) in enumerate(zip(models, tokenizers, generators)):
-        samples = sample_candidates(model, tokenizer, prompts[agent], num_candidates, settings, generator)
-        per_agent.append(samples)
+
+    def sample(agent: int):
+        seeds = None if row_seeds is None else row_seeds[agent]
+        samples = sample_candidates(
+            models[agent], tokenizers[agent], prompts[agent], num_candidates, settings, generators[agent], row_seeds=seeds
+        )
         if on_agent_done is not None:
             on_agent_done(agent, sum(len(s.completion_ids) for row in samples for s in row))
+        return samples
+
+    per_agent = map_agents(sample, devices if devices is not None else ["cpu"] * len(models))
     return align_joint(per_agent, prompts, item_indices, side)
 
 

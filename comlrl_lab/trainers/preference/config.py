@@ -308,6 +308,40 @@ class MADPOConfig:
         kw_only=True,
         metadata={"help": "Clip each agent's gradient norm to this value (> 0); None = no clipping, as CoMLRL."},
     )
+    batch_invariant_sampling: bool = field(
+        default=True,
+        kw_only=True,
+        metadata={
+            "help": "Sample every (round, item, agent, candidate) row from its own seed, so batch size, batching order and the number of torchrun ranks never change a row's random draws (nor its tokens, unless the logits themselves shift with the batch shape). False samples each agent's rows from one stream, so the tokens depend on the batching."
+        },
+    )
+    lora_r: int | None = field(
+        default=None,
+        kw_only=True,
+        metadata={
+            "help": "LoRA rank (>= 1): train peft LoRA adapters on each agent instead of all weights; checkpoints, snapshots and save_model keep adapters only. None trains every weight (needs peft)."
+        },
+    )
+    lora_alpha: float = field(
+        default=16.0, kw_only=True, metadata={"help": "LoRA scaling alpha (> 0); used when lora_r is set."}
+    )
+    lora_dropout: float = field(
+        default=0.0, kw_only=True, metadata={"help": "Dropout on the LoRA input, in [0, 1); used when lora_r is set."}
+    )
+    lora_target_modules: str | list[str] | None = field(
+        default=None,
+        kw_only=True,
+        metadata={
+            "help": "Module names that get LoRA adapters (e.g. ['q_proj', 'v_proj'] or 'all-linear'); None lets peft choose for the architecture."
+        },
+    )
+    gradient_checkpointing: bool = field(
+        default=False,
+        kw_only=True,
+        metadata={
+            "help": "Recompute each agent's activations in its backward pass (DPO and RL updates) to save memory, at about a third more compute."
+        },
+    )
 
     _pair_selection_modes: ClassVar[tuple[str, ...]] = ("reward_gap", "all", "random")
 
@@ -371,6 +405,18 @@ class MADPOConfig:
         _check_int_at_least("generation_batch_size", self.generation_batch_size, 1)
         _check_int_at_least("scoring_batch_size", self.scoring_batch_size, 1)
         _check_positive("max_grad_norm", self.max_grad_norm, optional=True)
+        _check_int_at_least("lora_r", self.lora_r, 1, optional=True)
+        _check_positive("lora_alpha", self.lora_alpha)
+        if not _is_number(self.lora_dropout) or not 0 <= self.lora_dropout < 1:
+            raise ValueError(f"lora_dropout must be in [0, 1), got {self.lora_dropout!r}.")
+        targets = self.lora_target_modules
+        if targets is not None and not (
+            (isinstance(targets, str) and targets.strip())
+            or (isinstance(targets, (list, tuple)) and targets and all(isinstance(t, str) and t.strip() for t in targets))
+        ):
+            raise ValueError(
+                f"lora_target_modules must be None, a module name or a non-empty list of module names, got {targets!r}."
+            )
 
     def _check_device_list(self, name: str, spec: Any) -> None:
         """Shape check of a device spec without torch: a string, or a list of 1 or actor-count entries."""

@@ -10,6 +10,10 @@ Deliberate deviations from CoMLRL (each one in docs/differences_from_comlrl.md):
   dropout is off, the default);
 - pairs train on the token ids that were sampled, never on re-tokenised text;
 - a NaN or infinite loss stops training with ``NonFiniteLossError`` before any optimiser step of that batch.
+
+Under torchrun (``distributed.py``) each rank samples and scores its shard of the items, the rows are gathered
+so every rank pairs, replays and shuffles the same data, and each rank scores a slice of every training batch;
+gradients are summed over ranks, so the step is the one a single process takes on the whole batch.
 """
 
 from __future__ import annotations
@@ -23,10 +27,9 @@ import torch
 import torch.nn.functional as F
 
 from comlrl_lab.data.records import JointCandidate, PreferencePair
-from comlrl_lab.models.devices import resolve_devices
 from comlrl_lab.models.scoring import sequence_logps
 from comlrl_lab.trainers.preference.base import PreferenceTrainerBase, finite_mean
-from comlrl_lab.trainers.preference.collection import mean_reward
+from comlrl_lab.trainers.preference.collection import map_agents, mean_reward
 from comlrl_lab.trainers.preference.comparators import ComparatorContext, build_comparator
 from comlrl_lab.trainers.preference.comparators.centralized import (
     TaggedCentralizedComparatorAdapter,
@@ -34,7 +37,8 @@ from comlrl_lab.trainers.preference.comparators.centralized import (
 )
 from comlrl_lab.trainers.preference.comparators.local import INITIAL_SNAPSHOT, snapshot_name
 from comlrl_lab.trainers.preference.config import MADPOConfig, MADPOIterConfig
-from comlrl_lab.trainers.preference.losses import check_finite
+from comlrl_lab.trainers.preference.devices import model_dtype_spec
+from comlrl_lab.trainers.preference.losses import NonFiniteLossError, check_finite
 from comlrl_lab.trainers.preference.pairing import base_pairs, iterative_pairs
 from comlrl_lab.trainers.preference.replay import ReplayBuffer
 from comlrl_lab.trainers.preference.sink import PhaseRecords
@@ -61,11 +65,14 @@ class MADPOTrainer(PreferenceTrainerBase):
         items = self.train_items
         if not items:
             raise ValueError(f"{self.algorithm_name} needs a train_dataset with at least one item.")
-        indices = list(range(len(items)))
-        self.control.begin(self.round_index, "collect", len(items) * self.num_agents)
-        joint = self.collect_current(items, indices, self.args.preference_num_candidates)
+        # Each rank samples and scores its shard of the items; the gathered rows are the same on every rank.
+        indices = self.dist.shard(list(range(len(items))))
+        local_items = [items[k] for k in indices]
+        self.control.begin(self.round_index, "collect", len(local_items) * self.num_agents)
+        local = self.collect_current(local_items, indices, self.args.preference_num_candidates)
+        self.score_task([c for row in local for c in row], dict(zip(indices, local_items)))
+        joint = self.gather_rows(local)
         flat = [c for row in joint for c in row]
-        self.score_task(flat, dict(enumerate(items)))
         rng = self.streams.python(PAIRS_STREAM)
         pairs: list[PreferencePair] = []
         for row in joint:
@@ -114,12 +121,13 @@ class MADPOTrainer(PreferenceTrainerBase):
             for start in range(0, len(order), batch_size):
                 batch = order[start : start + batch_size]
                 metrics = self.madpo_update(batch)
+                tokens = metrics.pop("_tokens", 0)
                 self.updates_seen += 1
                 if self.args.use_environment_step:
                     self.env_step += self.args.environment_steps_per_pair * len(batch)
                 records.add_metrics(self.updates_seen, metrics)
                 epoch_metrics.append(metrics)
-                self.control.advance(1, tokens=metrics.pop("_tokens", 0))
+                self.control.advance(1, tokens=tokens)
         self._weights_dirty = True
         summary = {
             f"round/{name}": finite_mean([m[name] for m in epoch_metrics if name in m])
@@ -137,28 +145,83 @@ class MADPOTrainer(PreferenceTrainerBase):
         beta = float(self.args.dpo_beta)
         micro = max(1, int(self.args.scoring_batch_size))
         total = len(batch)
+        # Data parallel: this rank scores a strided slice; each loss is scaled by slice/total, so the sum of the
+        # ranks' gradients is the gradient of the mean over the whole batch.
+        local = self.dist.shard(batch)
         for optimizer in self.optimizers:
             optimizer.zero_grad(set_to_none=True)
         for model in self.agents:
-            model.train(not self.args.disable_dropout)
+            model.train(self.train_mode_for_updates)
         sums = {"loss": 0.0, "joint": 0.0, "acc": 0.0, "tokens": 0}
         agent_sums = [{"margin": 0.0, "w": 0.0, "l": 0.0} for _ in range(self.num_agents)]
-        for start in range(0, total, micro):
-            chunk = batch[start : start + micro]
+        try:
+            self._accumulate_madpo_gradients(local, total, beta, micro, sums, agent_sums)
+            failure = None
+        except NonFiniteLossError as error:
+            if not self.dist.enabled:
+                raise
+            failure = error  # raised below on every rank, so no rank waits in a collective
+        if self.dist.enabled:
+            flat = [sums["loss"], sums["joint"], sums["acc"], sums["tokens"], float(failure is not None)]
+            flat += [v for values in agent_sums for v in (values["margin"], values["w"], values["l"])]
+            flat = self.dist.all_reduce_sum(flat)
+            if flat[4] > 0:
+                for model in self.agents:
+                    model.eval()
+                raise failure or NonFiniteLossError(
+                    f"{self.algorithm_name} loss is not finite on another rank (update {self.updates_seen + 1}); "
+                    "training stopped before the optimiser step."
+                )
+            sums = {"loss": flat[0], "joint": flat[1], "acc": flat[2], "tokens": int(flat[3])}
+            agent_sums = [
+                {"margin": flat[5 + 3 * i], "w": flat[6 + 3 * i], "l": flat[7 + 3 * i]} for i in range(self.num_agents)
+            ]
+            for model in self.agents:
+                self.dist.sum_gradients(model.parameters())
+        for model, optimizer in zip(self.agents, self.optimizers):
+            if self.args.max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), self.args.max_grad_norm)
+            optimizer.step()
+            model.eval()
+        reward_mean = finite_mean([p.candidate_reward_mean for p in batch])
+        metrics = {
+            "madpo/loss": sums["loss"] / total,
+            "madpo/joint_margin": sums["joint"] / total,
+            "madpo/pair_accuracy": sums["acc"] / total,
+            "turn_1/reward_mean": reward_mean,
+            "turn_1/expected_return": reward_mean,
+            "_tokens": sums["tokens"],
+        }
+        for i, values in enumerate(agent_sums):
+            metrics[f"madpo/agent_{i}/margin"] = values["margin"] / total
+            metrics[f"logps/agent_{i}/winner"] = values["w"] / total
+            metrics[f"logps/agent_{i}/loser"] = values["l"] / total
+        return metrics
+
+    def _accumulate_madpo_gradients(self, local, total, beta, micro, sums, agent_sums) -> None:
+        """Backward of every agent's loss over ``local`` pairs, each micro-batch weighted by its size / ``total``."""
+        for start in range(0, len(local), micro):
+            chunk = local[start : start + micro]
             size = len(chunk)
             margins, winner_logps, loser_logps = [], [], []
-            for i, model in enumerate(self.agents):
+
+            def score(i: int, chunk=chunk, size=size):
                 prompt_ids = [p.prompt_ids[i] for p in chunk]
                 completion_ids = [p.winner_ids[i] for p in chunk] + [p.loser_ids[i] for p in chunk]
-                sums["tokens"] += sum(len(c) for c in completion_ids)
                 logps = sequence_logps(
-                    model,
+                    self.agents[i],
                     prompt_ids + prompt_ids,
                     completion_ids,
                     pad_token_id=self.pad_token_id(i),
                     score_final_token=self.args.score_final_token,
                     micro_batch_size=2 * size,
                 )
+                return logps, sum(len(c) for c in completion_ids)
+
+            # Agents on distinct GPUs run their forwards in parallel threads; autograd's backward below
+            # already runs one worker per device.
+            for logps, tokens in map_agents(score, self.agent_devices):
+                sums["tokens"] += tokens
                 winner_logps.append(logps[:size])
                 loser_logps.append(logps[size:])
                 margins.append(logps[:size] - logps[size:])  # (size,) Δ_i with grad
@@ -180,25 +243,6 @@ class MADPOTrainer(PreferenceTrainerBase):
                 agent_sums[i]["margin"] += float(detached[i].sum())
                 agent_sums[i]["w"] += float(winner_logps[i].detach().sum())
                 agent_sums[i]["l"] += float(loser_logps[i].detach().sum())
-        for model, optimizer in zip(self.agents, self.optimizers):
-            if self.args.max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), self.args.max_grad_norm)
-            optimizer.step()
-            model.eval()
-        reward_mean = finite_mean([p.candidate_reward_mean for p in batch])
-        metrics = {
-            "madpo/loss": sums["loss"] / total,
-            "madpo/joint_margin": sums["joint"] / total,
-            "madpo/pair_accuracy": sums["acc"] / total,
-            "turn_1/reward_mean": reward_mean,
-            "turn_1/expected_return": reward_mean,
-            "_tokens": sums["tokens"],
-        }
-        for i, values in enumerate(agent_sums):
-            metrics[f"madpo/agent_{i}/margin"] = values["margin"] / total
-            metrics[f"logps/agent_{i}/winner"] = values["w"] / total
-            metrics[f"logps/agent_{i}/loser"] = values["l"] / total
-        return metrics
 
     # state --------------------------------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
@@ -226,11 +270,7 @@ class MADPOIterTrainer(MADPOTrainer):
     def __init__(self, *args: Any, centralized_comparator_adapter: Any = None, **kwargs: Any):
         super().__init__(*args, centralized_comparator_adapter=centralized_comparator_adapter, **kwargs)
         self.adapter = validate_adapter(centralized_comparator_adapter or TaggedCentralizedComparatorAdapter())
-        comparator_spec = self.args.comparator_devices
-        if comparator_spec is None:
-            comparator_devices = list(self.agent_devices)
-        else:
-            comparator_devices = resolve_devices(comparator_spec, self.num_agents, field_name="comparator_devices")
+        comparator_devices = list(self.devices.comparator)
         self.comparator_devices = comparator_devices
         self.history_dir = self.output_dir / "policy_history"
         self.comparator = build_comparator(
@@ -245,6 +285,8 @@ class MADPOIterTrainer(MADPOTrainer):
                 history_dir=self.history_dir,
                 adapter=self.adapter,
                 model_config=self.model_config,
+                dtype=model_dtype_spec(self.model_config),
+                row_seeds=self.row_seeds if self.args.batch_invariant_sampling else None,
             )
         )
         replay_dir = self.args.preference_replay_dir or str(self.output_dir / "preference_replay")
@@ -256,6 +298,7 @@ class MADPOIterTrainer(MADPOTrainer):
             replay_dir=replay_dir,
             num_agents=self.num_agents,
             run_id=self.run_id,
+            write_files=self.dist.is_main,
         )
         self.last_selection = None
 
@@ -272,22 +315,28 @@ class MADPOIterTrainer(MADPOTrainer):
             raise ValueError(f"{self.algorithm_name} needs a train_dataset with at least one item.")
         if self.round_index == 1 and self.saves_policy_history:
             self._save_policy_snapshot(INITIAL_SNAPSHOT)
-        indices = list(range(len(items)))
+        # Each rank samples and scores its shard of the items (both sides); the rows are then gathered in item
+        # order, so pairing below draws the same numbers on every rank and for any number of ranks.
+        indices = self.dist.shard(list(range(len(items))))
+        local_items = [items[k] for k in indices]
         n = int(self.args.preference_num_candidates)
         m = int(self.args.comparator_num_candidates or n)
-        self.control.begin(self.round_index, "collect", 2 * len(items) * self.num_agents)
-        current = self.collect_current(items, indices, n)
+        self.control.begin(self.round_index, "collect", 2 * len(local_items) * self.num_agents)
+        current = self.collect_current(local_items, indices, n)
         self.comparator.prepare_round(self.round_index)
         try:
-            prompts = [[fmt(item) for item in items] for fmt in self.formatters]
-            comparator = self.comparator.generate(items, indices, prompts, m)
+            prompts = [[fmt(item) for item in local_items] for fmt in self.formatters]
+            comparator = self.comparator.generate(local_items, indices, prompts, m)
         finally:
             self.comparator.release()
-        self.control.advance(len(items) * self.num_agents)
-        by_index = dict(enumerate(items))
+        self.control.advance(len(local_items) * self.num_agents)
+        self.score_candidates(
+            [c for row in current for c in row], [c for row in comparator for c in row], dict(zip(indices, local_items))
+        )
+        rows = self.gather_rows(list(zip(current, comparator)))
+        current, comparator = [row[0] for row in rows], [row[1] for row in rows]
         current_flat = [c for row in current for c in row]
         comparator_flat = [c for row in comparator for c in row]
-        self.score_candidates(current_flat, comparator_flat, by_index)
         rng = self.streams.python(PAIRS_STREAM)
         pairs: list[PreferencePair] = []
         for current_row, comparator_row in zip(current, comparator):
@@ -359,10 +408,13 @@ class MADPOIterTrainer(MADPOTrainer):
             self._save_policy_snapshot(snapshot_name(self.round_index))
 
     def _save_policy_snapshot(self, name: str) -> None:
+        """The agents (LoRA: their adapters) under ``<history root>/<name>``; written by the main rank, read by all."""
         target = self._policy_history_root() / name
-        for i, (model, tokenizer) in enumerate(zip(self.agents, self.tokenizers)):
-            model.save_pretrained(target / f"agent_{i}")
-            tokenizer.save_pretrained(target / f"agent_{i}")
+        if self.dist.is_main:
+            for i, (model, tokenizer) in enumerate(zip(self.agents, self.tokenizers)):
+                model.save_pretrained(target / f"agent_{i}")
+                tokenizer.save_pretrained(target / f"agent_{i}")
+        self.dist.barrier()
 
     def _state(self) -> dict[str, Any]:
         state = super()._state()

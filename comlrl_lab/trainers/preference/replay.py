@@ -162,6 +162,9 @@ class ReplayBuffer:
     round files and no marker, such as CoMLRL output) is left untouched and the buffer writes to its
     ``run-<run_id>`` subdirectory instead; the path in use is ``self.replay_dir``. The same run id resumes in
     place. Pairs handed out by ``select`` are shared with the buffer: do not mutate them.
+
+    ``write_files=False`` (data-parallel ranks other than the main one) keeps the same index and draws the same
+    samples but never touches the directory: ``replay_dir`` is then None.
     """
 
     def __init__(
@@ -174,6 +177,7 @@ class ReplayBuffer:
         num_agents: int | None = None,
         *,
         run_id: str | None = None,
+        write_files: bool = True,
     ):
         _check_mode(mode)
         if mode == "nearest_k":
@@ -192,8 +196,11 @@ class ReplayBuffer:
         # uuid4 draws from the OS, not from any training stream, so it never shifts seeded randomness.
         self.run_id = run_id if run_id is not None else uuid.uuid4().hex[:12]
         _check_run_id(self.run_id)
-        self._requested_dir = replay_dir
-        self.replay_dir: Path | None = None if replay_dir is None else claim_run_directory(replay_dir, self.run_id)
+        self.write_files = bool(write_files)
+        self._requested_dir = replay_dir if self.write_files else None
+        self.replay_dir: Path | None = (
+            None if self._requested_dir is None else claim_run_directory(self._requested_dir, self.run_id)
+        )
         self._rounds: dict[int, list[PreferencePair]] = {}
 
     # ----------------------------------------------------------------------------------------------- index

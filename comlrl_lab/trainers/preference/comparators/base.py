@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 from comlrl_lab.data.records import PARSE_UNPARSED, JointCandidate
 from comlrl_lab.models.generation import SamplingSettings, sample_candidates
 from comlrl_lab.seeding import RandomStreams
-from comlrl_lab.trainers.preference.collection import align_joint
+from comlrl_lab.trainers.preference.collection import align_joint, map_agents
 from comlrl_lab.trainers.preference.comparators.centralized import split_completion
 
 COMPARATOR_STREAM = "comparator"
@@ -32,6 +33,8 @@ class ComparatorContext:
     model_config: dict | None = None
     comparator_agents: list[Any] | None = None
     dtype: Any = None
+    #: (purpose, item indices, agent) -> one sampling seed per item, or None to sample from the stream.
+    row_seeds: Callable[[str, Sequence[int], int], list[int] | None] | None = None
 
 
 def encode_text(tokenizer: Any, text: str) -> list[int]:
@@ -53,6 +56,7 @@ class Comparator:
         self.centralized = context.config.comparator_generation_mode == "centralized"
         self.central_index = int(getattr(context.config, "comparator_centralized_agent_index", 0) or 0)
         self.source_description = context.config.comparator_policy
+        self._central_item_indices: list[int] = []
 
     # Lifecycle --------------------------------------------------------------------------------------------
     def prepare_round(self, round_index: int) -> None:
@@ -69,6 +73,16 @@ class Comparator:
         devices = self.context.comparator_devices
         return [self.context.streams.torch(COMPARATOR_STREAM, devices[i]) for i in range(self.num_agents)]
 
+    def row_seeds(self, purpose: str, item_indices: Sequence[int], agent: int) -> list[int] | None:
+        """Per-item sampling seeds (batch-invariant sampling), or None to use the comparator's stream."""
+        if self.context.row_seeds is None:
+            return None
+        return self.context.row_seeds(purpose, item_indices, agent)
+
+    def sampling_context(self, agent: int) -> contextlib.AbstractContextManager:
+        """Entered around agent ``agent``'s sampling (the history comparator switches to a saved adapter)."""
+        return contextlib.nullcontext()
+
     def generate(
         self, items: Sequence[dict], item_indices: Sequence[int], prompts: list[list[str]], num_candidates: int
     ) -> list[list[JointCandidate]]:
@@ -76,23 +90,35 @@ class Comparator:
             return self._generate_centralized(items, item_indices, prompts, num_candidates)
         models = self.models_for_round()
         generators = self.generators()
-        per_agent = [
-            sample_candidates(models[i], self.context.tokenizers[i], prompts[i], num_candidates, self.context.sampling, generators[i])
-            for i in range(self.num_agents)
-        ]
+
+        def sample(i: int):
+            with self.sampling_context(i):
+                return sample_candidates(
+                    models[i],
+                    self.context.tokenizers[i],
+                    prompts[i],
+                    num_candidates,
+                    self.context.sampling,
+                    generators[i],
+                    row_seeds=self.row_seeds("comparator", item_indices, i),
+                )
+
+        per_agent = map_agents(sample, self.context.comparator_devices)
         return align_joint(per_agent, prompts, item_indices, side="comparator")
 
     def centralized_texts(self, central_prompts: list[str], items: Sequence[dict], num_candidates: int) -> list[list[str]]:
         models = self.models_for_round()
         index = self.central_index
-        samples = sample_candidates(
-            models[index],
-            self.context.tokenizers[index],
-            central_prompts,
-            num_candidates,
-            self.context.sampling,
-            self.generators()[index],
-        )
+        with self.sampling_context(index):
+            samples = sample_candidates(
+                models[index],
+                self.context.tokenizers[index],
+                central_prompts,
+                num_candidates,
+                self.context.sampling,
+                self.generators()[index],
+                row_seeds=self.row_seeds("comparator_centralized", self._central_item_indices, index),
+            )
         return [[s.text for s in row] for row in samples]
 
     def _generate_centralized(self, items, item_indices, prompts, num_candidates) -> list[list[JointCandidate]]:
@@ -103,6 +129,7 @@ class Comparator:
             if not isinstance(prompt, str) or not prompt:
                 raise ValueError("centralized_comparator_adapter.build_prompt must return a non-empty string.")
             central_prompts.append(prompt)
+        self._central_item_indices = list(item_indices)
         texts = self.centralized_texts(central_prompts, items, num_candidates)
         return [
             [

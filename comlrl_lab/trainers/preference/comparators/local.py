@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
 from typing import Any
 
+from comlrl_lab.models.devices import model_device
 from comlrl_lab.models.loading import load_model
+from comlrl_lab.models.lora import (
+    drop_shared_adapter,
+    is_adapter_dir,
+    is_adapter_model,
+    load_adapter_model,
+    load_shared_adapter,
+    use_adapter,
+)
 from comlrl_lab.trainers.preference.comparators.base import Comparator
 
 INITIAL_SNAPSHOT = "initial"
+#: Name of the history snapshot's adapter when it is loaded into the live (LoRA) agent, sharing its base.
+HISTORY_ADAPTER = "comparator_history"
 
 
 def snapshot_name(round_index: int) -> str:
@@ -80,9 +92,11 @@ class ModelComparator(Comparator):
         if self._models is None:
             models = []
             for source, device in zip(self.sources, self.context.comparator_devices):
-                if isinstance(source, str):
-                    model = load_model(source, device=device, dtype=self.context.dtype,
-                                       model_kwargs=(self.context.model_config or {}).get("model_kwargs"))
+                model_kwargs = (self.context.model_config or {}).get("model_kwargs")
+                if isinstance(source, str) and is_adapter_dir(source):
+                    model = load_adapter_model(source, device=device, dtype=self.context.dtype, model_kwargs=model_kwargs)
+                elif isinstance(source, str):
+                    model = load_model(source, device=device, dtype=self.context.dtype, model_kwargs=model_kwargs)
                 else:
                     model = source.to(device)
                 models.append(frozen(model))
@@ -96,6 +110,10 @@ class HistoryComparator(Comparator):
     Snapshot ``iteration_t`` holds the weights after round t, i.e. the live weights at the start of round t+1,
     so k = 1 compares against the current policy (CoMLRL's semantics). When round ν-k has no snapshot the
     newest one before it is used, and ``initial`` when there is none. Loaded once per round, not per prompt.
+
+    A LoRA run's snapshots are adapters. When the comparator device is the agent's, the adapter is loaded into
+    the live agent under its own name and switched on only while the comparator samples, so the base weights
+    are shared; elsewhere base + adapter are loaded as a separate model.
     """
 
     def __init__(self, context):
@@ -103,6 +121,7 @@ class HistoryComparator(Comparator):
         self.k = int(context.config.comparator_history_k or 1)
         self._loaded_from: Path | None = None
         self._models: list[Any] | None = None
+        self._shared: set[int] = set()  # agents whose snapshot adapter sits in the live model
 
     def snapshot_for_round(self, round_index: int) -> Path:
         root = Path(self.context.history_dir)
@@ -119,16 +138,32 @@ class HistoryComparator(Comparator):
             return
         if not path.is_dir():
             raise FileNotFoundError(f"history comparator: policy snapshot {path} does not exist")
-        self._models = [
-            frozen(load_model(str(path / f"agent_{i}"), device=device, dtype=self.context.dtype))
-            for i, device in enumerate(self.context.comparator_devices)
-        ]
+        self._models = [self._load_agent(i, path / f"agent_{i}", device) for i, device in enumerate(self.context.comparator_devices)]
         self._loaded_from = path
         self.source_description = f"history:{path.name}"
+
+    def _load_agent(self, i: int, directory: Path, device: Any) -> Any:
+        model_kwargs = (self.context.model_config or {}).get("model_kwargs")
+        if not is_adapter_dir(directory):
+            return frozen(load_model(str(directory), device=device, dtype=self.context.dtype, model_kwargs=model_kwargs))
+        live = self.context.models[i]
+        if is_adapter_model(live) and str(model_device(live)) == str(device):
+            load_shared_adapter(live, directory, HISTORY_ADAPTER)
+            self._shared.add(i)
+            return live
+        return frozen(load_adapter_model(directory, device=device, dtype=self.context.dtype, model_kwargs=model_kwargs))
+
+    def sampling_context(self, agent: int):
+        if agent in self._shared:
+            return use_adapter(self.context.models[agent], HISTORY_ADAPTER)
+        return contextlib.nullcontext()
 
     def release(self) -> None:
         # Keep the loaded snapshot: the next round often needs the same one only when k > 1; reload cost is small
         # compared to holding two copies, so free it.
+        for i in self._shared:
+            drop_shared_adapter(self.context.models[i], HISTORY_ADAPTER)
+        self._shared = set()
         self._models = None
         self._loaded_from = None
 

@@ -1,0 +1,175 @@
+"""Page data and plotly figures, built once per run and data version and shared by every session.
+
+Building a plotly figure costs tens of milliseconds of Python (validation), which a training thread in the same
+process makes slower still. The figures of a run change only when a phase commits, so each builder here is
+cached (``st.cache_resource``: the same read-only figure object, no copy) under ``(run id, data version)``,
+where the version is the run's round table (one timestamp per committed phase). Revisiting a page while a round
+trains then costs a cache lookup. Nothing here mutates a cached figure; pages only hand it to ``st.plotly_chart``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from comlrl_lab.ui import charts, frames, services
+from comlrl_lab.ui.frames import PHASES
+
+CACHE_ENTRIES = 64
+
+
+def data_version(rounds: pd.DataFrame) -> str:
+    """A string that changes whenever a phase of the run commits (its rounds rows carry the commit times)."""
+    if rounds.empty:
+        return "empty"
+    parts = []
+    for row in rounds.itertuples(index=False):
+        stamps = [getattr(row, f"{p}_at", None) for p in PHASES]
+        parts.append(f"{int(row.round)}:{int(row.num_pairs)}:{int(row.num_drawn)}:" + ",".join(str(s) for s in stamps))
+    return "|".join(parts)
+
+
+def _store(run_id: str):
+    return services.workspace().view(run_id).store
+
+
+# -- Rounds ---------------------------------------------------------------------------------------------------
+
+
+@st.cache_resource(max_entries=CACHE_ENTRIES, show_spinner=False)
+def timeline(run_id: str, version: str) -> tuple[dict, go.Figure | None]:
+    """(phase durations by (round, phase), Gantt figure or None) of ``run_id`` at ``version``."""
+    store = _store(run_id)
+    durations = frames.phase_durations(store.metrics(run_id, names=["time/"]))
+    spans = frames.timeline(store.rounds(run_id), durations)
+    return durations, (charts.phase_timeline(spans) if len(spans) else None)
+
+
+# -- Learning -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tile:
+    label: str
+    value: str
+    delta: str | None
+    help: str
+    inverse: bool = False
+
+
+@dataclass(frozen=True)
+class LearningData:
+    tiles: list[Tile]
+    figures: dict[str, go.Figure] = field(default_factory=dict)
+    rounds: list[int] = field(default_factory=list)
+    step_series: list[str] = field(default_factory=list)
+    has_distributions: bool = False
+
+
+REWARD_COLORS = {
+    "candidates: current agents": charts.CURRENT,
+    "candidates: comparator": charts.COMPARATOR,
+    "evaluation (task reward)": charts.EVAL,
+}
+
+
+@st.cache_resource(max_entries=CACHE_ENTRIES, show_spinner=False)
+def learning(run_id: str, version: str) -> LearningData | None:
+    """Headline numbers and per-round figures of the Learning page; None when the run has no metrics yet."""
+    store = _store(run_id)
+    metrics = store.metrics(run_id)
+    if metrics.empty:
+        return None
+    rewards = frames.per_round(metrics, frames.REWARD_SERIES)
+    losses = frames.per_round(metrics, frames.metric_family(metrics, "loss"))
+    margins = frames.per_round(metrics, frames.metric_family(metrics, "margin"))
+    accuracy = frames.per_round(metrics, frames.metric_family(metrics, "accuracy"))
+    win_share = frames.per_round(metrics, {"current agents' share of wins": ("collect/current_win_share", "collect")})
+
+    tiles = []
+    for label, frame, series, fmt in (
+        ("eval reward", rewards, "evaluation (task reward)", "{:.4f}"),
+        ("candidate reward", rewards, "candidates: current agents", "{:.4f}"),
+        ("DPO / BT loss", losses, losses["series"].iloc[0] if len(losses) else "", "{:.4f}"),
+        ("pair accuracy", accuracy, accuracy["series"].iloc[0] if len(accuracy) else "", "{:.1%}"),
+        ("current wins", win_share, "current agents' share of wins", "{:.1%}"),
+    ):
+        latest, delta = frames.latest_and_delta(frame, series)
+        tiles.append(
+            Tile(
+                label, "–" if latest is None else fmt.format(latest), None if delta is None else fmt.format(delta),
+                f"{series or label}: latest round, and the change from the round before", inverse="loss" in label,
+            )
+        )  # fmt: skip
+
+    figures: dict[str, go.Figure] = {}
+    if len(rewards):
+        figures["rewards"] = charts.round_curves(rewards, title="Rewards per round", y_title="mean reward", colors=REWARD_COLORS)
+    if len(losses):
+        figures["loss"] = charts.round_curves(losses, title="Loss per round (mean over updates)", y_title="loss")
+    if len(margins):
+        figures["margins"] = charts.round_curves(margins, title="Margins per round", y_title="log-prob margin")
+    if len(accuracy) or len(win_share):
+        figures["accuracy"] = charts.round_curves(
+            pd.concat([accuracy, win_share], ignore_index=True), title="Pair accuracy and current agents' win share",
+            y_title="share",
+        )  # fmt: skip
+    step_series = [n for family in (losses, margins, accuracy) for n in family["series"].unique()]
+
+    rounds = [int(r) for r in store.rounds(run_id)["round"]]
+    dist = _distributions(store, run_id, rounds)
+    if len(dist):
+        figures["boxes"] = charts.reward_boxes(dist, title="Candidate rewards by round (box: quartiles, dashed: mean)")
+    return LearningData(tiles, figures, rounds, step_series, has_distributions=bool(len(dist)))
+
+
+def _distributions(store, run_id: str, rounds: list[int]) -> pd.DataFrame:
+    parts = []
+    for r in rounds:
+        dist = store.reward_distributions(run_id, r)
+        parts.append(dist[dist["series"] == "candidate"].assign(round=r))
+    if not parts:
+        return pd.DataFrame(columns=["series", "side", "raw_reward", "reward", "round"])
+    frame = pd.concat(parts, ignore_index=True)
+    return frame[frame["side"].isin(["current", "comparator"])]
+
+
+@st.cache_resource(max_entries=CACHE_ENTRIES, show_spinner=False)
+def reward_histogram(run_id: str, version: str, round_index: int) -> go.Figure:
+    store = _store(run_id)
+    dist = _distributions(store, run_id, [round_index])
+    return charts.reward_histogram(dist, title=f"Candidate rewards in round {round_index}")
+
+
+@st.cache_resource(max_entries=CACHE_ENTRIES, show_spinner=False)
+def step_curves(run_id: str, version: str, names: tuple[str, ...]) -> go.Figure | None:
+    steps = frames.per_step(_store(run_id).metrics(run_id), list(names))
+    return charts.step_curves(steps, title="Per update", y_title="value") if len(steps) else None
+
+
+# -- Replay and pairs -----------------------------------------------------------------------------------------
+
+
+@st.cache_resource(max_entries=CACHE_ENTRIES, show_spinner=False)
+def replay_draws(run_id: str, version: str, round_index: int) -> tuple[pd.DataFrame, go.Figure | None]:
+    store = _store(run_id)
+    sizes = frames.dataset_sizes(store.rounds(run_id))
+    drawn = frames.replay_round(store.replay(run_id), sizes, round_index)
+    fig = charts.replay_draws(drawn, title=f"Pairs per round dataset, drawn into B^({round_index})") if len(drawn) else None
+    return drawn, fig
+
+
+@st.cache_resource(max_entries=CACHE_ENTRIES, show_spinner=False)
+def item_candidates(run_id: str, version: str, round_index: int, item: int) -> pd.DataFrame:
+    frame = _store(run_id).candidates_for_item(run_id, round_index, item)
+    return frame[frame["phase"] == "collect"].reset_index(drop=True) if "phase" in frame else frame
+
+
+@st.cache_resource(max_entries=CACHE_ENTRIES, show_spinner=False)
+def candidates_figure(
+    run_id: str, version: str, round_index: int, item: int, winner: tuple | None, loser: tuple | None
+) -> go.Figure:
+    return charts.candidate_rewards(item_candidates(run_id, version, round_index, item), winner=winner, loser=loser)

@@ -1,0 +1,592 @@
+"""The Setup form: widgets generated from the config dataclasses, and validation by building the config.
+
+Every config field becomes a widget chosen from its type (toggle, number, choice, text, device list, JSON), with
+the field name as label and its ``metadata["help"]`` plus the default as tooltip, so the form follows the
+configs without a list of its own to keep in step. A config is checked the one way the Python API checks it:
+by constructing it. The ``ValueError`` is shown next to the field its message names (CoMLRL's messages start
+with the field). Widget values persist for the session (``persist_state="session"``), so leaving the page
+loses nothing. This module draws widgets and builds specs; it never starts a run or loads a model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import typing
+from collections.abc import Iterable, Sequence
+from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+from comlrl_lab.data.tasks import get_task, list_tasks
+from comlrl_lab.engine import ALGORITHMS, ExperimentSpec
+from comlrl_lab.engine.spec import resolve_task
+from comlrl_lab.models.tiny_model import TINY_MODEL_NAME, is_tiny_model_name
+from comlrl_lab.trainers.preference import config as config_module
+
+PERSIST = "session"
+
+# ------------------------------------------------------------------------------------------------------------
+# Fields: kinds, choices, groups
+
+#: Canonical choices of the string fields that take one of a few names (the config also accepts aliases).
+CHOICES: dict[str, tuple[str, ...]] = {
+    "comparator_policy": tuple(config_module.COMPARATOR_POLICY_ALIASES),
+    "comparator_generation_mode": tuple(config_module.COMPARATOR_GENERATION_MODE_ALIASES),
+    "preference_replay_mode": tuple(config_module.PREFERENCE_REPLAY_MODE_ALIASES),
+    "preference_scoring_reward": tuple(config_module.PREFERENCE_SCORING_REWARD_ALIASES),
+    "comparator_api_format": tuple(config_module.COMPARATOR_API_FORMAT_ALIASES),
+    "rl_algorithm": tuple(config_module.RL_ALGORITHM_ALIASES),
+    "collaboration_mode": ("decentralized", "centralized"),
+    "parallel_training": ("none", "mp"),
+    "critic_type": ("v", "q"),
+    "advantage_mode": ("mean", "raw", "max", "rloo"),
+}
+ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
+    "comparator_policy": config_module.COMPARATOR_POLICY_ALIASES,
+    "comparator_generation_mode": config_module.COMPARATOR_GENERATION_MODE_ALIASES,
+    "preference_replay_mode": config_module.PREFERENCE_REPLAY_MODE_ALIASES,
+    "preference_scoring_reward": config_module.PREFERENCE_SCORING_REWARD_ALIASES,
+    "comparator_api_format": config_module.COMPARATOR_API_FORMAT_ALIASES,
+    "rl_algorithm": config_module.RL_ALGORITHM_ALIASES,
+}
+
+#: Fields the form does not draw: the literal API key (never typed into a browser, never saved: name its
+#: environment variable in comparator_api_key_env), the run folder (the engine sets it) and the agent count
+#: (the Agents section sets it).
+HIDDEN_FIELDS = frozenset({"comparator_api_key", "output_dir", "num_agents"})
+
+ESSENTIALS = ("num_iterations", "num_train_epochs", "preference_num_candidates", "max_new_tokens", "seed")
+COMPARATOR_FIELDS = (
+    "comparator_policy", "comparator_generation_mode", "comparator_num_candidates", "comparator_centralized_agent_index",
+    "comparator_model_name", "comparator_agents", "comparator_devices", "comparator_history_k", "policy_checkpoint_dir",
+)  # fmt: skip
+API_FIELDS = (
+    "comparator_api_format", "comparator_api_url", "comparator_api_model", "comparator_api_key_env",
+    "comparator_api_key_header", "comparator_api_key_prefix", "comparator_api_response_field",
+    "comparator_api_max_n_per_request", "comparator_api_timeout", "comparator_api_headers", "comparator_api_extra_body",
+    "comparator_api_max_concurrency", "comparator_api_max_retries", "comparator_api_backoff_base",
+)  # fmt: skip
+REPLAY_FIELDS = (
+    "preference_replay_mode", "preference_replay_k", "preference_replay_lambda", "preference_replay_sample_size",
+    "preference_replay_dir",
+)  # fmt: skip
+
+#: The remaining fields, in the expanders of "Algorithm settings". Fields no group names land in "Other".
+GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("Training", "Optimiser, DPO loss and seeding.", (
+        "agent_learning_rate", "train_batch_size", "dpo_beta", "max_grad_norm", "logging_steps",
+        "use_environment_step", "environment_steps_per_pair", "disable_dropout", "score_final_token",
+        "scoring_batch_size",
+    )),
+    ("Generation", "How every agent samples its candidates.", (
+        "temperature", "top_p", "top_k", "generation_batch_size", "batch_invariant_sampling",
+    )),
+    ("Preference pairs", "Which joint responses become pairs, and the oracle that scores them.", (
+        "preference_pairs_per_sample", "pair_selection", "preference_scoring_reward", "log_reward_distribution",
+    )),
+    ("Evaluation", "Fresh samples from the current policy, scored by the task reward.", (
+        "eval_interval", "eval_num_samples", "eval_batch_size",
+    )),
+    ("Reward model (MARLHF)", "The Bradley-Terry reward model fitted on the pairs.", (
+        "reward_model_name", "reward_model_device", "reward_learning_rate", "reward_num_train_epochs",
+        "reward_train_batch_size", "reward_max_length", "reward_freeze_backbone", "bt_validation_fraction",
+    )),
+    ("Policy learning (MARLHF)", "Online multi-agent RL against the frozen reward model.", (
+        "rl_algorithm", "num_generations", "rollout_buffer_size", "advantage_normalization", "advantage_mode",
+        "critic_model_name", "critic_learning_rate", "critic_devices", "use_separate_critic", "critic_type",
+        "value_loss_coef", "value_clip_range", "critic_value_head_hidden_dim", "value_head_hidden_dim", "discount",
+    )),
+    ("Reference KL", "A fixed-reference KL penalty in MARLHF policy learning (no effect on the MADPO loss).", (
+        "reference_kl_enabled", "reference_kl_coef", "reference_devices",
+    )),
+    ("Devices and collaboration", "Where the agents live and how they work together.", (
+        "collaboration_mode", "parallel_training", "agent_devices",
+    )),
+    ("Large models", "LoRA adapters (peft) and gradient checkpointing.", (
+        "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "gradient_checkpointing",
+    )),
+    ("Multi-turn (fixed for preference training)", "Preference training supports one turn with aligned joint responses.", (
+        "num_turns", "joint_mode", "early_termination_threshold", "external_prompt_passthrough",
+    )),
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """How one config field is drawn and read back."""
+
+    name: str
+    kind: str  # bool | int | float | choice | text | devices | list | json
+    optional: bool
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """A message to show, and the field it belongs to (None: the config as a whole)."""
+
+    field: str | None
+    message: str
+
+
+def _kind(hint: Any, name: str, config_class: type) -> tuple[str, bool]:
+    args = typing.get_args(hint)
+    optional = type(None) in args
+    if name in CHOICES or name == "pair_selection":
+        return "choice", optional
+    if hint is bool:
+        return "bool", False
+    if hint is int or (optional and set(args) == {int, type(None)}):
+        return "int", optional
+    if hint is float or (optional and set(args) == {float, type(None)}):
+        return "float", optional
+    if typing.get_origin(hint) is dict or any(typing.get_origin(a) is dict for a in args):
+        return "json", optional
+    if name.endswith("_devices"):
+        return "devices", optional
+    if typing.get_origin(hint) is list or any(typing.get_origin(a) is list for a in args):
+        return "list", optional
+    return "text", optional
+
+
+def field_specs(config_class: type) -> dict[str, FieldSpec]:
+    """Every field of ``config_class`` in declaration order, with its widget kind, default and help text."""
+    hints = typing.get_type_hints(config_class)
+    specs: dict[str, FieldSpec] = {}
+    for f in fields(config_class):
+        kind, optional = _kind(hints[f.name], f.name, config_class)
+        default = f.default if f.default is not MISSING else (f.default_factory() if f.default_factory is not MISSING else None)  # type: ignore[misc]
+        if f.name == "pair_selection":
+            choices = tuple(config_class._pair_selection_modes)
+        else:
+            choices = CHOICES.get(f.name, ())
+        specs[f.name] = FieldSpec(f.name, kind, optional, default, f.metadata.get("help", ""), choices)
+    return specs
+
+
+def config_class(algorithm: str) -> type:
+    return ALGORITHMS[algorithm][0]
+
+
+def widget_key(algorithm: str, name: str) -> str:
+    return f"cfg.{algorithm}.{name}"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Raw widget values <-> config values
+
+
+def canonical_choice(name: str, value: Any) -> Any:
+    table = ALIASES.get(name)
+    if table is None or not isinstance(value, str):
+        return value
+    key = value.strip().lower()
+    for canonical, spellings in table.items():
+        if key in spellings:
+            return canonical
+    return value
+
+
+def to_raw(spec: FieldSpec, value: Any) -> Any:
+    """A config value as its widget holds it."""
+    if spec.kind in ("text",):
+        return "" if value is None else str(value)
+    if spec.kind == "devices":
+        if value is None:
+            return ""
+        return ", ".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)
+    if spec.kind == "list":
+        return "" if value is None else ", ".join(str(v) for v in value)
+    if spec.kind == "json":
+        return "" if value is None else json.dumps(value, ensure_ascii=False)
+    if spec.kind == "choice":
+        return canonical_choice(spec.name, value)
+    if spec.kind == "float" and value is not None and not isinstance(value, bool):
+        return float(value)
+    if spec.kind == "int" and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def from_raw(spec: FieldSpec, raw: Any) -> Any:
+    """A widget value as the config takes it; ``ValueError`` naming the field when it cannot be read."""
+    if spec.kind in ("bool", "int", "float", "choice"):
+        return raw
+    text = "" if raw is None else str(raw).strip()
+    if spec.kind == "text":
+        if not text and spec.optional:
+            return None
+        return str(raw) if raw is not None else ""
+    if not text:
+        return None
+    if spec.kind == "devices":
+        parts = [p.strip() for p in text.split(",") if p.strip()]
+        return parts[0] if len(parts) == 1 else parts
+    if spec.kind == "list":
+        return [p.strip() for p in text.split(",") if p.strip()]
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{spec.name} must be a JSON object: {error.msg} at column {error.colno}.") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{spec.name} must be a JSON object, got {type(value).__name__}.")
+    return value
+
+
+def _raw_default(spec: FieldSpec) -> Any:
+    return to_raw(spec, spec.default)
+
+
+def current_values(algorithm: str) -> tuple[dict[str, Any], FieldError | None]:
+    """The form's config values (defaults where the user has not been yet), and the first unreadable field."""
+    values: dict[str, Any] = {}
+    error: FieldError | None = None
+    for name, spec in field_specs(config_class(algorithm)).items():
+        if name in HIDDEN_FIELDS:
+            continue
+        raw = st.session_state.get(widget_key(algorithm, name), _raw_default(spec))
+        try:
+            values[name] = from_raw(spec, raw)
+        except ValueError as exc:
+            values[name] = spec.default
+            error = error or FieldError(name, str(exc))
+    return values, error
+
+
+def overrides(algorithm: str, values: dict[str, Any]) -> dict[str, Any]:
+    """The values that differ from the config class's defaults: what a spec file stores."""
+    specs = field_specs(config_class(algorithm))
+    return {name: value for name, value in values.items() if name in specs and value != specs[name].default}
+
+
+def offending_field(message: str, names: Iterable[str]) -> str | None:
+    """The field a validation message is about: the config field named first in it (longest name on a tie)."""
+    best: tuple[int, int, str] | None = None
+    for name in names:
+        match = re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", message)
+        if match:
+            key = (match.start(), -len(name), name)
+            best = key if best is None or key < best else best
+    return best[2] if best else None
+
+
+def validate(algorithm: str, config_overrides: dict[str, Any], num_agents: int) -> tuple[Any | None, FieldError | None]:
+    """Build the config as the Python API does; on failure, CoMLRL's message and the field it names."""
+    cls = config_class(algorithm)
+    try:
+        return cls(**{**config_overrides, "num_agents": int(num_agents)}), None
+    except (ValueError, TypeError) as exc:
+        message = str(exc)
+        visible = [n for n in field_specs(cls) if n not in HIDDEN_FIELDS or n == "num_agents"]
+        return None, FieldError(offending_field(message, visible), message)
+
+
+def load_config_into_state(algorithm: str, config: dict[str, Any]) -> list[str]:
+    """Put a spec's config overrides into the widgets of ``algorithm``; returns messages about skipped keys."""
+    specs = field_specs(config_class(algorithm))
+    notes = []
+    for name, spec in specs.items():
+        if name in HIDDEN_FIELDS:
+            continue
+        key = widget_key(algorithm, name)
+        value = config.get(name, spec.default)
+        raw = to_raw(spec, value)
+        if spec.kind == "choice" and raw not in spec.choices:
+            notes.append(f"{name}: {value!r} is not one of {', '.join(spec.choices)}; kept the default")
+            raw = _raw_default(spec)
+        if spec.kind == "int" and raw is not None and (isinstance(raw, bool) or not isinstance(raw, int)):
+            notes.append(f"{name}: {value!r} is not an integer; kept the default")
+            raw = _raw_default(spec)
+        if spec.kind == "float" and raw is not None and not isinstance(raw, float):
+            notes.append(f"{name}: {value!r} is not a number; kept the default")
+            raw = _raw_default(spec)
+        if spec.kind == "bool" and not isinstance(raw, bool):
+            notes.append(f"{name}: {value!r} is not true/false; kept the default")
+            raw = _raw_default(spec)
+        st.session_state[key] = raw
+    for name in sorted(set(config) - set(specs)):
+        if name != "num_agents":
+            notes.append(f"{name}: not a field of {config_class(algorithm).__name__}; ignored")
+    return notes
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Drawing fields
+
+
+def _float_step(default: Any) -> float:
+    if isinstance(default, (int, float)) and not isinstance(default, bool) and default:
+        return float(10 ** math.floor(math.log10(abs(float(default)))))
+    return 0.01
+
+
+def _tooltip(spec: FieldSpec) -> str:
+    default = "None" if spec.default is None else repr(spec.default)
+    return f"{spec.help}\n\nDefault: `{default}`"
+
+
+def render_field(algorithm: str, spec: FieldSpec, error: FieldError | None = None) -> None:
+    """One config field's widget, with CoMLRL's validation message under it when it is the offending field."""
+    key = widget_key(algorithm, spec.name)
+    label = spec.name
+    help_text = _tooltip(spec)
+    fresh = key not in st.session_state
+    default = _raw_default(spec)
+    common: dict[str, Any] = {"key": key, "help": help_text, "persist_state": PERSIST}
+    if spec.kind == "bool":
+        st.toggle(label, **({"value": bool(default)} if fresh else {}), **common)
+    elif spec.kind == "int":
+        st.number_input(label, step=1, format="%d", **({"value": default} if fresh else {}), placeholder="None", **common)
+    elif spec.kind == "float":
+        st.number_input(
+            label, step=_float_step(spec.default), format="%g", **({"value": default} if fresh else {}),
+            placeholder="None", **common,
+        )  # fmt: skip
+    elif spec.kind == "choice":
+        options = list(spec.choices)
+        index = options.index(default) if default in options else 0
+        st.selectbox(label, options, **({"index": index} if fresh else {}), **common)
+    elif spec.kind == "json":
+        st.text_area(
+            label, **({"value": default} if fresh else {}), placeholder='None, or a JSON object such as {"k": "v"}',
+            height=80, **common,
+        )  # fmt: skip
+    else:
+        placeholders = {
+            "devices": "None = automatic; or cpu, cuda:0, or a comma-separated list",
+            "list": "None; or comma-separated model ids / paths",
+            "text": "None" if spec.optional else "",
+        }
+        st.text_input(label, **({"value": default} if fresh else {}), placeholder=placeholders[spec.kind], **common)
+    if error is not None and error.field == spec.name:
+        st.error(error.message, icon=":material/error:")
+
+
+def render_fields(
+    algorithm: str, names: Sequence[str], error: FieldError | None, *, columns: int = 3
+) -> list[str]:
+    """Draw the named fields that ``algorithm``'s config has, in a grid; returns the names drawn."""
+    specs = field_specs(config_class(algorithm))
+    present = [n for n in names if n in specs and n not in HIDDEN_FIELDS]
+    for start in range(0, len(present), columns):
+        cols = st.columns(columns)
+        for col, name in zip(cols, present[start : start + columns]):
+            with col:
+                render_field(algorithm, specs[name], error)
+    return present
+
+
+def grouped_fields(algorithm: str) -> list[tuple[str, str, list[str]]]:
+    """The "Algorithm settings" groups that apply to ``algorithm`` (fields shown elsewhere left out)."""
+    specs = field_specs(config_class(algorithm))
+    shown_elsewhere = set(ESSENTIALS) | set(COMPARATOR_FIELDS) | set(API_FIELDS) | set(REPLAY_FIELDS) | HIDDEN_FIELDS
+    groups = []
+    placed: set[str] = set()
+    for title, caption, names in GROUPS:
+        present = [n for n in names if n in specs and n not in shown_elsewhere]
+        placed.update(names)
+        if present:
+            groups.append((title, caption, present))
+    rest = [n for n in specs if n not in placed and n not in shown_elsewhere]
+    if rest:
+        groups.append(("Other", "Fields without a group of their own.", rest))
+    return groups
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Agents and task: the parts of the spec that are not config fields
+
+AGENT_SOURCES = ("Embedded tiny model", "Local path", "Hub id")
+AGENT_COUNT_KEY = "setup.num_agents"
+TASK_KIND_KEY = "setup.task_kind"
+TASK_KEY = "setup.task"
+USER_MODULE_KEY = "setup.user_module"
+USER_TRAIN_KEY = "setup.user_train"
+USER_EVAL_KEY = "setup.user_eval"
+MAX_TRAIN_KEY = "setup.max_train_items"
+MAX_EVAL_KEY = "setup.max_eval_items"
+FAMILY_KEY = "setup.family"
+ITERATIVE_KEY = "setup.iterative"
+RUN_NAME_KEY = "setup.run_name"
+TASK_KINDS = ("Built-in task", "Your own task module")
+FAMILIES = ("MADPO", "MARLHF")
+
+
+def agent_source_key(i: int) -> str:
+    return f"setup.agent.{i}.source"
+
+
+def agent_model_key(i: int) -> str:
+    return f"setup.agent.{i}.model"
+
+
+def _fresh(key: str, **value: Any) -> dict[str, Any]:
+    return {} if key in st.session_state else value
+
+
+def agents_section(max_agents: int = 8) -> tuple[list[str], list[str]]:
+    """Agent count and one model per agent. Returns (model ids/paths, problems)."""
+    n = st.number_input(
+        "Number of agents", min_value=1, max_value=max_agents, step=1, key=AGENT_COUNT_KEY, persist_state=PERSIST,
+        help="One policy per agent role; the task's formatters give each agent its own prompt.",
+        **_fresh(AGENT_COUNT_KEY, value=2),
+    )  # fmt: skip
+    models: list[str] = []
+    problems: list[str] = []
+    for i in range(int(n)):
+        left, right = st.columns([2, 3], vertical_alignment="bottom")
+        with left:
+            source = st.segmented_control(
+                f"Agent {i + 1} model", AGENT_SOURCES, key=agent_source_key(i), persist_state=PERSIST, required=True,
+                help="The embedded tiny model needs no network; a local path is a save_pretrained folder; a hub id "
+                "loads from the Hugging Face cache or the hub.",
+                **_fresh(agent_source_key(i), default=AGENT_SOURCES[0]),
+            )  # fmt: skip
+        with right:
+            if source == AGENT_SOURCES[0]:
+                with st.container(key=f"setup.agent.{i}.tiny"):
+                    st.markdown(f"`{TINY_MODEL_NAME}` · embedded 1M-parameter Llama, loads offline")
+                models.append(TINY_MODEL_NAME)
+            else:
+                placeholder = "/path/to/model (save_pretrained folder)" if source == AGENT_SOURCES[1] else "org/model-name"
+                value = st.text_input(
+                    f"Agent {i + 1} model", key=agent_model_key(i), persist_state=PERSIST, placeholder=placeholder,
+                    label_visibility="collapsed",
+                ).strip()  # fmt: skip
+                if not value:
+                    problems.append(f"Agent {i + 1}: enter a {'path' if source == AGENT_SOURCES[1] else 'hub id'}.")
+                elif source == AGENT_SOURCES[1] and not Path(value).expanduser().exists():
+                    problems.append(f"Agent {i + 1}: {value} does not exist.")
+                models.append(value)
+    return models, problems
+
+
+def task_section(save_upload) -> tuple[dict[str, Any], list[str]]:
+    """Built-in task or a user module with data files; returns (spec fields, problems)."""
+    kind = st.segmented_control(
+        "Task source", TASK_KINDS, key=TASK_KIND_KEY, persist_state=PERSIST, required=True,
+        **_fresh(TASK_KIND_KEY, default=TASK_KINDS[0]),
+    )  # fmt: skip
+    problems: list[str] = []
+    fields_: dict[str, Any] = {"task": None, "user_task": None, "user_train_data": None, "user_eval_data": None}
+    if kind == TASK_KINDS[0]:
+        names = list_tasks()
+        name = st.selectbox(
+            "Built-in task", names, key=TASK_KEY, persist_state=PERSIST,
+            format_func=lambda n: f"{get_task(n).title} ({n})",
+            help="Small cooperative tasks shipped with comlrl-lab; they run with the embedded tiny model and no network.",
+        )  # fmt: skip
+        task = get_task(name)
+        st.caption(f"{task.description}  \nAgents: {task.num_agents} · reward range {task.reward_range[0]:g} to {task.reward_range[1]:g} "
+                   f"· {len(task.train_items())} train items, {len(task.eval_items())} eval items")  # fmt: skip
+        fields_["task"] = name
+    else:
+        left, right = st.columns(2)
+        with left:
+            module = st.text_input(
+                "Task module", key=USER_MODULE_KEY, persist_state=PERSIST,
+                placeholder="my_package.my_task  or  /path/to/my_task.py",
+                help="A module defining reward_func (CoMLRL's convention), optionally formatters, reward_processor, "
+                "NUM_AGENTS, DATA_PATH and EVAL_DATA_PATH.",
+            ).strip()  # fmt: skip
+            uploaded = st.file_uploader("…or upload the module (.py)", type=["py"], key="setup.user_module_upload")
+            if uploaded is not None:
+                module = str(save_upload(uploaded.name, uploaded.getvalue()))
+                st.caption(f"Saved as `{module}`")
+        with right:
+            train = _data_input("Training data", USER_TRAIN_KEY, save_upload)
+            evald = _data_input("Evaluation data (optional)", USER_EVAL_KEY, save_upload)
+        if not module:
+            problems.append("Task: name a task module or upload one.")
+        fields_.update(user_task=module or None, user_train_data=train, user_eval_data=evald)
+        if module and st.button("Check the task", key="setup.check_task", icon=":material/fact_check:",
+                                help="Import the module and read the data now, as the first phase will."):  # fmt: skip
+            try:
+                task = resolve_task(ExperimentSpec(task=None, user_task=module, user_train_data=train, user_eval_data=evald))
+            except Exception as error:  # user code: any exception is the user's to see
+                st.error(f"The task cannot be loaded: {type(error).__name__}: {error}", icon=":material/error:")
+            else:
+                st.success(
+                    f"{task.title}: {task.num_agents} agents, {len(task.train_items())} training items, "
+                    f"{len(task.eval_items())} evaluation items.",
+                    icon=":material/check_circle:",
+                )
+    left, right = st.columns(2)
+    with left:
+        fields_["max_train_items"] = st.number_input(
+            "Use the first N training items", min_value=1, step=1, key=MAX_TRAIN_KEY, persist_state=PERSIST,
+            placeholder="all", help="Empty = every item. A small N makes a quick first look (a round takes seconds).",
+            **_fresh(MAX_TRAIN_KEY, value=None),
+        )  # fmt: skip
+    with right:
+        fields_["max_eval_items"] = st.number_input(
+            "Use the first N evaluation items", min_value=1, step=1, key=MAX_EVAL_KEY, persist_state=PERSIST,
+            placeholder="all", help="Empty = every item (eval_num_samples still caps each evaluation).",
+            **_fresh(MAX_EVAL_KEY, value=None),
+        )  # fmt: skip
+    return fields_, problems
+
+
+def _data_input(label: str, key: str, save_upload) -> str | None:
+    path = st.text_input(label, key=key, persist_state=PERSIST, placeholder="/path/to/items.jsonl (or .csv / .json)").strip()
+    uploaded = st.file_uploader(f"…or upload {label.lower()}", type=["jsonl", "json", "csv"], key=f"{key}.upload")
+    if uploaded is not None:
+        path = str(save_upload(uploaded.name, uploaded.getvalue()))
+        st.caption(f"Saved as `{path}`")
+    return path or None
+
+
+def algorithm_section() -> str:
+    """MADPO or MARLHF, iterative or not; returns the algorithm name (a key of ``ALGORITHMS``)."""
+    left, right = st.columns([1, 2], vertical_alignment="bottom")
+    with left:
+        family = st.segmented_control(
+            "Algorithm", FAMILIES, key=FAMILY_KEY, persist_state=PERSIST, required=True,
+            help="MADPO: joint-margin DPO on the pairs. MARLHF: a Bradley-Terry reward model, then online multi-agent RL.",
+            **_fresh(FAMILY_KEY, default=FAMILIES[0]),
+        )  # fmt: skip
+    with right:
+        iterative = st.toggle(
+            "Iterative (rounds against a comparator, with a replay buffer)", key=ITERATIVE_KEY, persist_state=PERSIST,
+            help="MADPOIter / MARLHFIter repeat collect -> select -> train -> evaluate for num_iterations rounds.",
+            **_fresh(ITERATIVE_KEY, value=True),
+        )  # fmt: skip
+    return f"{family}{'Iter' if iterative else ''}"
+
+
+def load_spec_into_state(spec: ExperimentSpec) -> list[str]:
+    """Fill every Setup widget from a spec (a loaded file or a past run); returns notes about skipped values."""
+    family = "MARLHF" if spec.algorithm.startswith("MARLHF") else "MADPO"
+    st.session_state[FAMILY_KEY] = family
+    st.session_state[ITERATIVE_KEY] = spec.algorithm.endswith("Iter")
+    st.session_state[AGENT_COUNT_KEY] = len(spec.agent_models)
+    for i, model in enumerate(spec.agent_models):
+        if is_tiny_model_name(model):
+            st.session_state[agent_source_key(i)] = AGENT_SOURCES[0]
+        else:
+            local = Path(model).expanduser().exists() or model.startswith((".", "/", "~"))
+            st.session_state[agent_source_key(i)] = AGENT_SOURCES[1] if local else AGENT_SOURCES[2]
+            st.session_state[agent_model_key(i)] = model
+    if spec.user_task:
+        st.session_state[TASK_KIND_KEY] = TASK_KINDS[1]
+        st.session_state[USER_MODULE_KEY] = spec.user_task
+        st.session_state[USER_TRAIN_KEY] = spec.user_train_data or ""
+        st.session_state[USER_EVAL_KEY] = spec.user_eval_data or ""
+    else:
+        st.session_state[TASK_KIND_KEY] = TASK_KINDS[0]
+        if spec.task:
+            st.session_state[TASK_KEY] = spec.task
+    st.session_state[MAX_TRAIN_KEY] = spec.max_train_items
+    st.session_state[MAX_EVAL_KEY] = spec.max_eval_items
+    st.session_state[RUN_NAME_KEY] = spec.name or ""
+    return load_config_into_state(spec.algorithm, spec.config)
+
+
+def field_names_in(names: Iterable[str], error: FieldError | None) -> bool:
+    return error is not None and error.field in set(names)

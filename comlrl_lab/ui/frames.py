@@ -1,0 +1,188 @@
+"""Shapes the store's DataFrames into what the pages draw: timelines, per-round curves, replay tables.
+
+Pure pandas on frames the store's named queries returned, plus the replay weights of
+``comlrl_lab.trainers.preference.replay`` (the trainer's own formula, so the page and the run never disagree).
+No Streamlit, no SQL.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import pandas as pd
+
+from comlrl_lab.trainers.preference.replay import REPLAY_MODES, lambda_decay_weights, replay_weights
+from comlrl_lab.trainers.preference.sink import PHASES
+
+PHASE_LABELS = {"collect": "Collect", "select": "Select replay sample", "train": "Train", "evaluate": "Evaluate"}
+
+#: Rewards per round: series label -> (metric name, phase it is recorded in, or None for any).
+REWARD_SERIES: dict[str, tuple[str, str | None]] = {
+    "candidates: current agents": ("turn_1/reward_mean", "collect"),
+    "candidates: comparator": ("collect/comparator_reward_mean", "collect"),
+    "evaluation (task reward)": ("eval/turn_1/reward_mean", None),
+}
+
+
+# -- rounds and phases --------------------------------------------------------------------------------------
+
+
+def phase_durations(metrics: pd.DataFrame) -> dict[tuple[int, str], float]:
+    """(round, phase) -> seconds, from the ``time/<phase>_seconds`` metric each phase records."""
+    out: dict[tuple[int, str], float] = {}
+    if metrics.empty:
+        return out
+    timed = metrics[metrics["name"].str.startswith("time/") & metrics["name"].str.endswith("_seconds")]
+    for row in timed.itertuples(index=False):
+        phase = str(row.name)[len("time/") : -len("_seconds")]
+        if phase in PHASES and row.round is not None and not pd.isna(row.round):
+            out[(int(row.round), phase)] = float(row.value)
+    return out
+
+
+def timeline(rounds: pd.DataFrame, durations: Mapping[tuple[int, str], float]) -> pd.DataFrame:
+    """One row per committed phase: round, phase, start, finish, seconds (start = commit time - duration)."""
+    rows = []
+    for row in rounds.itertuples(index=False):
+        for phase in PHASES:
+            finish = getattr(row, f"{phase}_at", None)
+            if finish is None or pd.isna(finish):
+                continue
+            seconds = float(durations.get((int(row.round), phase), 0.0))
+            finish = pd.Timestamp(finish)
+            rows.append(
+                {"round": int(row.round), "phase": phase, "start": finish - pd.Timedelta(seconds=seconds),
+                 "finish": finish, "seconds": seconds}
+            )  # fmt: skip
+    return pd.DataFrame(rows, columns=["round", "phase", "start", "finish", "seconds"])
+
+
+def phase_table(
+    rounds: pd.DataFrame,
+    durations: Mapping[tuple[int, str], float],
+    num_rounds: int | None,
+    cursor: tuple[int, str | None],
+    running: tuple[int, str] | None = None,
+) -> pd.DataFrame:
+    """Round-by-phase status grid for the Rounds page: "✓ 3.2 s" (its duration), "running…", "next" or "·"."""
+    done = {}
+    info = {}
+    for row in rounds.itertuples(index=False):
+        info[int(row.round)] = row
+        for phase in PHASES:
+            at = getattr(row, f"{phase}_at", None)
+            if at is not None and not pd.isna(at):
+                done[(int(row.round), phase)] = pd.Timestamp(at)
+    last_round = max([num_rounds or 0, *info, cursor[0] if cursor[1] else 0])
+    records = []
+    for r in range(1, last_round + 1):
+        record: dict[str, object] = {"round": r}
+        for phase in PHASES:
+            if (r, phase) in done:
+                seconds = durations.get((r, phase))
+                record[PHASE_LABELS[phase]] = f"✓ {seconds:.1f} s" if seconds is not None else f"✓ {done[(r, phase)]:%H:%M:%S}"
+            elif running == (r, phase):
+                record[PHASE_LABELS[phase]] = "running…"
+            elif cursor == (r, phase):
+                record[PHASE_LABELS[phase]] = "next"
+            else:
+                record[PHASE_LABELS[phase]] = "·"
+        row = info.get(r)
+        record["candidates"] = int(row.num_candidates) if row is not None else None
+        record["pairs"] = int(row.num_pairs) if row is not None else None
+        record["drawn for training"] = int(row.num_drawn) if row is not None else None
+        records.append(record)
+    counts = {"candidates": "Int64", "pairs": "Int64", "drawn for training": "Int64"}
+    return pd.DataFrame(records).astype(counts) if records else pd.DataFrame(records)
+
+
+# -- metrics ------------------------------------------------------------------------------------------------
+
+
+def per_round(metrics: pd.DataFrame, series: Mapping[str, tuple[str, str | None]]) -> pd.DataFrame:
+    """Mean value per round of each named metric: columns round, series, value."""
+    parts = []
+    for label, (name, phase) in series.items():
+        rows = metrics[metrics["name"] == name]
+        if phase is not None:
+            rows = rows[rows["phase"] == phase]
+        if rows.empty:
+            continue
+        means = rows.groupby("round", as_index=False)["value"].mean()
+        means["series"] = label
+        parts.append(means)
+    if not parts:
+        return pd.DataFrame(columns=["round", "series", "value"])
+    out = pd.concat(parts, ignore_index=True)
+    out = out[out["value"].map(lambda v: v is not None and not (isinstance(v, float) and math.isnan(v)))]
+    return out[["round", "series", "value"]]
+
+
+def metric_family(metrics: pd.DataFrame, contains: str) -> dict[str, tuple[str, str | None]]:
+    """Training metrics whose name ends with or contains ``contains`` (per-update names; round/ summaries left out)."""
+    names = sorted(
+        n for n in metrics["name"].unique()
+        if contains in n.rsplit("/", 1)[-1] and not n.startswith(("round/", "time/", "eval/"))
+    )  # fmt: skip
+    return {n: (n, None) for n in names}
+
+
+def per_step(metrics: pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:
+    rows = metrics[metrics["name"].isin(list(names)) & (metrics["phase"] == "train")]
+    return rows.rename(columns={"name": "series"})[["step", "round", "series", "value"]]
+
+
+def latest_and_delta(frame: pd.DataFrame, series: str) -> tuple[float | None, float | None]:
+    """(value in the latest round, change from the round before) of one series of a ``per_round`` frame."""
+    rows = frame[frame["series"] == series].sort_values("round")
+    if rows.empty:
+        return None, None
+    latest = float(rows["value"].iloc[-1])
+    delta = latest - float(rows["value"].iloc[-2]) if len(rows) > 1 else None
+    return latest, delta
+
+
+# -- replay -------------------------------------------------------------------------------------------------
+
+
+def dataset_sizes(rounds: pd.DataFrame) -> dict[int, int]:
+    """Round -> pairs collected (the round datasets of the replay buffer)."""
+    return {int(r.round): int(r.num_pairs) for r in rounds.itertuples(index=False)}
+
+
+def replay_round(replay: pd.DataFrame, sizes: Mapping[int, int], round_index: int) -> pd.DataFrame:
+    """What round ``round_index``'s training sample drew: source_round, weight, drawn_count, available."""
+    rows = replay[replay["round"] == round_index].copy()
+    rows["available"] = [int(sizes.get(int(s), 0)) for s in rows["source_round"]]
+    return rows.sort_values("source_round")[["source_round", "weight", "drawn_count", "available"]].reset_index(drop=True)
+
+
+def mode_weights(
+    sizes: Mapping[int, int], round_index: int, *, k: int, lam: float, run_mode: str | None = None
+) -> pd.DataFrame:
+    """For each replay mode, the weight it gives each round dataset at ``round_index`` (blank: not eligible)."""
+    rounds = sorted(r for r in sizes if r <= round_index)
+    records = []
+    for mode in REPLAY_MODES:
+        weights = dict(replay_weights(mode, {r: sizes[r] for r in rounds}, k=k, lam=lam, current_round=round_index))
+        record: dict[str, object] = {"mode": mode + ("  (this run)" if mode == run_mode else "")}
+        for r in rounds:
+            record[f"round {r} ({sizes[r]} pairs)"] = round(weights[r], 4) if r in weights else None
+        record["datasets used"] = len(weights)
+        records.append(record)
+    return pd.DataFrame(records)
+
+
+def eligible_rounds(sizes: Mapping[int, int], round_index: int) -> list[int]:
+    """Non-empty round datasets up to ``round_index``, oldest first (what lambda_decay and all_history use)."""
+    return sorted(r for r, n in sizes.items() if r <= round_index and n > 0)
+
+
+def lambda_table(rounds: Sequence[int], lam: float, sample_size: int | None = None) -> pd.DataFrame:
+    """λ-decay weight of each dataset (oldest first) and, with ``sample_size``, the pairs it is expected to give."""
+    weights = lambda_decay_weights(len(rounds), lam)
+    frame = pd.DataFrame({"source round": list(rounds), "age": list(range(len(rounds) - 1, -1, -1)), "weight": weights})
+    if sample_size is not None:
+        frame["expected pairs"] = [w * sample_size for w in weights]
+    return frame

@@ -1,0 +1,330 @@
+"""Long-lived objects of the workbench: one ``Workspace`` per server process (``st.cache_resource``).
+
+The workspace owns the ``RunManager`` that runs experiments in worker threads, and the stores of imported pair
+sets, all under one runs folder (``COMLRL_LAB_RUNS_DIR``, default ``./runs``). Pages reach runs only through it,
+by run id; the run directory of a run is ``<runs folder>/<run id>``, so a session that remembers only the id
+finds the run again after a server restart. Nothing here trains, runs SQL or draws widgets: the engine trains,
+the store owns the SQL, the pages lay out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import threading
+import time
+import uuid
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from comlrl_lab.engine import ALGORITHMS, ExperimentSpec, RunManager
+from comlrl_lab.engine.manager import Progress
+from comlrl_lab.engine.run import SPEC_FILE, STORE_FILE
+from comlrl_lab.store import QueryExecutionError, ReadOnlyQueryError, RunStore
+from comlrl_lab.store.importer import ImportReport
+
+# Pages import only ``comlrl_lab.ui``; these are the engine and store names they need.
+__all__ = [
+    "EXPORT_FORMATS", "ExperimentSpec", "QueryExecutionError", "ReadOnlyQueryError", "RunView", "Workspace",
+    "available_algorithms", "close_all", "dataframe_csv", "past_runs", "runs_root", "workspace",
+]  # fmt: skip
+
+RUNS_DIR_ENV = "COMLRL_LAB_RUNS_DIR"
+UPLOADS_DIR = "_uploads"
+EXPORTS_DIR = "exports"
+
+#: Export formats offered by the Data page: key -> (label, file suffix, MIME type).
+EXPORT_FORMATS: dict[str, tuple[str, str, str]] = {
+    "json": ("Seed JSON (one list of records)", ".json", "application/json"),
+    "jsonl": ("JSONL (one record per line)", ".jsonl", "application/jsonl"),
+    "parquet": ("Parquet (records + provenance)", ".parquet", "application/vnd.apache.parquet"),
+    "csv": ("CSV (records + provenance)", ".csv", "text/csv"),
+    "rounds": ("Iteration files (iteration_NNNN.json, zipped)", ".zip", "application/zip"),
+}
+
+
+def runs_root() -> Path:
+    """The folder holding every run directory: ``$COMLRL_LAB_RUNS_DIR`` or ``./runs``."""
+    return Path(os.environ.get(RUNS_DIR_ENV) or "runs").expanduser().resolve()
+
+
+@dataclass(frozen=True)
+class RunView:
+    """What a page needs to show one run: its id, folder, store, and spec (None for an imported pair set)."""
+
+    run_id: str
+    run_dir: Path
+    store: RunStore
+    spec: ExperimentSpec | None
+
+    @property
+    def imported(self) -> bool:
+        return self.spec is None
+
+    @property
+    def iterative(self) -> bool:
+        return self.spec is not None and self.spec.algorithm.endswith("Iter")
+
+    def config(self) -> Any | None:
+        """The validated config object of an engine run (CoMLRL's defaults filled in)."""
+        if self.spec is None:
+            return None
+        try:
+            return self.spec.build_config()
+        except ValueError:
+            return None
+
+    @property
+    def num_rounds(self) -> int | None:
+        config = self.config()
+        if config is None:
+            return None
+        return int(getattr(config, "num_iterations", 1)) if self.iterative else 1
+
+    def title(self) -> str:
+        if self.spec is None:
+            return f"{self.run_id} (imported pairs)"
+        return f"{self.run_id} · {self.spec.algorithm}"
+
+
+class Workspace:
+    """The runs folder of this server: engine runs (through ``RunManager``) and imported pair sets."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.manager = RunManager(self.root)
+        self._imported: dict[str, RunView] = {}
+        self._lock = threading.RLock()
+
+    # Runs ------------------------------------------------------------------------------------------------
+    def create_run(self, spec: ExperimentSpec) -> str:
+        """Validate and create a run (CoMLRL's messages on a bad config); models load on its first phase."""
+        return self.manager.create(spec)
+
+    def open_dir(self, run_dir: str | Path) -> str:
+        """Open an engine run (a folder with spec.json) or an imported pair set (run.duckdb only)."""
+        run_dir = Path(run_dir).expanduser().resolve()
+        if (run_dir / SPEC_FILE).is_file():
+            with self._lock:
+                return self.manager.open(run_dir)
+        if (run_dir / STORE_FILE).is_file():
+            with self._lock:
+                for view in self._imported.values():
+                    if view.run_dir == run_dir:
+                        return view.run_id
+                store = RunStore(run_dir / STORE_FILE)
+                runs = store.list_runs()
+                run_id = str(runs["run_id"].iloc[0]) if len(runs) else run_dir.name
+                self._imported[run_id] = RunView(run_id, run_dir, store, None)
+                return run_id
+        raise FileNotFoundError(f"{run_dir} is neither a comlrl-lab run (no {SPEC_FILE}) nor a pair store (no {STORE_FILE})")
+
+    def has_run(self, run_id: str) -> bool:
+        return run_id in self.manager.open_runs() or run_id in self._imported or (self.root / run_id).is_dir()
+
+    def view(self, run_id: str) -> RunView:
+        """The run ``run_id``, opened from ``<runs folder>/<run id>`` when this process has not seen it yet."""
+        with self._lock:
+            if run_id in self._imported:
+                return self._imported[run_id]
+            if run_id not in self.manager.open_runs():
+                self.open_dir(self.root / run_id)
+            if run_id in self._imported:
+                return self._imported[run_id]
+            run = self.manager.run(run_id)
+            return RunView(run.run_id, run.run_dir, run.store, run.spec)
+
+    def progress(self, run_id: str) -> Progress | None:
+        """The engine's live progress of ``run_id`` (opening the run if needed); None for an imported pair set."""
+        if run_id not in self.manager.open_runs() and run_id not in self._imported:
+            self.view(run_id)
+        if run_id in self._imported:
+            return None
+        return self.manager.progress(run_id)
+
+    def past_runs(self) -> pd.DataFrame:
+        """Every run folder under the runs folder, newest first, with what spec.json says about it."""
+        rows = []
+        for run_dir in self.root.iterdir() if self.root.is_dir() else []:
+            if not run_dir.is_dir() or run_dir.name.startswith(("_", ".")):
+                continue
+            spec_path, store_path = run_dir / SPEC_FILE, run_dir / STORE_FILE
+            if spec_path.is_file():
+                try:
+                    data = json.loads(spec_path.read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    data = {}
+                config = data.get("config") or {}
+                rows.append(
+                    {
+                        "run_id": run_dir.name,
+                        "kind": "experiment",
+                        "algorithm": data.get("algorithm"),
+                        "task": data.get("task") or data.get("user_task"),
+                        "agents": len(data.get("agent_models") or []),
+                        "rounds": config.get("num_iterations"),
+                        "modified": _mtime(run_dir),
+                        "path": str(run_dir),
+                    }
+                )
+            elif store_path.is_file():
+                rows.append(
+                    {"run_id": run_dir.name, "kind": "imported pairs", "algorithm": None, "task": None, "agents": None,
+                     "rounds": None, "modified": _mtime(run_dir), "path": str(run_dir)}
+                )  # fmt: skip
+        columns = ["run_id", "kind", "algorithm", "task", "agents", "rounds", "modified", "path"]
+        frame = pd.DataFrame(rows, columns=columns)
+        return frame.sort_values("modified", ascending=False, ignore_index=True) if len(frame) else frame
+
+    # Work ------------------------------------------------------------------------------------------------
+    def start(self, run_id: str, **how: Any) -> None:
+        self.manager.start(run_id, **how)
+
+    def pause(self, run_id: str) -> None:
+        self.manager.pause(run_id)
+
+    def stop(self, run_id: str) -> None:
+        self.manager.stop(run_id)
+
+    # Import / export -------------------------------------------------------------------------------------
+    def _new_import_store(self, stem: str) -> tuple[str, Path, RunStore]:
+        clean = re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip("-.") or "pairs"
+        run_id = f"import-{clean}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+        run_dir = self.root / run_id
+        run_dir.mkdir(parents=True, exist_ok=False)
+        return run_id, run_dir, RunStore(run_dir / STORE_FILE)
+
+    def _register_import(self, run_id: str, run_dir: Path, store: RunStore, report: ImportReport) -> ImportReport:
+        if not report.imported_files:
+            store.close()
+            for leftover in sorted(run_dir.rglob("*"), reverse=True):
+                leftover.unlink() if leftover.is_file() else leftover.rmdir()
+            run_dir.rmdir()
+            return report
+        with self._lock:
+            self._imported[report.run_id] = RunView(report.run_id, run_dir, store, None)
+        return report
+
+    def import_replay_dir(self, path: str | Path) -> ImportReport:
+        """Import a CoMLRL ``preference_replay`` folder as a new pair set of its own (its own run folder)."""
+        directory = Path(path).expanduser()
+        if not directory.is_dir():
+            raise ValueError(f"{str(directory)!r} is not a directory")
+        run_id, run_dir, store = self._new_import_store(directory.resolve().name)
+        return self._register_import(run_id, run_dir, store, store.import_replay_dir(directory, run_id=run_id))
+
+    def import_files(self, files: list[Any]) -> ImportReport:
+        """Import uploaded JSON / JSONL pair files (one round per file) as a new pair set."""
+        stem = Path(str(getattr(files[0], "name", "pairs"))).stem if files else "pairs"
+        run_id, run_dir, store = self._new_import_store(stem)
+        return self._register_import(run_id, run_dir, store, store.import_pair_files(files, run_id=run_id))
+
+    def export(self, run_id: str, fmt: str, filters: dict[str, Any]) -> tuple[Path, int]:
+        """Write an export into ``<run dir>/exports/`` and return (path, number of pairs or round files)."""
+        view = self.view(run_id)
+        if fmt not in EXPORT_FORMATS:
+            raise ValueError(f"unknown export format {fmt!r}")
+        target = view.run_dir / EXPORTS_DIR
+        target.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        suffix = _filter_suffix(filters)
+        if fmt == "rounds":
+            folder = target / f"rounds-{stamp}-{uuid.uuid4().hex[:4]}"
+            files = view.store.export_round_files(run_id, folder)
+            archive = folder.with_suffix(".zip")
+            with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+                for file in files:
+                    zf.write(file, arcname=f"preference_replay/{file.name}")
+            return archive, len(files)
+        dest = target / f"pairs{suffix}-{stamp}-{uuid.uuid4().hex[:4]}{EXPORT_FORMATS[fmt][1]}"
+        count = view.store.export_pairs(run_id, fmt, dest, **filters)
+        return dest, count
+
+    def close(self) -> None:
+        """Stop running work (the run returns to its last finished phase) and close every store."""
+        self.manager.close()
+        with self._lock:
+            for view in self._imported.values():
+                view.store.close()
+            self._imported.clear()
+
+    # Uploads ---------------------------------------------------------------------------------------------
+    def save_upload(self, name: str, data: bytes) -> Path:
+        """Keep an uploaded task module or data file under ``<runs folder>/_uploads/<hash>/<name>``."""
+        digest = hashlib.sha256(data).hexdigest()[:12]
+        folder = self.root / UPLOADS_DIR / digest
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / Path(name).name
+        if not path.exists():
+            path.write_bytes(data)
+        return path
+
+
+def _mtime(path: Path) -> pd.Timestamp:
+    return pd.Timestamp(path.stat().st_mtime, unit="s")
+
+
+def _filter_suffix(filters: dict[str, Any]) -> str:
+    parts = []
+    if filters.get("round") is not None:
+        parts.append(f"r{int(filters['round']):04d}")
+    if filters.get("winner_side"):
+        parts.append(str(filters["winner_side"]))
+    if filters.get("item") is not None:
+        parts.append(f"item{int(filters['item'])}")
+    if any(filters.get(k) is not None for k in ("min_gap", "max_gap")) or filters.get("text"):
+        parts.append("filtered")
+    return ("-" + "-".join(parts)) if parts else ""
+
+
+_OPENED: list[Workspace] = []
+
+
+@st.cache_resource(show_spinner=False)
+def _workspace(root: str) -> Workspace:
+    workspace = Workspace(root)
+    _OPENED.append(workspace)
+    return workspace
+
+
+def close_all() -> None:
+    """Close every workspace this process opened and forget the cached one (tests; a clean shutdown)."""
+    while _OPENED:
+        _OPENED.pop().close()
+    _workspace.clear()
+
+
+def workspace() -> Workspace:
+    """This server's workspace (created on first use; shared by every session)."""
+    return _workspace(str(runs_root()))
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _past_runs(root: str, stamp: int) -> pd.DataFrame:
+    return workspace().past_runs()
+
+
+def past_runs() -> pd.DataFrame:
+    """``Workspace.past_runs``, re-read only when a run folder is added or removed (the folder's mtime changes)."""
+    root = workspace().root
+    return _past_runs(str(root), root.stat().st_mtime_ns if root.exists() else 0)
+
+
+def available_algorithms() -> dict[str, bool]:
+    """Algorithm name -> whether this build has its trainer (configs exist for all four)."""
+    return {name: trainer is not None for name, (_, trainer) in ALGORITHMS.items()}
+
+
+def dataframe_csv(frame: pd.DataFrame) -> bytes:
+    buffer = io.StringIO()
+    frame.to_csv(buffer, index=False)
+    return buffer.getvalue().encode("utf-8")

@@ -1,0 +1,119 @@
+"""Data: export pairs (seed JSON, JSONL, Parquet, CSV, iteration files) with filters; import CoMLRL replay data."""
+
+from pathlib import Path
+
+import streamlit as st
+
+from comlrl_lab.ui import components, services, state
+
+ws = services.workspace()
+
+st.title("Data")
+st.caption("Export a run's pairs for your own analysis, or import CoMLRL preference data to browse it here.")
+
+export_tab, import_tab = st.tabs(["Export", "Import"], key="data.tab")
+
+# -- export --------------------------------------------------------------------------------------------------
+
+with export_tab:
+    run_id = state.current_run_id()
+    if not run_id or not ws.has_run(run_id):
+        st.info("Open a run (Setup page or the sidebar) to export its pairs.", icon=":material/info:")
+    else:
+        view = ws.view(run_id)
+        st.caption(f"Run `{run_id}`. Files are also written to `{view.run_dir / services.EXPORTS_DIR}`.")
+        formats = list(services.EXPORT_FORMATS)
+        fmt = st.radio(
+            "Format", formats, key=state.EXPORT_FORMAT, horizontal=True,
+            format_func=lambda f: services.EXPORT_FORMATS[f][0],
+            help="JSON and JSONL hold the seed's nine record fields exactly; Parquet and CSV add provenance columns "
+            "(round, pair_index, item_index, candidate indices, winner_side, reward_gap). Iteration files are "
+            "CoMLRL's iteration_NNNN.json, one per round.",
+        )  # fmt: skip
+        rounds = view.store.rounds(run_id)
+        filters: dict = {}
+        if fmt != "rounds":
+            with st.container(border=True, key="export-filters"):
+                st.markdown("**Filters** (empty = all pairs)")
+                c1, c2, c0, c3, c4, c5 = st.columns([1, 1.6, 0.8, 0.8, 0.8, 1.6])
+                options = [None, *[int(r) for r in rounds["round"]]]
+                filters["round"] = c1.selectbox("Round", options, key="export.round", format_func=lambda r: "all" if r is None else f"round {r}")
+                filters["winner_side"] = c2.segmented_control("Winner side", ["current", "comparator"], key="export.side") or None
+                filters["item"] = c0.number_input("Task item", min_value=0, step=1, value=None, key="export.item", placeholder="any")
+                filters["min_gap"] = c3.number_input("Min gap", value=None, step=0.05, format="%g", key="export.min_gap", placeholder="any")
+                filters["max_gap"] = c4.number_input("Max gap", value=None, step=0.05, format="%g", key="export.max_gap", placeholder="any")
+                filters["text"] = c5.text_input("Text search", key="export.text", placeholder="any").strip() or None
+            count = view.store.pairs_count(run_id, **filters)
+            st.markdown(f"**{count:,} pairs** will be exported.")
+        else:
+            st.caption(f"Every collected round as one file ({len(rounds)} rounds); filters do not apply.")
+        if st.button("Build the export", type="primary", icon=":material/build:", key="export.build"):
+            try:
+                path, n = ws.export(run_id, fmt, {k: v for k, v in filters.items() if v is not None})
+            except Exception as error:
+                st.error(components.format_exception(error))
+            else:
+                st.session_state[state.EXPORT_RESULT] = {"path": str(path), "count": n, "format": fmt, "run_id": run_id}
+        result = st.session_state.get(state.EXPORT_RESULT)
+        if result and result.get("run_id") == run_id and Path(result["path"]).is_file():
+            path = Path(result["path"])
+            what = "round files" if result["format"] == "rounds" else "pairs"
+            with st.container(border=True, key="export-result"):
+                st.success(f"Built `{path.name}`: {result['count']:,} {what}, {path.stat().st_size:,} bytes.", icon=":material/check_circle:")
+                st.download_button(
+                    f"Download {path.name}", data=path.read_bytes(), file_name=path.name,
+                    mime=services.EXPORT_FORMATS[result["format"]][2], on_click="ignore", type="primary",
+                    icon=":material/download:", key="export.download",
+                )  # fmt: skip
+                st.caption(f"Written to `{path}`")
+
+# -- import --------------------------------------------------------------------------------------------------
+
+with import_tab:
+    st.caption(
+        "Each import becomes a pair set of its own in the runs folder: browse it on the Pairs, Replay and Data pages. "
+        "Every file is checked before anything is written; a malformed file is skipped with the reason."
+    )
+    left, right = st.columns(2)
+    report = None
+    with left, st.container(border=True, key="import-dir"):
+        st.markdown("**A CoMLRL `preference_replay` directory**")
+        directory = st.text_input("Directory", key="import.dir", placeholder="/path/to/output/preference_replay")
+        if st.button("Import the directory", key="import.dir_button", icon=":material/drive_folder_upload:", disabled=not directory.strip()):
+            try:
+                report = ws.import_replay_dir(directory.strip())
+            except Exception as error:
+                st.error(components.format_exception(error))
+    with right, st.container(border=True, key="import-files"):
+        st.markdown("**Uploaded pair files**")
+        uploads = st.file_uploader(
+            "iteration_NNNN.json, a JSON list of records, or JSONL", type=["json", "jsonl"], accept_multiple_files=True,
+            key="import.files",
+        )  # fmt: skip
+        if st.button("Import the files", key="import.files_button", icon=":material/upload_file:", disabled=not uploads):
+            try:
+                report = ws.import_files(list(uploads))
+            except Exception as error:
+                st.error(components.format_exception(error))
+    if report is not None:
+        st.session_state[state.IMPORT_RESULT] = {
+            "run_id": report.run_id if report.imported_files else None, "files": report.imported_files,
+            "skipped": report.skipped, "pairs": report.pairs, "rounds": report.rounds,
+        }  # fmt: skip
+    result = st.session_state.get(state.IMPORT_RESULT)
+    if result:
+        with st.container(border=True, key="import-result"):
+            if result["run_id"]:
+                st.success(
+                    f"Imported {result['pairs']:,} pairs from {len(result['files'])} files into `{result['run_id']}` "
+                    f"(rounds {', '.join(map(str, result['rounds']))}).",
+                    icon=":material/check_circle:",
+                )
+                if st.button("Browse these pairs", key="import.open", type="primary", icon=":material/compare:"):
+                    state.set_current_run(result["run_id"])
+                    st.session_state.pop(state.IMPORT_RESULT, None)
+                    st.switch_page(components.PAIRS_PAGE)
+            else:
+                st.error("Nothing was imported.")
+            for name, reason in result["skipped"]:
+                st.warning(f"Skipped `{name}`: {reason}", icon=":material/warning:")

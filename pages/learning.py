@@ -1,0 +1,58 @@
+"""Learning: per-round rewards (candidates, comparator, evaluation), losses, margins, accuracy, reward distributions."""
+
+import streamlit as st
+
+from comlrl_lab.ui import components, figures, state
+
+view = components.require_run("Create or open a run to watch it learn.")
+run_id = view.run_id
+
+st.title("Learning")
+st.caption(
+    f"Run `{run_id}`. Candidate rewards are recorded at collection (before that round's update); evaluation samples "
+    "fresh responses from the current policy after training and scores them with the task reward."
+)
+
+version = figures.data_version(view.store.rounds(run_id))
+data = figures.learning(run_id, version)
+if data is None:
+    st.info("No metrics yet: they appear as phases finish on the Rounds page.")
+    st.stop()
+
+for col, tile in zip(st.columns(len(data.tiles)), data.tiles):
+    col.metric(
+        tile.label, tile.value, tile.delta, delta_color="inverse" if tile.inverse else "normal", help=tile.help,
+        border=True,
+    )  # fmt: skip
+
+left, right = st.columns(2)
+for col, name, empty in (
+    (left, "rewards", "No reward recorded yet."),
+    (right, "loss", "No training loss yet: it appears after the first Train phase."),
+):
+    with col:
+        if name in data.figures:
+            st.plotly_chart(data.figures[name], key=f"{name}-chart")
+        else:
+            st.caption(empty)
+left, right = st.columns(2)
+for col, name in ((left, "margins"), (right, "accuracy")):
+    if name in data.figures:
+        col.plotly_chart(data.figures[name], key=f"{name}-chart")
+
+if st.toggle("Show every optimiser update", key=state.LEARNING_PER_STEP, help="Per-update values instead of round means."):
+    fig = figures.step_curves(run_id, version, tuple(data.step_series))
+    if fig is not None:
+        st.plotly_chart(fig, key="step-chart")
+
+st.subheader("Reward distributions: current agents vs comparator")
+if not data.has_distributions:
+    st.caption("No scored candidates were stored yet (imported pair sets keep pairs only).")
+    st.stop()
+left, right = st.columns(2)
+with left:
+    state.follow_latest(state.LEARNING_ROUND, data.rounds)
+    chosen = st.selectbox("Round", data.rounds, key=state.LEARNING_ROUND, format_func=lambda r: f"round {r}")
+    st.plotly_chart(figures.reward_histogram(run_id, version, int(chosen)), key="reward-hist")
+with right:
+    st.plotly_chart(data.figures["boxes"], key="reward-boxes")

@@ -1,0 +1,138 @@
+"""Pairs: browse by round, item, winner side, reward gap and text; winner vs loser per agent; read-only SQL."""
+
+import pandas as pd
+import streamlit as st
+
+from comlrl_lab.ui import components, figures, services, state
+
+view = components.require_run("Create, open or import a run to read its preference pairs.")
+store, run_id = view.store, view.run_id
+
+st.title("Pairs")
+st.caption(
+    f"Run `{run_id}`. Each pair is two joint responses to one task item that the oracle scored differently: "
+    "the winner (higher reward) and the loser. In iterative training one side is the current agents, the other the comparator."
+)
+
+PAGE_SIZE = 25
+DEFAULT_SQL = (
+    "SELECT round, winner_side, count(*) AS pairs, round(avg(reward_gap), 4) AS mean_gap,\n"
+    "       round(avg(winner_reward), 4) AS mean_winner_reward\n"
+    "FROM pairs\nGROUP BY ALL\nORDER BY ALL"
+)
+
+browse, sql = st.tabs(["Browse pairs", "SQL"], key="pairs.tab")
+
+def browse_pairs() -> None:
+    rounds = store.rounds(run_id)
+    round_options = [None, *[int(r) for r in rounds["round"]]] if len(rounds) else [None]
+    with st.container(border=True, key="pair-filters"):
+        f1, f2, f3, f4, f5, f6 = st.columns([1, 1.6, 0.8, 0.8, 0.8, 1.8])
+        chosen_round = f1.selectbox(
+            "Round", round_options, key=state.PAIRS_ROUND, format_func=lambda r: "all" if r is None else f"round {r}",
+        )  # fmt: skip
+        side = f2.segmented_control(
+            "Winner side", ["current", "comparator"], key=state.PAIRS_SIDE,
+            help="Which side's joint response won: the current agents or the comparator. None selected = both.",
+        )  # fmt: skip
+        item = f3.number_input("Task item", min_value=0, step=1, value=None, key=state.PAIRS_ITEM, placeholder="any")
+        min_gap = f4.number_input("Min gap", value=None, step=0.05, format="%g", key=state.PAIRS_MIN_GAP, placeholder="any",
+                                  help="reward_gap = winner_reward - loser_reward")  # fmt: skip
+        max_gap = f5.number_input("Max gap", value=None, step=0.05, format="%g", key=state.PAIRS_MAX_GAP, placeholder="any")
+        text = f6.text_input("Text search", key=state.PAIRS_TEXT, placeholder="words in a prompt or either response").strip()
+    filters = {
+        "round": chosen_round, "winner_side": side or None, "item": item, "min_gap": min_gap, "max_gap": max_gap,
+        "text": text or None,
+    }  # fmt: skip
+    total = store.pairs_count(run_id, **filters)
+    pages = max(1, -(-total // PAGE_SIZE))
+    if st.session_state.get(state.PAIRS_PAGE, 1) > pages:
+        st.session_state[state.PAIRS_PAGE] = 1
+    count_col, page_col = st.columns([3, 1], vertical_alignment="bottom")
+    page = page_col.number_input(f"Page (of {pages})", min_value=1, max_value=pages, step=1, key=state.PAIRS_PAGE)
+    count_col.markdown(f"**{total:,} pairs** match" + (f" · showing {PAGE_SIZE * (page - 1) + 1}–{min(total, PAGE_SIZE * page)}" if total else ""))
+    frame = store.pairs_page(run_id, limit=PAGE_SIZE, offset=PAGE_SIZE * (int(page) - 1), **filters)
+
+    if frame.empty:
+        st.info("No pair matches these filters." if total == 0 and len(rounds) else "This run has no pairs yet: run a Collect phase on the Rounds page.")
+        return
+
+    labels = [components.pair_label(row) for row in frame.itertuples(index=False)]
+    keys = [(int(r), int(p)) for r, p in zip(frame["round"], frame["pair_index"])]
+
+    def _table_selected() -> None:
+        rows = st.session_state[state.PAIRS_TABLE].selection.rows
+        if rows:
+            st.session_state[state.PAIRS_OPEN] = keys[rows[0]]
+
+    table = pd.DataFrame(
+        {
+            "round": frame["round"],
+            "pair": frame["pair_index"],
+            "item": frame["item_index"],
+            "winner side": frame["winner_side"],
+            "winner reward": frame["winner_reward"],
+            "loser reward": frame["loser_reward"],
+            "gap": frame["reward_gap"],
+            "agent 1 winner": [c[0] if len(c) else "" for c in frame["winner_completions"]],
+            "agent 1 loser": [c[0] if len(c) else "" for c in frame["loser_completions"]],
+        }
+    )
+    st.dataframe(
+        table, hide_index=True, width="stretch", height=min(38 + 35 * len(table), 420), key=state.PAIRS_TABLE,
+        on_select=_table_selected, selection_mode="single-row",
+        column_config={
+            "winner reward": st.column_config.NumberColumn(format="%.4f"),
+            "loser reward": st.column_config.NumberColumn(format="%.4f"),
+            "gap": st.column_config.ProgressColumn(format="%.3f", min_value=0.0, max_value=max(1e-9, float(frame["reward_gap"].max()))),
+        },
+    )  # fmt: skip
+    if st.session_state.get(state.PAIRS_OPEN) not in keys:
+        st.session_state[state.PAIRS_OPEN] = keys[0]
+    chosen = st.selectbox(
+        "Open pair", keys, key=state.PAIRS_OPEN, format_func=lambda k: labels[keys.index(k)],
+        help="Or click a row of the table.",
+    )  # fmt: skip
+
+    detail = store.pair_detail(run_id, chosen[0], chosen[1])
+    if detail is None:
+        st.warning("That pair is no longer in the store.")
+        return
+    st.subheader(f"Round {chosen[0]} · pair {chosen[1]} · item {components._int_or_dash(detail.get('item_index'))}")
+    components.pair_view(view, detail)
+    with st.expander("Every candidate of this item, with its reward", expanded=True):
+        components.candidates_view(view, detail, figures.data_version(rounds))
+    with st.expander("The pair as a seed JSON record"):
+        st.code(components.record_json(detail), language="json")
+
+
+with browse:
+    browse_pairs()
+
+with sql:
+    st.caption(
+        "Read-only SQL over this run's DuckDB file. Tables: runs, rounds, phases, candidates, pairs, replay, metrics, "
+        "events; view pair_records (the seed's record fields). Statements that could write are refused."
+    )
+    if state.SQL_QUERY not in st.session_state:
+        st.session_state[state.SQL_QUERY] = DEFAULT_SQL
+    st.text_area("Query", key=state.SQL_QUERY, height=140)
+    run_col, limit_col = st.columns([1, 1], vertical_alignment="bottom")
+    limit = limit_col.number_input("Row limit", min_value=1, max_value=100_000, value=1000, step=100, key="sql.limit")
+    if run_col.button("Run query", type="primary", icon=":material/play_arrow:", key="sql.run"):
+        st.session_state[state.SQL_SUBMITTED] = st.session_state[state.SQL_QUERY]
+    submitted = st.session_state.get(state.SQL_SUBMITTED)
+    if submitted:
+        try:
+            result = store.readonly_sql(submitted, limit=int(limit))
+        except services.ReadOnlyQueryError as error:
+            st.error(f"Refused: {error}", icon=":material/block:")
+        except services.QueryExecutionError as error:
+            st.error(f"The query failed: {error}", icon=":material/error:")
+        else:
+            st.caption(f"{len(result):,} rows" + (" (row limit reached)" if len(result) >= int(limit) else ""))
+            st.dataframe(result, hide_index=True, width="stretch", key="sql-result")
+            st.download_button(
+                "Download CSV", data=services.dataframe_csv(result), file_name=f"{run_id}-query.csv", mime="text/csv",
+                on_click="ignore", icon=":material/download:", key="sql.download",
+            )  # fmt: skip

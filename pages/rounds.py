@@ -1,0 +1,111 @@
+"""Rounds: run the next phase (collect, select, train, evaluate) or N rounds; live progress; pause, stop, retry."""
+
+import streamlit as st
+
+from comlrl_lab.ui import components, figures, frames, services, state
+from comlrl_lab.ui.frames import PHASE_LABELS
+
+view = components.require_run("Create or open a run to step through its rounds.")
+ws = services.workspace()
+
+st.title("Rounds")
+progress = ws.progress(view.run_id)
+head_left, head_right = st.columns([4, 1], vertical_alignment="center")
+with head_left:
+    if view.spec is not None:
+        agents = ", ".join(dict.fromkeys(view.spec.agent_models))
+        task = view.spec.task or view.spec.user_task
+        st.caption(f"Run `{view.run_id}` · {view.spec.algorithm} · task {task} · {len(view.spec.agent_models)} agents ({agents})")
+    else:
+        st.caption(f"Pair set `{view.run_id}`, imported: its rounds hold pairs only; nothing can be run here.")
+with head_right:
+    components.status_badge(progress)
+
+rounds = view.store.rounds(view.run_id)
+durations, timeline_fig = figures.timeline(view.run_id, figures.data_version(rounds))
+num_rounds = view.num_rounds
+
+if progress is not None:
+    busy = progress.busy
+    cols = st.columns(4)
+    shown_round = min(progress.round_index, num_rounds or progress.round_index)
+    cols[0].metric("round", f"{shown_round} / {num_rounds}" if num_rounds else shown_round)
+    if busy and progress.phase:
+        cols[1].metric("running", PHASE_LABELS.get(progress.phase, progress.phase))
+    else:
+        cols[1].metric("next phase", PHASE_LABELS.get(progress.next_phase or "", "done") if progress.next_phase else "done")
+    cols[2].metric("pairs collected", int(rounds["num_pairs"].sum()) if len(rounds) else 0)
+    cols[3].metric("pairs drawn for training", int(rounds["num_drawn"].sum()) if len(rounds) else 0)
+
+    # -- controls ------------------------------------------------------------------------------------------
+    def start(**how) -> None:
+        try:
+            ws.start(view.run_id, **how)
+        except Exception as error:
+            st.error(components.format_exception(error), icon=":material/block:")
+        else:
+            st.rerun()
+
+    with st.container(border=True, key="controls"):
+        st.markdown("**Next phase**")
+        phase_cols = st.columns(4)
+        for col, phase in zip(phase_cols, PHASE_LABELS):
+            is_next = progress.next_phase == phase
+            if col.button(
+                PHASE_LABELS[phase], key=f"phase-{phase}", type="primary" if is_next and not busy else "secondary",
+                disabled=busy or not is_next, width="stretch",
+                help=f"Run the {phase} phase of round {progress.round_index}" if is_next else "Phases run in order: collect → select → train → evaluate.",
+            ):  # fmt: skip
+                start(phase=phase)
+        many_left, many_mid, many_right, pause_col, stop_col = st.columns([1.1, 1.2, 1.2, 1, 1], vertical_alignment="bottom")
+        remaining = max(1, (num_rounds or 1) - progress.round_index + 1)
+        if st.session_state.get(state.ROUNDS_COUNT, 1) > remaining:
+            st.session_state[state.ROUNDS_COUNT] = remaining
+        n = many_left.number_input(
+            "Rounds to run", min_value=1, max_value=max(1, remaining), step=1, key=state.ROUNDS_COUNT,
+            disabled=busy or progress.next_phase is None,
+            help="Completes the current round first: N = 1 runs to the end of this round.",
+        )  # fmt: skip
+        if many_mid.button(f"Run {int(n)} round{'s' if n != 1 else ''}", key="run-rounds", disabled=busy or progress.next_phase is None, icon=":material/fast_forward:", width="stretch"):
+            start(rounds=int(n))
+        if many_right.button("Run to the end", key="run-all", disabled=busy or progress.next_phase is None, icon=":material/skip_next:", width="stretch"):
+            start(rounds=remaining)
+        if pause_col.button("Pause", key="pause", disabled=not busy or progress.status in ("pausing", "stopping"), icon=":material/pause:", width="stretch",
+                            help="Let the current phase finish, then stop."):  # fmt: skip
+            ws.pause(view.run_id)
+            st.rerun()
+        if stop_col.button("Stop", key="stop", disabled=not busy or progress.status == "stopping", icon=":material/stop:", width="stretch",
+                           help="Cancel the current phase now; the run returns to its last finished phase."):  # fmt: skip
+            ws.stop(view.run_id)
+            st.rerun()
+
+    components.progress_panel(view, progress)
+    components.error_panel(view, progress)
+    running = (progress.round_index, progress.phase) if busy and progress.phase else None
+    cursor = (progress.round_index, progress.next_phase)
+else:
+    running, cursor = None, (0, None)
+
+# -- phase timeline ------------------------------------------------------------------------------------------
+
+st.subheader("Phase timeline")
+table = frames.phase_table(rounds, durations, num_rounds, cursor, running)
+if table.empty:
+    st.caption("No phase has finished yet. Start with Collect: the agents and the comparator sample candidates, the oracle scores them, and pairs form.")
+else:
+    st.dataframe(table, hide_index=True, width="stretch", key="timeline-table")
+    if timeline_fig is not None:
+        st.plotly_chart(timeline_fig, key="timeline-chart")
+    if len(rounds):
+        last = int(rounds["round"].max())
+        links = st.columns(3)
+        links[0].page_link(components.PAIRS_PAGE, label=f"Read the pairs of round {last}", icon=":material/compare:")
+        links[1].page_link(components.REPLAY_PAGE, label="See the replay buffer", icon=":material/history:")
+        links[2].page_link(components.LEARNING_PAGE, label="Watch the learning curves", icon=":material/monitoring:")
+
+with st.expander("Event log"):
+    events = view.store.events(view.run_id, limit=200)
+    if events.empty:
+        st.caption("No events yet.")
+    else:
+        st.dataframe(events.drop(columns=["traceback"]), hide_index=True, width="stretch")

@@ -1,0 +1,246 @@
+"""Setup: agents, task, algorithm, comparator, replay buffer and every config field; create, save, load, reopen."""
+
+import json
+
+import streamlit as st
+import yaml
+
+from comlrl_lab.ui import charts, components, forms, frames, services, state
+
+ws = services.workspace()
+
+st.title("Set up an experiment")
+st.caption(
+    "Pick the agents' models, a task and an algorithm; every config field below comes from the config classes, "
+    "with CoMLRL's names, defaults and help (hover the ⓘ). The config is checked as you type, exactly as the "
+    "Python API checks it."
+)
+
+notice = st.session_state.pop(state.SETUP_NOTICE, None)
+if notice:
+    kind, text = notice
+    getattr(st, kind)(text)
+
+
+# -- reopen a past run / load a config file -------------------------------------------------------------------
+
+
+def _open_past() -> None:
+    path = st.session_state.get("setup.past")
+    if not path:
+        return
+    try:
+        run_id = ws.open_dir(path)
+    except Exception as error:
+        st.session_state[state.SETUP_NOTICE] = ("error", f"Could not open {path}: {components.format_exception(error)}")
+        return
+    state.set_current_run(run_id)
+    st.session_state["setup.go_rounds"] = True
+
+
+def _copy_past() -> None:
+    path = st.session_state.get("setup.past")
+    if not path:
+        return
+    try:
+        spec = services.ExperimentSpec.load(f"{path}/spec.json")
+    except Exception as error:
+        st.session_state[state.SETUP_NOTICE] = ("error", f"{path} has no readable spec: {components.format_exception(error)}")
+        return
+    notes = forms.load_spec_into_state(spec)
+    st.session_state[state.SETUP_NOTICE] = ("success", "Loaded the setup of " + path + (". " + "; ".join(notes) if notes else "."))
+
+
+def _load_file() -> None:
+    uploaded = st.session_state.get("setup.load_file")
+    if uploaded is None:
+        st.session_state[state.SETUP_NOTICE] = ("warning", "Choose a config file first.")
+        return
+    try:
+        text = uploaded.getvalue().decode("utf-8")
+        data = yaml.safe_load(text) if uploaded.name.lower().endswith((".yaml", ".yml")) else json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("a config file must hold a mapping")
+        if "algorithm" in data or "agent_models" in data:
+            spec = services.ExperimentSpec.from_dict(data)
+            notes = forms.load_spec_into_state(spec)
+        else:  # a bare config (CoMLRL field names) for the algorithm chosen now
+            algorithm = f"{st.session_state.get(forms.FAMILY_KEY, 'MADPO')}{'Iter' if st.session_state.get(forms.ITERATIVE_KEY, True) else ''}"
+            notes = forms.load_config_into_state(algorithm, data)
+    except Exception as error:
+        st.session_state[state.SETUP_NOTICE] = ("error", f"Could not load {uploaded.name}: {components.format_exception(error)}")
+        return
+    st.session_state[state.SETUP_NOTICE] = ("success", f"Loaded {uploaded.name}" + (". " + "; ".join(notes) if notes else "."))
+
+
+if st.session_state.pop("setup.go_rounds", False):
+    st.switch_page(components.ROUNDS_PAGE)
+
+top_left, top_right = st.columns(2)
+with top_left, st.container(border=True, height="stretch"):
+    st.markdown("**Reopen a past run**")
+    past = services.past_runs()
+    if len(past):
+        labels = {
+            row.path: f"{row.run_id} — {row.algorithm or row.kind}" + (f" · {row.task}" if row.task else "")
+            for row in past.itertuples(index=False)
+        }
+        st.selectbox("Past run", list(labels), format_func=labels.get, key="setup.past", label_visibility="collapsed")
+        b1, b2 = st.columns(2)
+        b1.button("Open it", on_click=_open_past, icon=":material/folder_open:", key="setup.open_past", width="stretch")
+        b2.button("Copy its setup here", on_click=_copy_past, icon=":material/content_copy:", key="setup.copy_past", width="stretch")
+    else:
+        st.caption(f"No runs in {ws.root} yet.")
+with top_right, st.container(border=True, height="stretch"):
+    st.markdown("**Load a config file**")
+    st.file_uploader(
+        "Spec or config file", type=["json", "yaml", "yml"], key="setup.load_file", label_visibility="collapsed",
+        help="A spec saved with 'Save config' below, or a bare config with CoMLRL's field names.",
+    )  # fmt: skip
+    st.button("Apply the file", on_click=_load_file, icon=":material/upload_file:", key="setup.apply_file")
+
+# -- agents, task, algorithm -----------------------------------------------------------------------------------
+
+st.header("Agents", divider="gray")
+models, agent_problems = forms.agents_section()
+
+st.header("Task", divider="gray")
+task_fields, task_problems = forms.task_section(ws.save_upload)
+
+st.header("Algorithm", divider="gray")
+algorithm = forms.algorithm_section()
+available = services.available_algorithms()
+if not available.get(algorithm, False):
+    st.warning(
+        f"{algorithm}'s config can be checked and saved, but this build of comlrl-lab has no {algorithm} trainer yet, "
+        "so a run cannot be created.",
+        icon=":material/construction:",
+    )
+config_class = forms.config_class(algorithm)
+values, parse_error = forms.current_values(algorithm)
+config, error = forms.validate(algorithm, forms.overrides(algorithm, values), len(models))
+error = parse_error or error
+iterative = algorithm.endswith("Iter")
+st.caption(config_class.__doc__.strip().splitlines()[0] if config_class.__doc__ else "")
+forms.render_fields(algorithm, forms.ESSENTIALS, error, columns=5)
+
+# -- comparator ------------------------------------------------------------------------------------------------
+
+POLICY_NOTES = {
+    "current": "The current agents themselves, sampled with a separate random stream.",
+    "current_copy": "A copy of the current weights on comparator_devices, refreshed each collection phase.",
+    "model": "A fixed model: comparator_model_name for every agent, or one per agent in comparator_agents.",
+    "history": "The agents as they were comparator_history_k rounds back (checkpoints are saved automatically).",
+    "api": "A remote endpoint. The key is read from the environment variable named in comparator_api_key_env; it is never typed here or saved.",
+}
+POLICY_FIELDS = {
+    "current": [],
+    "current_copy": ["comparator_devices"],
+    "model": ["comparator_model_name", "comparator_agents", "comparator_devices"],
+    "history": ["comparator_history_k", "policy_checkpoint_dir"],
+    "api": ["comparator_api_format", "comparator_api_url", "comparator_api_model", "comparator_api_key_env"],
+}
+
+if iterative:
+    st.header("Comparator", divider="gray")
+    policy = values.get("comparator_policy", "current")
+    primary = ["comparator_policy", "comparator_num_candidates", "comparator_generation_mode"]
+    if values.get("comparator_generation_mode") == "centralized":
+        primary.append("comparator_centralized_agent_index")
+    primary += POLICY_FIELDS.get(policy, [])
+    st.caption(POLICY_NOTES.get(policy, ""))
+    forms.render_fields(algorithm, primary, error)
+    rest = [n for n in forms.COMPARATOR_FIELDS if n not in primary]
+    api_rest = [n for n in forms.API_FIELDS if n not in primary]
+    with st.expander("More comparator fields", expanded=forms.field_names_in(rest, error)):
+        forms.render_fields(algorithm, rest, error)
+    with st.expander("API comparator settings", expanded=policy == "api" or forms.field_names_in(api_rest, error)):
+        st.caption("Used when comparator_policy = api. Retries with backoff on 429/5xx and timeouts; bounded concurrency.")
+        forms.render_fields(algorithm, api_rest, error)
+
+    # -- replay buffer -----------------------------------------------------------------------------------------
+    st.header("Replay buffer", divider="gray")
+    mode = values.get("preference_replay_mode", "current")
+    replay_primary = ["preference_replay_mode"]
+    if mode == "nearest_k":
+        replay_primary.append("preference_replay_k")
+    if mode == "lambda_decay":
+        replay_primary.append("preference_replay_lambda")
+    if mode != "current":
+        replay_primary.append("preference_replay_sample_size")
+    left, right = st.columns([3, 2])
+    with left:
+        st.caption(
+            {
+                "current": "Train on this round's pairs only.",
+                "nearest_k": "Draw from the k most recent non-empty round datasets, equal weights.",
+                "all_history": "Draw from every non-empty round dataset, equal weights.",
+                "lambda_decay": "Draw from every round dataset with weight (1-λ)λ^age / (1-λ^K); newest has age 0.",
+            }.get(mode, "")
+        )
+        forms.render_fields(algorithm, replay_primary, error, columns=2)
+        replay_rest = [n for n in forms.REPLAY_FIELDS if n not in replay_primary]
+        with st.expander("More replay fields", expanded=forms.field_names_in(replay_rest, error)):
+            forms.render_fields(algorithm, replay_rest, error, columns=2)
+    with right:
+        lam = values.get("preference_replay_lambda")
+        rounds = int(values.get("num_iterations") or 1)
+        if mode == "lambda_decay" and isinstance(lam, (int, float)) and 0 <= lam <= 1:
+            weights = frames.lambda_table(list(range(1, rounds + 1)), float(lam))["weight"].tolist()
+            fig = charts.lambda_weights(list(range(1, rounds + 1)), weights, lam=float(lam), title=f"Weights in round {rounds} if every round has pairs")
+            fig.update_layout(height=260)
+            st.plotly_chart(fig, key="setup-lambda-preview")
+        elif mode != "lambda_decay":
+            st.caption("Choose lambda_decay to preview its weights here; the Replay page shows them for a run.")
+
+# -- the rest of the fields ---------------------------------------------------------------------------------
+
+st.header("Algorithm settings", divider="gray")
+st.caption("Every remaining field of " + config_class.__name__ + ", grouped. Hover a field's ⓘ for its help text and default.")
+for title, caption, names in forms.grouped_fields(algorithm):
+    with st.expander(f"{title} ({len(names)})", expanded=forms.field_names_in(names, error)):
+        st.caption(caption)
+        forms.render_fields(algorithm, names, error)
+
+# -- check, create, save ------------------------------------------------------------------------------------
+
+st.header("Create the run", divider="gray")
+problems = agent_problems + task_problems
+if error is not None:
+    where = f" (field `{error.field}`)" if error.field else ""
+    st.error(f"**{config_class.__name__} is invalid{where}:** {error.message}", icon=":material/error:")
+elif problems:
+    for problem in problems:
+        st.warning(problem, icon=":material/warning:")
+else:
+    st.success(f"{config_class.__name__} is valid.", icon=":material/check_circle:")
+
+spec = services.ExperimentSpec(
+    algorithm=algorithm,
+    agent_models=models or [forms.TINY_MODEL_NAME],
+    config=forms.overrides(algorithm, values),
+    name=(st.session_state.get(forms.RUN_NAME_KEY) or "").strip() or None,
+    **task_fields,
+)
+with st.expander("The spec as it will be saved (spec.json)"):
+    st.json(spec.to_dict())
+
+name_col, create_col, save_col = st.columns([2, 1, 1], vertical_alignment="bottom")
+name_col.text_input(
+    "Run name (optional)", key=forms.RUN_NAME_KEY, persist_state="session", placeholder=algorithm,
+    help="Prefix of the run id; the run folder is <runs folder>/<run id>.",
+)  # fmt: skip
+can_create = error is None and not problems and available.get(algorithm, False)
+if create_col.button("Create run", type="primary", disabled=not can_create, icon=":material/rocket_launch:", key="setup.create", width="stretch"):
+    try:
+        run_id = ws.create_run(spec)
+    except Exception as exc:
+        st.error(components.format_exception(exc))
+    else:
+        state.set_current_run(run_id)
+        st.switch_page(components.ROUNDS_PAGE)
+save_col.download_button(
+    "Save config", data=json.dumps(spec.to_dict(), indent=2, ensure_ascii=False), file_name=f"{spec.name or algorithm}.spec.json",
+    mime="application/json", on_click="ignore", icon=":material/download:", key="setup.save", width="stretch",
+)  # fmt: skip
+st.caption(f"Runs are stored in `{ws.root}` (set COMLRL_LAB_RUNS_DIR to change it). Models load when the first phase starts.")

@@ -1,0 +1,367 @@
+"""The workbench in a real browser, as a new user would use it (Playwright driving Debian chromium).
+
+Open the app, pick the tiny model and a built-in task, set up MADPOIter with a history comparator and
+lambda_decay, run two rounds; while a training phase runs, switch pages and time how long each one takes to
+draw; open a pair and see both sides; move λ and see the weights change; export Parquet and read the file
+back. Screenshots of every page and the measured page-switch latencies go to ``test-artifacts/``.
+
+Needs /usr/bin/chromium (``apt-get install chromium``); skipped with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from workbench_fixtures import agent_model
+
+from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
+from comlrl_lab.trainers.preference.replay import lambda_decay_weights
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = REPO / "test-artifacts"
+IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+RUNNING = '[data-testid="stApp"][data-test-script-state="running"]'
+#: The acceptance bound: a click on another page draws it within this many seconds, even during training.
+SWITCH_BOUND_S = 2.0
+
+if not CHROMIUM.exists():
+    pytest.skip(
+        "Debian chromium is not installed (/usr/bin/chromium missing): "
+        "apt-get install -y --no-install-recommends chromium chromium-driver fonts-liberation",
+        allow_module_level=True,
+    )
+sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """``streamlit run app.py`` on a free local port with an empty runs folder; stopped by its PID after."""
+    tmp = tmp_path_factory.mktemp("browser")
+    port = _free_port()
+    env = dict(
+        os.environ,
+        COMLRL_LAB_RUNS_DIR=str(tmp / "runs"),
+        XDG_CONFIG_HOME=str(tmp / "xdg-config"),
+        XDG_CACHE_HOME=str(tmp / "xdg-cache"),
+        PYTHONUNBUFFERED="1",
+    )
+    log = open(tmp / "server.log", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+            "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
+            "--server.fileWatcherType", "none",
+        ],
+        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"streamlit did not start:\n{(tmp / 'server.log').read_text()}")
+            time.sleep(0.2)
+        yield {"url": url, "tmp": tmp}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser_page(server):
+    tmp = server["tmp"]
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+            env={**os.environ, "XDG_CONFIG_HOME": str(tmp / "xdg-config"), "XDG_CACHE_HOME": str(tmp / "xdg-cache")},
+        )  # fmt: skip
+        context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+        page = context.new_page()
+        page.set_default_timeout(60_000)
+        try:
+            yield page
+        finally:
+            context.close()
+            browser.close()
+
+
+# -- helpers ------------------------------------------------------------------------------------------------
+
+
+def settle(page, pause_ms: int = 1000) -> None:
+    """Wait for the rerun an action caused to start (if it has not finished already), then for the script to idle."""
+    with contextlib.suppress(sync_api.TimeoutError):
+        page.wait_for_selector(RUNNING, timeout=pause_ms)
+    page.wait_for_selector(IDLE, timeout=120_000)
+
+
+def key(name: str) -> str:
+    """CSS selector of the container of the widget keyed ``name`` (Streamlit writes dots as hyphens)."""
+    return ".st-key-" + name.replace(".", "-")
+
+
+def fill_number(page, widget_key: str, value) -> None:
+    box = page.locator(f"{key(widget_key)} input")
+    box.fill(str(value))
+    box.press("Enter")
+    settle(page)
+
+
+def choose(page, widget_key: str, option: str | int) -> None:
+    """Pick ``option`` (its text, or its position) in the selectbox keyed ``widget_key``."""
+    for attempt in range(3):
+        page.wait_for_selector(IDLE, timeout=120_000)
+        page.locator(f"{key(widget_key)} input[role='combobox']").click()
+        try:
+            options = page.locator("[role='option']")
+            target = options.nth(option) if isinstance(option, int) else options.filter(has_text=option).first
+            target.click(timeout=3000)
+            break
+        except sync_api.TimeoutError:  # the list closed under a late rerun: try again
+            if attempt == 2:
+                raise
+            page.keyboard.press("Escape")
+    settle(page)
+
+
+def nav(page, title: str):
+    return page.locator("[data-testid='stSidebarNav'] a").filter(has_text=title).first
+
+
+def shoot(page, name: str) -> Path:
+    """A screenshot of the whole main area (the viewport is stretched to its height first)."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.wait_for_timeout(600)
+    height = page.evaluate("document.querySelector('[data-testid=stMain]').scrollHeight")
+    page.set_viewport_size({"width": 1400, "height": max(1000, min(int(height) + 40, 7000))})
+    page.wait_for_timeout(700)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path))
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    return path
+
+
+def quiet(page, timeout_s: float = 20.0) -> None:
+    """Wait until the current page has finished drawing: the script idle at two checks 150 ms apart (the live
+    progress fragments rerun every second or two while a round trains, so one check could catch a gap)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if page.locator(IDLE).count():
+            page.wait_for_timeout(150)
+            if page.locator(IDLE).count():
+                return
+        page.wait_for_timeout(100)
+
+
+def switch_and_time(page, title: str, ready_selector: str) -> dict:
+    """After the current page has drawn, click another page in the sidebar; seconds until its title is drawn,
+    and until ``ready_selector`` (its first table or chart) is visible."""
+    quiet(page)
+    card = page.locator("[data-testid='stSidebar'] [data-testid='stProgress']")
+    during = card.first.inner_text().strip() if card.count() else "(no phase running)"
+    started = time.perf_counter()
+    nav(page, title).click()
+    page.locator("h1").filter(has_text=title).first.wait_for(state="visible", timeout=30_000)
+    title_s = time.perf_counter() - started
+    page.locator(ready_selector).first.wait_for(state="visible", timeout=30_000)
+    return {
+        "page": title, "title_s": round(title_s, 3), "content_s": round(time.perf_counter() - started, 3),
+        "during": during,
+    }  # fmt: skip
+
+
+# -- the session ------------------------------------------------------------------------------------------------
+
+
+def test_a_new_user_runs_two_rounds_reads_pairs_moves_lambda_and_exports_parquet(server, browser_page, tmp_path):
+    page = browser_page
+    page.goto(server["url"] + "/")
+    page.locator("h1").filter(has_text="Set up an experiment").wait_for()
+    settle(page)
+
+    # Agents: the embedded tiny model (a random tiny Llama by local path when the embedded one is not built).
+    model = agent_model(tmp_path)
+    if model != TINY_MODEL_NAME:
+        for i in range(2):
+            page.locator(f"{key(f'setup.agent.{i}.source')} button").filter(has_text="Local path").click()
+            settle(page)
+            box = page.locator(f"{key(f'setup.agent.{i}.model')} input")
+            box.fill(model)
+            box.press("Enter")
+            settle(page)
+    else:
+        for i in range(2):
+            assert TINY_MODEL_NAME in page.locator(key(f"setup.agent.{i}.tiny")).inner_text()
+
+    # Task: a built-in one, first 8 training and 4 evaluation items.
+    choose(page, "setup.task", "Length ratio")
+    fill_number(page, "setup.max_train_items", 8)
+    fill_number(page, "setup.max_eval_items", 4)
+
+    # Algorithm: MADPO, iterative (the defaults), small rounds.
+    page.locator(f"{key('setup.family')} button").filter(has_text="MADPO").click()
+    settle(page)
+    assert page.locator(f"{key('setup.iterative')} input").is_checked()
+    fill_number(page, "cfg.MADPOIter.num_iterations", 2)
+    fill_number(page, "cfg.MADPOIter.preference_num_candidates", 4)
+    fill_number(page, "cfg.MADPOIter.max_new_tokens", 12)
+    fill_number(page, "cfg.MADPOIter.num_train_epochs", 4)  # a training phase long enough to switch pages in
+
+    # Comparator: history. Replay: lambda_decay, whose missing λ is reported next to the field, then λ = 0.5.
+    choose(page, "cfg.MADPOIter.comparator_policy", "history")
+    choose(page, "cfg.MADPOIter.preference_replay_mode", "lambda_decay")
+    message = "preference_replay_lambda is required when preference_replay_mode='lambda_decay'."
+    assert page.get_by_text(message, exact=True).first.is_visible()
+    assert page.locator(f"{key('setup.create')} button").is_disabled()
+    fill_number(page, "cfg.MADPOIter.preference_replay_lambda", 0.5)
+    page.get_by_text("MADPOIterConfig is valid.").wait_for()
+    shoot(page, "01-setup")
+
+    page.locator(f"{key('setup.create')} button").click()
+    page.locator("h1").filter(has_text="Rounds").wait_for()
+    settle(page)
+
+    # Run two rounds; while a training phase runs, switch pages and time each switch.
+    fill_number(page, "rounds.count", 2)
+    for attempt in range(3):  # a click that lands while the page redraws is lost: click until the run starts
+        page.wait_for_selector(IDLE, timeout=120_000)
+        page.locator(f"{key('run-rounds')} button").click()
+        try:
+            started = page.locator(f"{key('run-rounds')} button[disabled]").or_(page.get_by_text("All rounds finished."))
+            started.first.wait_for(timeout=15_000)
+            break
+        except sync_api.TimeoutError:
+            if attempt == 2:
+                raise
+    card = page.locator("[data-testid='stSidebar'] [data-testid='stProgress']")
+    switches = [
+        ("Pairs", "[data-testid='stDataFrame']"),
+        ("Learning", "[data-testid='stPlotlyChart']"),
+        ("Replay", "[data-testid='stPlotlyChart']"),
+        ("Rounds", key("progress-panel")),
+    ]
+    latencies: list[dict] = []
+    shot = False
+    deadline = time.monotonic() + float(os.environ.get("COMLRL_LAB_BROWSER_RUN_S", "600"))
+    while time.monotonic() < deadline and sum("Train" in e["during"] for e in latencies) < len(switches):
+        text = card.first.inner_text() if card.count() else ""
+        if "Train" in text:
+            if not shot and page.locator("h1").filter(has_text="Rounds").count():
+                shoot(page, "02-rounds-training")
+                shot = True
+            latencies.append(switch_and_time(page, *switches[len(latencies) % len(switches)]))
+        elif page.get_by_text("All rounds finished.").count() or page.get_by_text("The last phase failed").count():
+            break
+        else:
+            page.wait_for_timeout(200)
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "page_switch_latency.json").write_text(json.dumps(latencies, indent=2, ensure_ascii=False))
+    print("page switches while a round ran:", json.dumps(latencies, ensure_ascii=False))
+    during_training = [e for e in latencies if "Train" in e["during"]]
+    if not during_training:
+        shoot(page, "99-no-training-seen")
+        print((server["tmp"] / "server.log").read_text()[-5000:])
+    assert during_training, "never switched pages while a training phase was running"
+    nav(page, "Rounds").click()
+    page.locator("h1").filter(has_text="Rounds").wait_for()
+
+    page.get_by_text("All rounds finished.").first.wait_for(timeout=600_000)
+    settle(page)
+    page.wait_for_selector("[data-testid='stPlotlyChart']")
+    shoot(page, "03-rounds-finished")
+    assert page.locator("[data-testid='stMetricValue']").first.inner_text().strip() == "2 / 2"
+
+    # Pairs: open a pair (the second one on the page) and see winner and loser of both agents.
+    nav(page, "Pairs").click()
+    page.locator("h1").filter(has_text="Pairs").wait_for()
+    settle(page)
+    choose(page, "pairs.open", 1)
+    page.locator("h2, h3").filter(has_text="pair 1").first.wait_for()
+    for i in range(2):
+        winner = page.locator(f"{key(f'pair-agent-{i}-winner')}")
+        loser = page.locator(f"{key(f'pair-agent-{i}-loser')}")
+        assert winner.is_visible() and loser.is_visible()
+        assert "Winner" in winner.inner_text() and "Loser" in loser.inner_text()
+    shoot(page, "04-pairs")
+
+    # Replay: the λ-decay weights at the run's λ, then move the slider and see them change.
+    nav(page, "Replay").click()
+    page.locator("h1").filter(has_text="Replay buffer").wait_for()
+    settle(page)
+    weights = page.locator(key("lambda-weights-text"))
+    w = lambda_decay_weights(2, 0.5)
+    assert weights.inner_text().strip() == f"round 1: {w[0]:.3f} · round 2: {w[1]:.3f}"
+    thumb = page.locator(f"{key('replay.lambda')} input[type='range']")
+    thumb.focus()
+    for _ in range(30):
+        thumb.press("ArrowRight")
+    settle(page)
+    quiet(page)
+    moved = float(thumb.input_value())
+    assert moved == pytest.approx(0.8)
+    w = lambda_decay_weights(2, moved)
+    page.wait_for_function(
+        "([sel, want]) => document.querySelector(sel)?.innerText.trim() === want",
+        arg=[key("lambda-weights-text"), f"round 1: {w[0]:.3f} · round 2: {w[1]:.3f}"],
+    )
+    shoot(page, "05-replay")
+
+    # Learning.
+    nav(page, "Learning").click()
+    page.locator("h1").filter(has_text="Learning").wait_for()
+    settle(page)
+    page.wait_for_selector("[data-testid='stPlotlyChart']")
+    assert page.locator("[data-testid='stPlotlyChart']").count() >= 5
+    shoot(page, "06-learning")
+
+    # Data: export Parquet, download it, and check its rows.
+    nav(page, "Data").click()
+    page.locator("h1").filter(has_text="Data").wait_for()
+    settle(page)
+    page.locator(key("export.format")).get_by_text("Parquet").click()
+    settle(page)
+    announced = page.get_by_text("will be exported").first.inner_text()
+    count = int(announced.split()[0].replace(",", ""))
+    page.locator(f"{key('export.build')} button").click()
+    settle(page)
+    with page.expect_download() as download_info:
+        page.locator(f"{key('export.download')} button").click()
+    saved = tmp_path / download_info.value.suggested_filename
+    download_info.value.save_as(saved)
+    frame = pd.read_parquet(saved)
+    assert len(frame) == count > 0
+    assert {"prompts", "winner_completions", "loser_completions", "winner_reward", "loser_reward"} <= set(frame.columns)
+    shoot(page, "07-data")
+
+    slow = [entry for entry in during_training if entry["title_s"] > SWITCH_BOUND_S]
+    assert not slow, f"page switches slower than {SWITCH_BOUND_S}s during training: {slow}"

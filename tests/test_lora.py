@@ -1,0 +1,135 @@
+"""Large-model options on the tiny random model: LoRA adapters (trained, saved and reloaded alone, base shared)
+and gradient checkpointing (same update, less memory)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dist_madpo_script
+import pytest
+import torch
+from model_fixtures import build_tiny_model_dir
+
+from comlrl_lab.models.loading import load_model
+from comlrl_lab.models.lora import AdapterDisabled, is_adapter_model, load_adapter_model
+from comlrl_lab.models.scoring import sequence_logps
+from comlrl_lab.trainers.preference.comparators.local import HISTORY_ADAPTER
+
+pytest.importorskip("peft")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return str(build_tiny_model_dir(tmp_path_factory.mktemp("tiny")))
+
+
+def logps(model, trainer, pairs, agent):
+    with torch.no_grad():
+        return sequence_logps(
+            model,
+            [p.prompt_ids[agent] for p in pairs] * 2,
+            [p.winner_ids[agent] for p in pairs] + [p.loser_ids[agent] for p in pairs],
+            pad_token_id=trainer.pad_token_id(agent),
+            score_final_token=True,
+            micro_batch_size=16,
+        )
+
+
+LORA = dict(lora_r=4, lora_alpha=8.0, lora_target_modules=["q_proj", "v_proj"], num_iterations=1)
+
+
+@pytest.fixture(scope="module")
+def lora_run(model_dir, tmp_path_factory):
+    """One MADPOIter round with LoRA against the history comparator, checkpointed after every phase."""
+    out = tmp_path_factory.mktemp("lora")
+    trainer = dist_madpo_script.make_trainer(model_dir, out, **LORA)
+    trainer.checkpoint_dir = out / "ckpt"
+    trainer.train()
+    return trainer, out
+
+
+def test_only_adapters_are_trained_and_checkpointed(lora_run, model_dir):
+    trainer, out = lora_run
+    assert trainer.updates_seen > 0 and trainer.replay.round_pairs(1)
+    base = load_model(model_dir, device="cpu")
+    for agent, optimizer in zip(trainer.agents, trainer.optimizers):
+        assert is_adapter_model(agent)
+        trainable = [n for n, p in agent.named_parameters() if p.requires_grad]
+        assert trainable and all("lora_" in n for n in trainable)
+        assert sum(len(g["params"]) for g in optimizer.param_groups) == len(trainable)
+        # The base weights did not move (peft renames a wrapped layer's weight to <layer>.base_layer.weight).
+        frozen = {k.replace(".base_layer", ""): v for k, v in agent.get_base_model().state_dict().items() if "lora_" not in k}
+        assert frozen.keys() == base.state_dict().keys()
+        for name, value in base.state_dict().items():
+            torch.testing.assert_close(frozen[name], value, rtol=0, atol=0)
+    (weights,) = list((out / "ckpt").glob("weights-*.pt"))
+    saved = torch.load(weights, weights_only=False)
+    assert all(key and all("lora_" in k for k in agent) for agent in saved["agents"] for key in agent)
+
+
+def test_saved_adapters_reload_to_the_same_logps(lora_run, tmp_path):
+    trainer, _ = lora_run
+    trainer.save_model(tmp_path / "saved")
+    pairs = trainer.replay.round_pairs(1)[:6]
+    for i, agent in enumerate(trainer.agents):
+        files = sorted(p.name for p in (tmp_path / "saved" / f"agent_{i}").iterdir())
+        assert "adapter_model.safetensors" in files and "adapter_config.json" in files
+        assert not any(name.startswith(("model", "pytorch_model")) for name in files)  # no base weights
+        reloaded = load_adapter_model(tmp_path / "saved" / f"agent_{i}", device="cpu")
+        torch.testing.assert_close(logps(reloaded, trainer, pairs, i), logps(agent, trainer, pairs, i), rtol=0, atol=1e-5)
+        # The adapter changed the policy: the base alone scores differently.
+        assert not torch.allclose(logps(AdapterDisabled(agent), trainer, pairs, i), logps(agent, trainer, pairs, i))
+
+
+def test_checkpoint_resume_restores_the_adapters(lora_run, model_dir, tmp_path):
+    trainer, out = lora_run
+    fresh = dist_madpo_script.make_trainer(model_dir, tmp_path, **LORA)
+    pairs = trainer.replay.round_pairs(1)[:6]
+    assert not torch.allclose(logps(fresh.agents[0], fresh, pairs, 0), logps(trainer.agents[0], trainer, pairs, 0))
+    fresh.load_checkpoint(out / "ckpt")
+    assert fresh.finished
+    for i in range(2):
+        torch.testing.assert_close(logps(fresh.agents[i], fresh, pairs, i), logps(trainer.agents[i], trainer, pairs, i))
+
+
+def test_history_comparator_shares_the_base_and_switches_back(lora_run):
+    trainer, out = lora_run
+    pairs = trainer.replay.round_pairs(1)[:6]
+    comparator = trainer.comparator
+    snapshot = Path(trainer.history_dir) / "initial"
+    assert (snapshot / "agent_0" / "adapter_config.json").is_file()
+    before = [logps(agent, trainer, pairs, i) for i, agent in enumerate(trainer.agents)]
+    trainable = [[p for p in agent.parameters() if p.requires_grad] for agent in trainer.agents]
+    comparator.prepare_round(1)  # k = 1 in round 1: the initial snapshot
+    try:
+        assert comparator.models_for_round()[0] is trainer.agents[0]  # no copy of the base
+        for i, agent in enumerate(trainer.agents):
+            with comparator.sampling_context(i):
+                initial = logps(agent, trainer, pairs, i)
+            # The initial adapter is LoRA's zero update: the base model.
+            torch.testing.assert_close(initial, logps(AdapterDisabled(agent), trainer, pairs, i))
+            # Outside the block the trained adapter is back, with the same trainable parameters.
+            torch.testing.assert_close(logps(agent, trainer, pairs, i), before[i])
+            assert [p for p in agent.parameters() if p.requires_grad] == trainable[i]
+    finally:
+        comparator.release()
+    assert all(HISTORY_ADAPTER not in agent.peft_config for agent in trainer.agents)
+
+
+def test_gradient_checkpointing_takes_the_same_step(model_dir, tmp_path):
+    states = []
+    for flag in (False, True):
+        trainer = dist_madpo_script.make_trainer(model_dir, tmp_path / str(flag), gradient_checkpointing=flag, num_iterations=1)
+        trainer.step()  # collect
+        trainer.step()  # select
+        batch = trainer.train_pairs[:4]
+        assert batch
+        metrics = trainer.madpo_update(batch)
+        assert all(not m.training for m in trainer.agents)
+        states.append((metrics["madpo/loss"], [{k: v.clone() for k, v in m.state_dict().items()} for m in trainer.agents]))
+    agent = trainer.agents[0]
+    assert getattr(agent, "is_activation_checkpointing", None) or agent.is_gradient_checkpointing
+    assert states[0][0] == pytest.approx(states[1][0], rel=1e-6)
+    for a, b in zip(states[0][1], states[1][1]):
+        for name in a:
+            torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-6)

@@ -1,0 +1,60 @@
+"""A small finished run for the workbench tests: MADPOIter, history comparator, lambda_decay, two rounds.
+
+Plain functions (like ``model_fixtures``), used by the AppTest and browser test modules. The run drives the
+engine directly with tiny settings: 8 training items, 4 candidates, 12 new tokens, 4 eval items, so it takes
+seconds. The agents are the embedded tiny model when it has been built, else a random tiny Llama.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from model_fixtures import build_tiny_model_dir, embedded_tiny_model_dir
+
+from comlrl_lab.engine import ExperimentSpec, RunManager
+from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
+
+SEED_TASK = "length_ratio"
+SEED_CONFIG = {
+    "num_iterations": 2,
+    "preference_num_candidates": 4,
+    "max_new_tokens": 12,
+    "comparator_policy": "history",
+    "preference_replay_mode": "lambda_decay",
+    "preference_replay_lambda": 0.5,
+    "train_batch_size": 4,
+    "eval_num_samples": 4,
+}
+
+
+def agent_model(tmp_dir: Path) -> str:
+    """The embedded tiny model's name when it is built, else the path of a random tiny Llama saved in ``tmp_dir``."""
+    if embedded_tiny_model_dir() is not None:
+        return TINY_MODEL_NAME
+    return str(build_tiny_model_dir(Path(tmp_dir) / "random-tiny"))
+
+
+def seed_spec(model: str, **config) -> ExperimentSpec:
+    return ExperimentSpec(
+        algorithm="MADPOIter",
+        agent_models=[model, model],
+        task=SEED_TASK,
+        config={**SEED_CONFIG, **config},
+        name="seeded",
+        max_train_items=8,
+        max_eval_items=4,
+    )
+
+
+def seed_run(runs_root: Path, model: str) -> str:
+    """Create and finish the two-round run under ``runs_root``; return its run id. The stores are closed after."""
+    manager = RunManager(runs_root)
+    try:
+        run_id = manager.create(seed_spec(model))
+        manager.start(run_id, rounds=2)
+        progress = manager.wait(run_id, timeout=600)
+        if progress.status != "finished":
+            raise RuntimeError(f"seeding the workbench run failed: {progress.status} {progress.last_error}\n{progress.last_traceback}")
+        return run_id
+    finally:
+        manager.close()
