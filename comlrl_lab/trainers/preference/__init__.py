@@ -13,15 +13,20 @@ from comlrl_lab.trainers.preference.comparators.centralized import (
 )
 from comlrl_lab.trainers.preference.config import MADPOConfig, MADPOIterConfig, MARLHFConfig, MARLHFIterConfig
 from comlrl_lab.trainers.preference.madpo import MADPOIterTrainer, MADPOTrainer
+from comlrl_lab.trainers.preference.marlhf import MARLHFIterTrainer, MARLHFTrainer
+from comlrl_lab.trainers.preference.reward_model import JointRewardModel
 
 __all__ = [
     "CentralizedComparatorAdapter",
     "CentralizedComparatorParseError",
+    "JointRewardModel",
     "MADPOConfig",
     "MADPOIterConfig",
     "MADPOIterTrainer",
     "MADPOTrainer",
     "MARLHFConfig",
     "MARLHFIterConfig",
+    "MARLHFIterTrainer",
+    "MARLHFTrainer",
     "TaggedCentralizedComparatorAdapter",
 ]

@@ -1,0 +1,340 @@
+"""MARLHF's learned oracle: a scalar head on a causal LM, the joint reward model, and Bradley-Terry fitting.
+
+``ScalarHeadLM`` runs a causal-LM backbone *without* its vocabulary projection and applies a scalar head to
+the hidden state of the last non-padding token (left or right padding, with position ids taken from the
+attention mask so both give the same score). ``JointRewardModel`` reads every agent's prompt and response as
+one text, in CoMLRL's layout; critics and value heads of ``policy_learning`` reuse the same pooling.
+``fit_bradley_terry`` fits a reward model on preference pairs with -log σ(R(w) - R(l)) and returns loss,
+accuracy and mean margin per epoch, on the training pairs and a held-out slice.
+
+It does not decide which pairs to fit on or when (``marlhf.py``), and never scores evaluation samples.
+
+Deliberate deviations from CoMLRL (each also in docs/differences_from_comlrl.md):
+- no LM head and no all-layer hidden states are computed just to pool one vector;
+- winners and losers of a batch go through one padded forward, not two;
+- the head runs in float32 whatever the backbone dtype, and is initialised from a seeded stream;
+- loss, accuracy and margin are reported per epoch, on held-out pairs too (CoMLRL logs nothing).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from comlrl_lab.models.reward_oracle import joint_reward_text
+from comlrl_lab.trainers.preference.losses import bradley_terry_loss, check_finite
+
+
+# ------------------------------------------------------------------------------------------------ pooling
+def last_token_index(attention_mask: Tensor) -> Tensor:
+    """Index of the largest position whose mask is 1, per row: (B, T) -> (B,). Left or right padding alike.
+
+    A row with no real token gets index 0.
+    """
+    positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)  # (T,)
+    return (attention_mask.long() * positions).argmax(dim=-1)  # (B,)
+
+
+def mask_position_ids(attention_mask: Tensor) -> Tensor:
+    """Position ids that count real tokens only (0 for the first real token), so left padding shifts nothing."""
+    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)  # (B, T)
+
+
+@functools.lru_cache(maxsize=32)
+def _accepts_position_ids(model_class: type) -> bool:
+    return "position_ids" in inspect.signature(model_class.forward).parameters
+
+
+def pooled_hidden(backbone: Any, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+    """Last-layer hidden state at each row's last non-padding token, float32, (B, T) -> (B, H).
+
+    Runs ``backbone.base_model`` (the decoder without the LM head; through a peft wrapper, the wrapped LM's), so
+    no (B, T, V) logits are computed. Models whose base model is themselves fall back to ``output_hidden_states``.
+    """
+    # Differs from CoMLRL: it runs the full LM (vocabulary logits included) with every layer's hidden states.
+    inner = backbone.get_base_model() if hasattr(backbone, "get_base_model") else backbone  # peft: the wrapped LM
+    decoder = getattr(inner, "base_model", inner)
+    kwargs: dict[str, Any] = {"attention_mask": attention_mask, "use_cache": False}
+    if decoder is inner:
+        kwargs["output_hidden_states"] = True
+    if _accepts_position_ids(type(decoder)):
+        kwargs["position_ids"] = mask_position_ids(attention_mask)
+    output = decoder(input_ids=input_ids, **kwargs)
+    hidden = output.hidden_states[-1] if decoder is inner else output.last_hidden_state  # (B, T, H)
+    rows = torch.arange(hidden.shape[0], device=hidden.device)
+    return hidden[rows, last_token_index(attention_mask).to(hidden.device)].float()  # (B, H)
+
+
+def hidden_size(backbone: Any) -> int:
+    config = getattr(backbone, "config", None)
+    for name in ("hidden_size", "n_embd", "d_model"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    raise ValueError("Cannot infer the backbone's hidden size (config has no hidden_size, n_embd or d_model).")
+
+
+# ------------------------------------------------------------------------------------------------- heads
+def scalar_head(
+    width: int,
+    hidden_dim: int | None = None,
+    *,
+    generator: torch.Generator | None = None,
+    init: str = "linear_default",
+) -> nn.Module:
+    """A float32 head (H,) -> scalar: Linear, or Linear-Tanh-Linear with ``hidden_dim``.
+
+    ``init="linear_default"`` draws weights and biases from U(-1/√fan_in, 1/√fan_in) (torch's Linear default,
+    CoMLRL's reward head); ``"normal"`` uses N(0, 0.02) weights and zero biases (CoMLRL's value heads). The
+    draws come from ``generator``, never from torch's global RNG.
+    """
+    if hidden_dim is None:
+        head: nn.Module = nn.Linear(width, 1)
+    else:
+        if isinstance(hidden_dim, bool) or not isinstance(hidden_dim, int) or hidden_dim < 1:
+            raise ValueError(f"value head hidden_dim must be a positive integer or None, got {hidden_dim!r}.")
+        head = nn.Sequential(nn.Linear(width, hidden_dim), nn.Tanh(), nn.Linear(hidden_dim, 1))
+    with torch.no_grad():
+        for layer in head.modules():
+            if not isinstance(layer, nn.Linear):
+                continue
+            if init == "normal":
+                layer.weight.normal_(0.0, 0.02, generator=generator)
+                layer.bias.zero_()
+            elif init == "linear_default":
+                bound = 1.0 / math.sqrt(layer.in_features)
+                layer.weight.uniform_(-bound, bound, generator=generator)
+                layer.bias.uniform_(-bound, bound, generator=generator)
+            else:
+                raise ValueError(f"unknown head init {init!r}")
+    return head.float()
+
+
+class ScalarHeadLM(nn.Module):
+    """A causal-LM backbone plus a scalar head on its last non-padding hidden state: text -> one float.
+
+    ``forward(input_ids, attention_mask) -> (B,)`` float32. ``score_texts`` tokenises (``truncation=True``,
+    ``max_length``), pads and scores in micro-batches. The backbone's LM head is never run.
+    """
+
+    def __init__(self, backbone: Any, tokenizer: Any, head: nn.Module, *, max_length: int | None = None):
+        super().__init__()
+        self.backbone = backbone
+        self.tokenizer = tokenizer
+        self.head = head.to(self.device)
+        self.max_length = max_length
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.backbone.parameters()).device
+
+    def freeze_backbone(self) -> None:
+        for parameter in self.backbone.parameters():
+            parameter.requires_grad_(False)
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        # The LM head (when untied) gets no gradient from pooled scores; AdamW skips grad-less parameters anyway.
+        return [p for p in self.parameters() if p.requires_grad]
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        # Differs from CoMLRL: the head runs in float32 (CoMLRL casts it to the backbone dtype, bf16 on GPUs).
+        pooled = pooled_hidden(self.backbone, input_ids, attention_mask)  # (B, H) float32
+        return self.head(pooled).squeeze(-1)  # (B,)
+
+    def encode(self, texts: Sequence[str]) -> tuple[Tensor, Tensor]:
+        """Token ids and attention mask (B, T) on the model's device; the tokenizer's padding side is kept."""
+        kwargs: dict[str, Any] = {"padding": True, "truncation": True, "return_tensors": "pt"}
+        if self.max_length is not None:
+            kwargs["max_length"] = int(self.max_length)
+        encoded = self.tokenizer(list(texts), **kwargs)
+        return encoded["input_ids"].to(self.device), encoded["attention_mask"].to(self.device)
+
+    def score_texts(self, texts: Sequence[str], *, micro_batch_size: int = 32) -> Tensor:
+        """Scores (B,) float32 on the model's device; gradients flow when enabled by the caller."""
+        texts = list(texts)
+        if not texts:
+            return torch.zeros(0, device=self.device)
+        parts = []
+        for start in range(0, len(texts), max(1, int(micro_batch_size))):
+            input_ids, attention_mask = self.encode(texts[start : start + micro_batch_size])
+            parts.append(self(input_ids, attention_mask))
+        return torch.cat(parts)
+
+
+class JointRewardModel(ScalarHeadLM):
+    """R(joint response): every agent's prompt and response as one text, scored by a scalar head.
+
+    Text layout (1-based agents, blocks joined by a blank line), as CoMLRL writes it::
+
+        Joint multi-agent response
+
+        Agent 1 prompt:
+        <prompt 1>
+
+        Agent 1 response:
+        <response 1>
+        ...
+    """
+
+    @staticmethod
+    def joint_text(prompts: Sequence[str], completions: Sequence[str]) -> str:
+        if len(prompts) != len(completions):
+            raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions in one joint response.")
+        return joint_reward_text(prompts, completions)
+
+    @classmethod
+    def from_backbone(
+        cls,
+        backbone: Any,
+        tokenizer: Any,
+        *,
+        generator: torch.Generator | None = None,
+        max_length: int | None = None,
+        freeze_backbone: bool = False,
+    ) -> JointRewardModel:
+        """Wrap a loaded causal LM with a freshly initialised Linear head (seeded by ``generator``)."""
+        model = cls(backbone, tokenizer, scalar_head(hidden_size(backbone), generator=generator), max_length=max_length)
+        if freeze_backbone:
+            model.freeze_backbone()
+        return model
+
+    def score_joint(
+        self, prompts: Sequence[Sequence[str]], completions: Sequence[Sequence[str]], *, micro_batch_size: int = 32
+    ) -> list[float]:
+        """Frozen scores of joint responses (``prompts[j]``, ``completions[j]`` per joint response j)."""
+        texts = [self.joint_text(p, c) for p, c in zip(prompts, completions)]
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.no_grad():
+                scores = self.score_texts(texts, micro_batch_size=micro_batch_size)
+        finally:
+            self.train(was_training)
+        return [float(s) for s in scores.cpu()]
+
+    def score_candidates(self, candidates: Sequence[Any], *, micro_batch_size: int = 32) -> list[float]:
+        """Scores of ``JointCandidate``s (their ``prompts`` and ``completions``): the MARLHF oracle."""
+        return self.score_joint(
+            [c.prompts for c in candidates], [c.completions for c in candidates], micro_batch_size=micro_batch_size
+        )
+
+
+# ----------------------------------------------------------------------------------------- Bradley-Terry
+def split_validation(
+    count: int, fraction: float, rng: random.Random, keys: Sequence[Any] | None = None
+) -> tuple[list[int], list[int]]:
+    """Hold out about round(fraction · count) of ``range(count)`` (>= 1 when fraction > 0, always leaving one for
+    training), chosen with ``rng``. Returns (train indices, validation indices), each sorted.
+
+    With ``keys``, indices sharing a key (the same pair drawn twice by the replay sampler) stay on one side,
+    so the held-out pairs are never also training pairs.
+    """
+    if not 0 <= fraction < 1:
+        raise ValueError(f"validation fraction must be in [0, 1), got {fraction!r}.")
+    keys = list(range(count)) if keys is None else list(keys)
+    groups: dict[Any, list[int]] = {}
+    for index, key in enumerate(keys):
+        groups.setdefault(key, []).append(index)
+    order = list(groups.values())
+    rng.shuffle(order)
+    target = min(count - 1, max(1, round(fraction * count))) if fraction > 0 and len(order) >= 2 else 0
+    held: list[int] = []
+    while order and len(held) < target and len(order) > 1:
+        held += order.pop()
+    return sorted(i for group in order for i in group), sorted(held)
+
+
+def _bt_batch(model: ScalarHeadLM, winners: list[str], losers: list[str], micro: int) -> tuple[Tensor, Tensor]:
+    """Winner and loser scores (b,) each; winners and losers share one padded forward per micro-batch of pairs."""
+    w_parts, l_parts = [], []
+    for start in range(0, len(winners), micro):
+        w, lo = winners[start : start + micro], losers[start : start + micro]
+        # Differs from CoMLRL: winners and losers go through one padded forward, not two separate ones.
+        scores = model.score_texts(w + lo, micro_batch_size=2 * len(w))  # (2b,)
+        w_parts.append(scores[: len(w)])
+        l_parts.append(scores[len(w) :])
+    return torch.cat(w_parts), torch.cat(l_parts)
+
+
+def evaluate_bradley_terry(
+    model: ScalarHeadLM, pairs: Sequence[tuple[str, str]], *, micro_batch_size: int = 16
+) -> dict[str, float]:
+    """Loss, accuracy (share with R(w) > R(l)) and mean margin R(w) - R(l) of frozen scores; NaN with no pairs."""
+    if not pairs:
+        return {"loss": math.nan, "accuracy": math.nan, "margin": math.nan}
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            winners, losers = _bt_batch(model, [w for w, _ in pairs], [lo for _, lo in pairs], micro_batch_size)
+            loss, accuracy, margin = bradley_terry_loss(winners, losers)
+    finally:
+        model.train(was_training)
+    return {"loss": float(loss), "accuracy": float(accuracy), "margin": float(margin)}
+
+
+def fit_bradley_terry(
+    model: ScalarHeadLM,
+    train_pairs: Sequence[tuple[str, str]],
+    val_pairs: Sequence[tuple[str, str]] = (),
+    *,
+    epochs: int,
+    batch_size: int,
+    learning_rate: float,
+    rng: random.Random,
+    micro_batch_size: int = 16,
+    dropout: bool = False,
+    max_grad_norm: float | None = None,
+    on_batch: Callable[[], None] | None = None,
+) -> list[dict[str, float]]:
+    """Fit ``model`` on (winner text, loser text) pairs with L = -mean log σ(R(w) - R(l)); AdamW, ``epochs`` passes.
+
+    Each epoch shuffles the pairs with ``rng`` and takes one optimiser step per ``batch_size`` pairs, winners
+    and losers scored in one forward per ``micro_batch_size`` pairs (gradients accumulate across micro-batches).
+    Returns one dict per epoch: ``bt/loss``, ``bt/accuracy``, ``bt/margin`` (means over the epoch's batches,
+    measured before each step) and ``bt/val_loss``, ``bt/val_accuracy``, ``bt/val_margin`` (after the epoch, on
+    ``val_pairs``; NaN without them). The model is left in eval mode. ``dropout=False`` trains without dropout
+    noise (the config's ``disable_dropout``).
+    """
+    # Differs from CoMLRL: it logs nothing about the fit; these metrics and the held-out slice are ours.
+    train_pairs = list(train_pairs)
+    optimizer = torch.optim.AdamW(model.trainable_parameters(), lr=learning_rate)
+    history: list[dict[str, float]] = []
+    micro = max(1, int(micro_batch_size))
+    for epoch in range(1, int(epochs) + 1):
+        order = list(train_pairs)
+        rng.shuffle(order)
+        sums = {"loss": 0.0, "accuracy": 0.0, "margin": 0.0}
+        model.train(dropout)
+        for start in range(0, len(order), batch_size):
+            batch = order[start : start + batch_size]
+            optimizer.zero_grad(set_to_none=True)
+            for m_start in range(0, len(batch), micro):
+                chunk = batch[m_start : m_start + micro]
+                winners, losers = _bt_batch(model, [w for w, _ in chunk], [lo for _, lo in chunk], micro)
+                loss, accuracy, margin = bradley_terry_loss(winners, losers)
+                check_finite(loss, f"Bradley-Terry loss (epoch {epoch})")
+                (loss * (len(chunk) / len(batch))).backward()
+                sums["loss"] += float(loss.detach()) * len(chunk)
+                sums["accuracy"] += float(accuracy) * len(chunk)
+                sums["margin"] += float(margin) * len(chunk)
+            if max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(model.trainable_parameters(), max_grad_norm)
+            optimizer.step()
+            if on_batch is not None:
+                on_batch()
+        count = max(1, len(order))
+        metrics = {f"bt/{name}": value / count if order else math.nan for name, value in sums.items()}
+        validation = evaluate_bradley_terry(model, val_pairs, micro_batch_size=micro)
+        metrics.update({f"bt/val_{name}": value for name, value in validation.items()})
+        metrics["bt/epoch"] = float(epoch)
+        history.append(metrics)
+    model.eval()
+    return history
