@@ -183,9 +183,9 @@ def test_load_object_resolves_and_explains():
     assert load_object("comlrl_lab.data.tasks.length_ratio:length_ratio_reward") is length_ratio_reward
     assert load_object("comlrl_lab.data.tasks:get_task") is get_task
     assert load_object("comlrl_lab.data.tasks.length_ratio:TASK.reward_func") is length_ratio_reward
-    with pytest.raises(ValueError, match="expected 'module:attribute'"):
+    with pytest.raises(ValueError, match="expected 'package.module:attribute'"):
         load_object("comlrl_lab.data.tasks.get_task")
-    with pytest.raises(ValueError, match="cannot import module"):
+    with pytest.raises(ValueError, match="cannot find module"):
         load_object("no_such_module_xyz:f")
     with pytest.raises(ValueError, match="has no attribute"):
         load_object("comlrl_lab.data.tasks:nothing_here")
