@@ -39,6 +39,11 @@ from comlrl_lab.trainers.preference.collection import (
     score_with_task_reward,
 )
 from comlrl_lab.trainers.preference.comparators.base import encode_text
+from comlrl_lab.trainers.preference.comparators.centralized import (
+    TaggedCentralizedComparatorAdapter,
+    split_completion,
+    validate_adapter,
+)
 from comlrl_lab.trainers.preference.devices import resolve_layout
 from comlrl_lab.trainers.preference.distributed import DistContext
 from comlrl_lab.trainers.preference.sink import PHASES, NullSink, PhaseControl, PhaseRecords, RecordSink
@@ -81,11 +86,18 @@ class PreferenceTrainerBase:
         self.args = args if args is not None else self.config_class()
         if not callable(reward_func):
             raise ValueError("reward_func must be a callable.")
-        if self.args.collaboration_mode == "centralized":
-            raise ValueError(
-                "collaboration_mode='centralized' (one actor writing every role) is not supported by comlrl-lab yet; "
-                "use decentralized actors with comparator_generation_mode='centralized' for a centralized comparator."
-            )
+        # Centralized collaboration: one actor writes every role's output in one tagged joint completion.
+        self.centralized = self.args.collaboration_mode == "centralized"
+        self.num_roles = int(self.args.num_agents) if self.centralized else None
+        if self.centralized:
+            if agents is not None and len(agents) != 1:
+                raise ValueError("Centralized collaboration requires exactly one actor model.")
+            if isinstance(tokenizer, (list, tuple)) and len(tokenizer) != 1:
+                raise ValueError("Centralized collaboration requires one actor tokenizer.")
+            if int(num_agents) != int(self.args.num_agents):
+                raise ValueError("num_agents must match args.num_agents (the role count).")
+            if isinstance(tokenizer, (list, tuple)):
+                tokenizer = tokenizer[0]
         self.reward_func = reward_func
         self.reward_processor = reward_processor
         self.model_config = dict(model_config or {})
@@ -95,7 +107,7 @@ class PreferenceTrainerBase:
         self.external_transition = external_transition
         self.centralized_comparator_adapter = centralized_comparator_adapter
 
-        count = len(agents) if agents is not None else int(num_agents)
+        count = 1 if self.centralized else (len(agents) if agents is not None else int(num_agents))
         # Differs from CoMLRL: one process there; under torchrun every rank builds the same trainer here, and
         # DistContext says which share of the work is its own. Every device field resolves in one DeviceLayout.
         self.dist = DistContext.from_env()
@@ -114,7 +126,12 @@ class PreferenceTrainerBase:
         self.tokenizers = list(bundle.tokenizers)
         self.agent_sources = list(bundle.sources)
         self.num_agents = len(self.agents)
-        self.formatters = resolve_formatters(formatters, self.num_agents)
+        if self.centralized:
+            self.central_adapter = validate_adapter(centralized_comparator_adapter or TaggedCentralizedComparatorAdapter())
+            self.role_formatters = resolve_formatters(formatters, self.num_roles)
+            self.formatters = [self._centralized_prompt]
+        else:
+            self.formatters = resolve_formatters(formatters, self.num_agents)
         self.train_items: list[dict] = load_items(train_dataset) if train_dataset is not None else []
         # An empty eval set means "no evaluation" (CoMLRL returns {}), not an error.
         has_eval = eval_dataset is not None and not (hasattr(eval_dataset, "__len__") and len(eval_dataset) == 0)
@@ -294,7 +311,32 @@ class PreferenceTrainerBase:
         return self.dist.gather_shards(rows)
 
     def score_task(self, candidates: list[JointCandidate], items_by_index: dict[int, dict]) -> None:
-        score_with_task_reward(candidates, items_by_index, self.reward_func, self.reward_processor)
+        if not self.centralized:
+            score_with_task_reward(candidates, items_by_index, self.reward_func, self.reward_processor)
+            return
+        # The user's reward sees one completion per role, parsed from the joint text; an untagged joint text
+        # gives every role "" (CoMLRL's centralized-collaboration behaviour), so it scores, usually low.
+        roles = [self.role_view(c, items_by_index[c.item_index]) for c in candidates]
+        score_with_task_reward(roles, items_by_index, self.reward_func, self.reward_processor)
+        for candidate, role in zip(candidates, roles):
+            candidate.raw_reward, candidate.reward = role.raw_reward, role.reward
+
+    def _centralized_prompt(self, item: dict) -> str:
+        return self.central_adapter.build_prompt(item, [fmt(item) for fmt in self.role_formatters])
+
+    def role_view(self, candidate: JointCandidate, item: dict) -> JointCandidate:
+        """A centralized candidate as the roles see it: one parsed completion and one role prompt per role."""
+        texts = split_completion(self.central_adapter, candidate.completions[0], item, self.num_roles)
+        return JointCandidate(
+            item_index=candidate.item_index,
+            candidate_index=candidate.candidate_index,
+            side=candidate.side,
+            prompts=[fmt(item) for fmt in self.role_formatters],
+            completions=texts if texts is not None else [""] * self.num_roles,
+            completion_ids=[],
+            prompt_ids=[],
+            parse_status=candidate.parse_status,
+        )
 
     def ensure_token_ids(self, pair: PreferencePair) -> PreferencePair:
         """Pairs imported from text get token ids from each agent's tokenizer (sampled pairs already have them)."""

@@ -213,7 +213,8 @@ class MADPOTrainer(PreferenceTrainerBase):
                     prompt_ids + prompt_ids,
                     completion_ids,
                     pad_token_id=self.pad_token_id(i),
-                    score_final_token=self.args.score_final_token,
+                    # Centralized joint completions are scored whole, EOS included (CoMLRL's centralized path).
+                    score_final_token=self.args.score_final_token or self.centralized,
                     micro_batch_size=2 * size,
                 )
                 return logps, sum(len(c) for c in completion_ids)

@@ -53,7 +53,12 @@ class Comparator:
     def __init__(self, context: ComparatorContext):
         self.context = context
         self.num_agents = len(context.tokenizers)
-        self.centralized = context.config.comparator_generation_mode == "centralized"
+        # With centralized collaboration the actor's own prompt already asks for every role, so the comparator
+        # samples that prompt as is and keeps the joint text, like the actor does.
+        self.centralized = (
+            context.config.comparator_generation_mode == "centralized"
+            and context.config.collaboration_mode != "centralized"
+        )
         self.central_index = int(getattr(context.config, "comparator_centralized_agent_index", 0) or 0)
         self.source_description = context.config.comparator_policy
         self._central_item_indices: list[int] = []
