@@ -66,13 +66,21 @@ def test_lambda_decay_known_answers():
 SIZES = {1: 3, 2: 0, 3: 2, 4: 5}
 
 
+def flat(weights):
+    """[(round, weight), ...] -> ([rounds], [weights]) so weights compare with pytest.approx (no nested tuples)."""
+    return [r for r, _ in weights], pytest.approx([w for _, w in weights])
+
+
 def test_replay_weights_every_mode():
     assert replay_weights("current", SIZES) == [(4, 1.0)]
     assert replay_weights("current", SIZES, current_round=2) == []  # empty round: nothing to train on
     assert replay_weights("nearest_k", SIZES, k=2) == [(3, 0.5), (4, 0.5)]  # the empty round 2 is skipped
-    assert replay_weights("nearest_k", SIZES, k=9) == pytest.approx([(1, 1 / 3), (3, 1 / 3), (4, 1 / 3)])
-    assert replay_weights("all_history", SIZES) == pytest.approx([(1, 1 / 3), (3, 1 / 3), (4, 1 / 3)])
-    assert replay_weights("lambda_decay", SIZES, lam=0.5) == pytest.approx([(1, 1 / 7), (3, 2 / 7), (4, 4 / 7)])
+    rounds, weights = flat(replay_weights("nearest_k", SIZES, k=9))
+    assert rounds == [1, 3, 4] and weights == [1 / 3, 1 / 3, 1 / 3]
+    rounds, weights = flat(replay_weights("all_history", SIZES))
+    assert rounds == [1, 3, 4] and weights == [1 / 3, 1 / 3, 1 / 3]
+    rounds, weights = flat(replay_weights("lambda_decay", SIZES, lam=0.5))
+    assert rounds == [1, 3, 4] and weights == [1 / 7, 2 / 7, 4 / 7]
     assert replay_weights("lambda_decay", SIZES, lam=0.0) == [(1, 0.0), (3, 0.0), (4, 1.0)]
     # Rounds after current_round are not visible yet; the current round need not be non-empty.
     assert replay_weights("all_history", SIZES, current_round=3) == [(1, 0.5), (3, 0.5)]

@@ -252,4 +252,5 @@ def run_data_parallel(
                 log(f"round {records.round_index} {records.phase}: done")
     finally:
         run.close()
+        dist.shutdown()
     return run

@@ -98,6 +98,20 @@ class DistContext:
             torch.cuda.set_device(first)  # nccl collectives run on the rank's first GPU
         dist.init_process_group(backend="nccl" if cuda else "gloo")
 
+    def shutdown(self) -> None:
+        """Leave the process group after a last barrier.
+
+        A gloo group still alive at interpreter exit can abort the process ("terminate called without an active
+        exception") after all the work is done, so every rank tears it down explicitly.
+        """
+        if not self.enabled:
+            return
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+
     @property
     def comm_device(self) -> torch.device:
         """Where collective tensors must live: the rank's first GPU for nccl, the CPU for gloo."""
