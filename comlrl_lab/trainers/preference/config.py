@@ -608,6 +608,20 @@ class _IterativePreferenceConfig:
     """
 
     num_iterations: int = field(default=6, metadata={"help": "Rounds of collect -> replay sample -> train."})
+    # Defaults both iterative configs override (CoMLRL's values); declared here once.
+    preference_num_candidates: int = field(
+        default=20, metadata={"help": "N: candidates sampled per agent per prompt (>= 2)."}
+    )
+    preference_pairs_per_sample: int | None = field(
+        default=4,
+        metadata={"help": "Cap on pairs kept per task item; None keeps all (required with pair_selection='all')."},
+    )
+    pair_selection: str = field(
+        default="comparator_reward",
+        metadata={
+            "help": "Which current-vs-comparator pairs to keep: 'comparator_reward', 'reward_gap', 'all' or 'random'."
+        },
+    )
     preference_replay_mode: str = field(
         default="current",
         metadata={
@@ -845,19 +859,6 @@ class MADPOIterConfig(_IterativePreferenceConfig, MADPOConfig):
     """Config of ``MADPOIterTrainer``: MADPO repeated for num_iterations rounds against a comparator."""
 
     num_train_epochs: int = field(default=1, metadata={"help": "DPO passes over each round's training set."})
-    preference_num_candidates: int = field(
-        default=20, metadata={"help": "N: candidates sampled per agent per prompt (>= 2)."}
-    )
-    preference_pairs_per_sample: int | None = field(
-        default=4,
-        metadata={"help": "Cap on pairs kept per task item; None keeps all (required with pair_selection='all')."},
-    )
-    pair_selection: str = field(
-        default="comparator_reward",
-        metadata={
-            "help": "Which current-vs-comparator pairs to keep: 'comparator_reward', 'reward_gap', 'all' or 'random'."
-        },
-    )
 
 
 @dataclass(repr=False)
@@ -865,19 +866,6 @@ class MARLHFIterConfig(_IterativePreferenceConfig, MARLHFConfig):
     """Config of ``MARLHFIterTrainer``: each round fits a fresh reward model, then learns the policies."""
 
     num_train_epochs: int = field(default=2, metadata={"help": "Online-RL epochs per round."})
-    preference_num_candidates: int = field(
-        default=20, metadata={"help": "N: candidates sampled per agent per prompt (>= 2)."}
-    )
-    preference_pairs_per_sample: int | None = field(
-        default=4,
-        metadata={"help": "Cap on pairs kept per task item; None keeps all (required with pair_selection='all')."},
-    )
-    pair_selection: str = field(
-        default="comparator_reward",
-        metadata={
-            "help": "Which current-vs-comparator pairs to keep: 'comparator_reward', 'reward_gap', 'all' or 'random'."
-        },
-    )
     reward_num_train_epochs: int = field(default=2, metadata={"help": "Bradley-Terry training epochs per round."})
     preference_scoring_reward: str = field(
         default="task",
