@@ -18,19 +18,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from comlrl_lab.data.rewards import batched_reward  # noqa: E402
+from comlrl_lab.data.tasks.length_ratio import length_ratio_reward  # noqa: E402
 from comlrl_lab.trainers.preference import MADPOIterConfig, MADPOIterTrainer  # noqa: E402
 
 ITEMS = [{"prompt": f"the {w} cat"} for w in ("red", "blue", "green", "big", "small")]
 
 
-@batched_reward
-def words_ratio_reward(c1, c2, **_):
-    out = []
-    for a, b in zip(c1, c2):
-        n1, n2 = len(a.split()), len(b.split())
-        out.append(0.0 if n1 == 0 or n2 == 0 else max(0.0, 1.0 - abs(n2 / n1 - 2.0) / 2.0))
-    return out
 
 
 def fmt_one(item):
@@ -67,7 +60,7 @@ def make_trainer(model_dir: str, out_dir: Path, sink=None, **overrides):
         num_agents=2,
         train_dataset=ITEMS,
         eval_dataset=ITEMS[:3],
-        reward_func=words_ratio_reward,
+        reward_func=length_ratio_reward,
         formatters=[fmt_one, fmt_two],
         args=MADPOIterConfig(**values),
         run_id="dist-run",

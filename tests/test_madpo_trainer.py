@@ -15,6 +15,7 @@ from model_fixtures import build_tiny_model_dir
 
 from comlrl_lab.data.records import PreferencePair
 from comlrl_lab.data.rewards import batched_reward
+from comlrl_lab.data.tasks.length_ratio import length_ratio_reward
 from comlrl_lab.trainers.preference import MADPOConfig, MADPOIterConfig, MADPOIterTrainer, MADPOTrainer
 from comlrl_lab.trainers.preference.losses import NonFiniteLossError
 from comlrl_lab.trainers.preference.sink import MemorySink
@@ -22,14 +23,6 @@ from comlrl_lab.trainers.preference.sink import MemorySink
 ITEMS = [{"prompt": f"the {w} cat", "topic": w} for w in ("red", "blue", "green", "big", "small", "fast")]
 
 
-@batched_reward
-def words_ratio_reward(c1, c2, **_):
-    """2 x words(agent 1) == words(agent 2) scores 1; the further off, the lower."""
-    out = []
-    for a, b in zip(c1, c2):
-        n1, n2 = len(a.split()), len(b.split())
-        out.append(0.0 if n1 == 0 or n2 == 0 else max(0.0, 1.0 - abs(n2 / n1 - 2.0) / 2.0))
-    return out
 
 
 def fmt_one(item):
@@ -70,7 +63,7 @@ def make_iter_trainer(model_dir, config, sink=None, **kwargs):
         num_agents=2,
         train_dataset=ITEMS,
         eval_dataset=ITEMS[:3],
-        reward_func=words_ratio_reward,
+        reward_func=length_ratio_reward,
         formatters=[fmt_one, fmt_two],
         args=config,
         sink=sink,
@@ -102,7 +95,7 @@ def test_madpo_update_matches_hand_computed_loss_and_gradients(model_dir, tmp_pa
         agent_model=model_dir,
         num_agents=2,
         train_dataset=ITEMS,
-        reward_func=words_ratio_reward,
+        reward_func=length_ratio_reward,
         formatters=[fmt_one, fmt_two],
         args=config,
     )
