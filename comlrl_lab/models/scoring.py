@@ -56,7 +56,7 @@ def _score_rows(
     pad_token_id: int,
     device: torch.device,
 ) -> torch.Tensor:
-    """Token log-probs (float32, (b, max count)) of completions[b][:counts[b]], zero past each count (all > 0)."""
+    """Token log-probs (float32 or wider, (b, max count)) of completions[b][:counts[b]], zero past each count (all > 0)."""
     width = max(counts)
     rows = len(prompts)
     # Scoring completion tokens 0..n-1 needs the logits at positions P-1 .. P+n-2, i.e. inputs up to P+n-2.
@@ -92,9 +92,11 @@ def _score_rows(
     row_index_t = torch.tensor(row_index, device=device)
     position_t = torch.tensor(position, device=device)
     target_t = torch.tensor(target, device=device)
-    selected = logits[row_index_t, position_t].float()  # (N, V), N = scored tokens
+    # float32 at least, so bf16/fp16 logits are not normalised in half precision; a float64 model stays float64.
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    selected = logits[row_index_t, position_t].to(dtype)  # (N, V), N = scored tokens
     token_logps = selected.gather(-1, target_t.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(selected, dim=-1)  # (N,)
-    out = torch.zeros((rows, width), dtype=torch.float32, device=device)
+    out = torch.zeros((rows, width), dtype=dtype, device=device)
     return out.index_put((row_index_t, torch.tensor(token_index, device=device)), token_logps)  # (b, width)
 
 
@@ -139,7 +141,7 @@ def _score(
                 device,
             )
             parts.append(F.pad(part, (0, c_max - part.shape[1])))
-        token_logps = token_logps.index_put((torch.tensor(order, device=device),), torch.cat(parts))
+        token_logps = token_logps.to(parts[0].dtype).index_put((torch.tensor(order, device=device),), torch.cat(parts))
     mask = torch.arange(c_max).unsqueeze(0) < torch.tensor(counts, dtype=torch.long).reshape(-1, 1)
     return token_logps, mask.to(device)
 
@@ -154,7 +156,7 @@ def sequence_logps(
     micro_batch_size: int = 16,
     return_token_logps: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Summed log π(completion | prompt) per sequence, float32, shape (B,), on the model's device.
+    """Summed log π(completion | prompt) per sequence, float32 (float64 for a float64 model), (B,), on its device.
 
     ``score_final_token=False`` (default) follows CoMLRL's documented decentralized convention: the last
     completion token is not scored. ``True`` scores every completion token, including the EOS that ended
@@ -164,7 +166,7 @@ def sequence_logps(
     """
     # Differs from CoMLRL: one padded forward per micro-batch instead of one batch-1 forward per sequence; the
     # completion is never cut at the first pad id (so with pad == eos the EOS stays a real token); log-softmax
-    # runs in float32 whatever the model dtype; the mode (dropout) is left to the caller.
+    # runs in float32 or wider whatever the model dtype; the mode (dropout) is left to the caller.
     token_logps, mask = _score(
         model,
         prompt_ids,
