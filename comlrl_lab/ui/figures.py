@@ -15,6 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from comlrl_lab.data import metric_names
 from comlrl_lab.ui import charts, frames, services
 from comlrl_lab.ui.frames import PHASES
 
@@ -84,10 +85,10 @@ def learning(run_id: str, version: str) -> LearningData | None:
     if metrics.empty:
         return None
     rewards = frames.per_round(metrics, frames.REWARD_SERIES)
-    losses = frames.per_round(metrics, frames.metric_family(metrics, "loss"))
-    margins = frames.per_round(metrics, frames.metric_family(metrics, "margin"))
-    accuracy = frames.per_round(metrics, frames.metric_family(metrics, "accuracy"))
-    win_share = frames.per_round(metrics, {"current agents' share of wins": ("collect/current_win_share", "collect")})
+    losses = frames.per_round(metrics, frames.training_metrics(metrics, metric_names.LOSS_KINDS))
+    margins = frames.per_round(metrics, frames.training_metrics(metrics, metric_names.MARGIN_KINDS))
+    accuracy = frames.per_round(metrics, frames.training_metrics(metrics, metric_names.ACCURACY_KINDS))
+    win_share = frames.per_round(metrics, {"current agents' share of wins": (metric_names.CURRENT_WIN_SHARE, "collect")})
 
     tiles = []
     for label, frame, series, fmt in (

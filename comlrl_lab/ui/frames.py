@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
+from comlrl_lab.data import metric_names
 from comlrl_lab.trainers.preference.replay import REPLAY_MODES, lambda_decay_weights, replay_weights
 from comlrl_lab.trainers.preference.sink import PHASES
 
@@ -19,9 +20,9 @@ PHASE_LABELS = {"collect": "Collect", "select": "Select replay sample", "train":
 
 #: Rewards per round: series label -> (metric name, phase it is recorded in, or None for any).
 REWARD_SERIES: dict[str, tuple[str, str | None]] = {
-    "candidates: current agents": ("turn_1/reward_mean", "collect"),
-    "candidates: comparator": ("collect/comparator_reward_mean", "collect"),
-    "evaluation (task reward)": ("eval/turn_1/reward_mean", None),
+    "candidates: current agents": (metric_names.REWARD_MEAN, "collect"),
+    "candidates: comparator": (metric_names.COMPARATOR_REWARD_MEAN, "collect"),
+    "evaluation (task reward)": (metric_names.EVAL_REWARD_MEAN, None),
 }
 
 
@@ -119,12 +120,13 @@ def per_round(metrics: pd.DataFrame, series: Mapping[str, tuple[str, str | None]
     return out[["round", "series", "value"]]
 
 
-def metric_family(metrics: pd.DataFrame, contains: str) -> dict[str, tuple[str, str | None]]:
-    """Training metrics whose name ends with or contains ``contains`` (per-update names; round/ summaries left out)."""
+def training_metrics(metrics: pd.DataFrame, kinds: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+    """Per-update training metrics of the given ``metric_names`` kinds (round/ summaries and evaluation left out)."""
     names = sorted(
-        n for n in metrics["name"].unique()
-        if contains in n.rsplit("/", 1)[-1] and not n.startswith(("round/", "time/", "eval/"))
-    )  # fmt: skip
+        n
+        for n in metrics["name"].unique()
+        if metric_names.kind_of(n) in kinds and not n.startswith((metric_names.ROUND_PREFIX, "eval/"))
+    )
     return {n: (n, None) for n in names}
 
 

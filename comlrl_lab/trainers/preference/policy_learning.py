@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from comlrl_lab.data import metric_names as M
 from comlrl_lab.data.records import JointCandidate
 from comlrl_lab.models.devices import resolve_devices
 from comlrl_lab.models.generation import SamplingSettings
@@ -302,20 +303,20 @@ class PolicyLearner:
         values = None if values is None else values.detach().cpu()
         advantages = compute_advantages(self.backend, returns, values, bool(self.config.advantage_normalization))
         metrics = {
-            "rl/reward_model_mean": float(rewards.mean()),
-            "rl/reward_model_std": float(rewards.std(correction=0)),
-            "turn_1/reward_mean": float(rewards.mean()),
-            "turn_1/expected_return": float(returns.mean()),
-            "rl/advantage_abs_mean": float(advantages.abs().mean()),
-            "rl/completion_tokens_mean": sum(sum(c.token_counts) for c in flat) / max(1, len(flat) * self.num_agents),
+            M.RL_REWARD_MODEL_MEAN: float(rewards.mean()),
+            M.RL_REWARD_MODEL_STD: float(rewards.std(correction=0)),
+            M.REWARD_MEAN: float(rewards.mean()),
+            M.EXPECTED_RETURN: float(returns.mean()),
+            M.RL_ADVANTAGE_ABS_MEAN: float(advantages.abs().mean()),
+            M.RL_COMPLETION_TOKENS_MEAN: sum(sum(c.token_counts) for c in flat) / max(1, len(flat) * self.num_agents),
         }
         if self.config.reference_kl_enabled:
-            metrics["turn_1/reference_kl_mean"] = float(kl.mean())
-            metrics["turn_1/reference_kl_penalty_mean"] = coef * float(kl.mean())
+            metrics[M.REFERENCE_KL_MEAN] = float(kl.mean())
+            metrics[M.REFERENCE_KL_PENALTY_MEAN] = coef * float(kl.mean())
             for i in range(self.num_agents):
-                metrics[f"turn_1/agent_{i}/reference_kl_mean"] = float(kl[i].mean())
+                metrics[M.name(M.AGENT_REFERENCE_KL_MEAN, agent=i)] = float(kl[i].mean())
         if values is not None:
-            metrics["rl/value_mean"] = float(values.mean())
+            metrics[M.RL_VALUE_MEAN] = float(values.mean())
         return Rollout(joint, rewards, kl, returns, values, advantages, metrics)
 
     def _reference_kl(self, flat: list[JointCandidate]) -> Tensor:
@@ -420,7 +421,7 @@ class PolicyLearner:
                     loss.backward()
                 policy_loss += float(loss.detach())
             if self.value_heads:
-                metrics[f"rl/agent_{i}/value_loss"] = self._value_head_step(i, rollout, chunk, joint)
+                metrics[M.name(M.RL_AGENT_VALUE_LOSS, agent=i)] = self._value_head_step(i, rollout, chunk, joint)
             if self.config.max_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(agent.parameters(), self.config.max_grad_norm)
             optimizer.step()
@@ -428,12 +429,12 @@ class PolicyLearner:
                 self.value_head_optimizers[i].step()
             agent.eval()
             losses.append(policy_loss)
-            metrics[f"rl/agent_{i}/loss"] = policy_loss
-        metrics["rl/loss"] = sum(losses) / len(losses)
+            metrics[M.name(M.RL_AGENT_LOSS, agent=i)] = policy_loss
+        metrics[M.RL_LOSS] = sum(losses) / len(losses)
         if self.critics:
             metrics.update(self._critic_step(rollout, chunk, joint))
-        metrics["rl/items_per_update"] = float(len(chunk))
-        metrics["rl/sequences_per_update"] = float(len(chunk) * G)
+        metrics[M.RL_ITEMS_PER_UPDATE] = float(len(chunk))
+        metrics[M.RL_SEQUENCES_PER_UPDATE] = float(len(chunk) * G)
         return metrics
 
     def _value_head_step(self, i: int, rollout: Rollout, chunk: list[int], joint) -> float:
@@ -469,8 +470,8 @@ class PolicyLearner:
                 torch.nn.utils.clip_grad_norm_(critic.trainable_parameters(), self.config.max_grad_norm)
             optimizer.step()
             critic.eval()
-            metrics[f"rl/critic_{index}/value_loss"] = float(loss.detach())
-        metrics["rl/value_loss"] = sum(metrics.values()) / len(metrics)
+            metrics[M.name(M.RL_CRITIC_VALUE_LOSS, critic=index)] = float(loss.detach())
+        metrics[M.RL_VALUE_LOSS] = sum(metrics.values()) / len(metrics)
         return metrics
 
     # --------------------------------------------------------------------------------------------- state

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from comlrl_lab.data import metric_names as M
 from comlrl_lab.models.reward_oracle import joint_reward_text
 from comlrl_lab.trainers.preference.losses import bradley_terry_loss, check_finite
 
@@ -331,10 +332,16 @@ def fit_bradley_terry(
             if on_batch is not None:
                 on_batch()
         count = max(1, len(order))
-        metrics = {f"bt/{name}": value / count if order else math.nan for name, value in sums.items()}
         validation = evaluate_bradley_terry(model, val_pairs, micro_batch_size=micro)
-        metrics.update({f"bt/val_{name}": value for name, value in validation.items()})
-        metrics["bt/epoch"] = float(epoch)
+        metrics = {
+            M.BT_LOSS: sums["loss"] / count if order else math.nan,
+            M.BT_ACCURACY: sums["accuracy"] / count if order else math.nan,
+            M.BT_MARGIN: sums["margin"] / count if order else math.nan,
+            M.BT_VAL_LOSS: validation["loss"],
+            M.BT_VAL_ACCURACY: validation["accuracy"],
+            M.BT_VAL_MARGIN: validation["margin"],
+            M.BT_EPOCH: float(epoch),
+        }
         history.append(metrics)
     model.eval()
     return history
