@@ -1,7 +1,7 @@
 """MADPO training speed: pairs scored per second against a raw batched forward+backward of the same tokens.
 
 Both sides of the ratio run in this process on the same model and pairs:
-- ``ours``: ``MADPOIterTrainer.madpo_update`` over the round's training pairs (batched scoring, joint margin,
+- ``ours``: ``DPOLearner.update`` over the round's training pairs (batched scoring, joint margin,
   one backward, optimiser steps);
 - ``raw``: for the same batches, one padded forward + log-softmax gather + backward per agent over winners and
   losers, with the tensors built before timing: the floor any implementation pays.
@@ -101,7 +101,7 @@ def main() -> None:
             phase_seconds[phase] = time.perf_counter() - started
         round_seconds = time.perf_counter() - round_started
 
-        pairs = [trainer.ensure_token_ids(p) for p in trainer.replay.round_pairs(1)]
+        pairs = [trainer.ensure_token_ids(p) for p in trainer.collector.replay.round_pairs(1)]
         if not pairs:
             raise SystemExit("the round produced no pairs; raise --candidates")
         batches = [pairs[i : i + args.batch_size] for i in range(0, len(pairs), args.batch_size)]
@@ -112,7 +112,7 @@ def main() -> None:
         for _ in range(args.repeats):
             started = time.perf_counter()
             for batch in batches:
-                trainer.madpo_update(batch)
+                trainer.learner.update(batch)
             ours.append(len(pairs) / (time.perf_counter() - started))
             started = time.perf_counter()
             for batch in tensors:
@@ -123,7 +123,7 @@ def main() -> None:
     print(f"model: {TINY_MODEL_NAME}, task: {args.task}, items: {args.items}, candidates: {args.candidates}, "
           f"max_new_tokens: {args.max_new_tokens}, threads: {args.threads}")
     print(f"pairs: {len(pairs)}, completion tokens per pass: {tokens}, batch: {args.batch_size}")
-    print(f"madpo_update       {ours_rate:8.1f} pairs/s")
+    print(f"DPOLearner.update    {ours_rate:8.1f} pairs/s")
     print(f"raw fwd+bwd        {raw_rate:8.1f} pairs/s")
     print(f"ratio (target >= 0.7): {ours_rate / raw_rate:.2f}")
     print(f"one round: {round_seconds:.2f} s  " + "  ".join(f"{k} {v:.2f}s" for k, v in phase_seconds.items()))

@@ -199,7 +199,7 @@ QUICKSTART = [
         """
         import json
 
-        replay_dir = trainer.replay.replay_dir
+        replay_dir = trainer.collector.replay.replay_dir
         files = sorted(replay_dir.glob("iteration_*.json"))
         print([f.name for f in files])
         assert [f.name for f in files] == ["iteration_0001.json", "iteration_0002.json"]

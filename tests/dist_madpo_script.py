@@ -114,9 +114,9 @@ def run(model_dir: str, out_dir: Path, *, resume: Path | None = None, copy_check
         round_index, phase = trainer.round_index, trainer.next_phase
         trainer.step()
         if phase == "collect":
-            dump["pairs"][round_index] = [pair_key(p) for p in trainer.round_pairs]
+            dump["pairs"][round_index] = [pair_key(p) for p in trainer.collector.round_pairs]
         elif phase == "select":
-            dump["drawn"][round_index] = [pair_key(p) for p in trainer.train_pairs]
+            dump["drawn"][round_index] = [pair_key(p) for p in trainer.collector.train_pairs]
         elif phase == "train":
             dump["weights"][round_index] = weights(trainer)
         elif phase == "evaluate" and copy_checkpoint_after == round_index:
@@ -125,7 +125,7 @@ def run(model_dir: str, out_dir: Path, *, resume: Path | None = None, copy_check
                 shutil.copytree(out_dir / "run", out_dir / f"round{round_index}" / "run")
             trainer.dist.barrier()
     dump["local_rows"] = local_rows
-    dump["replay_dir"] = None if trainer.replay.replay_dir is None else str(trainer.replay.replay_dir)
+    dump["replay_dir"] = None if trainer.collector.replay.replay_dir is None else str(trainer.collector.replay.replay_dir)
     torch.save(dump, out_dir / f"rank{trainer.dist.rank}.pt")
     return dump
 

@@ -87,7 +87,7 @@ def test_centralized_scoring_covers_the_whole_completion(model_dir, tmp_path):
     pair = PreferencePair(prompts=["p"], winner_completions=["w"], loser_completions=["l"], winner_reward=1.0,
                           loser_reward=0.0, candidate_reward_mean=0.5, prompt_ids=[prompt_ids], winner_ids=[winner],
                           loser_ids=[loser])
-    metrics = trainer.madpo_update([pair])
+    metrics = trainer.learner.update([pair])
     model = trainer.agents[0]
 
     def full_logp(completion):

@@ -138,11 +138,11 @@ def test_ranks_other_than_zero_write_nothing(model_dir, tmp_path, monkeypatch):
     trainer.train()
     trainer.save_model(tmp_path / "saved")
     assert trainer.finished and trainer.updates_seen > 0
-    assert sink.phases == [] and trainer.replay.replay_dir is None
+    assert sink.phases == [] and trainer.collector.replay.replay_dir is None
     assert not (tmp_path / "ckpt").exists() and not (tmp_path / "saved").exists()
     assert not (tmp_path / "run").exists()  # no replay files
     # Its shard of the 5 items is items 1 and 3.
-    assert {p.item_index for p in trainer.replay.round_pairs(1)} <= {1, 3}
+    assert {p.item_index for p in trainer.collector.replay.round_pairs(1)} <= {1, 3}
 
 
 # ------------------------------------------------------------------------------ batch-invariant sampling

@@ -56,7 +56,7 @@ def test_manager_runs_a_round_in_the_background_and_commits_each_phase(model_dir
     store = manager.run(run_id).store
     phases = store.committed_phases(run_id)
     assert phases == [(1, "collect"), (1, "select"), (1, "train"), (1, "evaluate")]
-    assert store.pairs_count(run_id) == len(manager.run(run_id).trainer.replay.round_pairs(1))
+    assert store.pairs_count(run_id) == len(manager.run(run_id).trainer.collector.replay.round_pairs(1))
     names = set(store.metrics(run_id)["name"])
     assert {"turn_1/reward_mean", "eval/turn_1/reward_mean", "iter/train_preference_pairs"} <= names
     manager.close()

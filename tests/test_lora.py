@@ -50,7 +50,7 @@ def lora_run(model_dir, tmp_path_factory):
 
 def test_only_adapters_are_trained_and_checkpointed(lora_run, model_dir):
     trainer, out = lora_run
-    assert trainer.updates_seen > 0 and trainer.replay.round_pairs(1)
+    assert trainer.updates_seen > 0 and trainer.collector.replay.round_pairs(1)
     base = load_model(model_dir, device="cpu")
     for agent, optimizer in zip(trainer.agents, trainer.optimizers):
         assert is_adapter_model(agent)
@@ -70,7 +70,7 @@ def test_only_adapters_are_trained_and_checkpointed(lora_run, model_dir):
 def test_saved_adapters_reload_to_the_same_logps(lora_run, tmp_path):
     trainer, _ = lora_run
     trainer.save_model(tmp_path / "saved")
-    pairs = trainer.replay.round_pairs(1)[:6]
+    pairs = trainer.collector.replay.round_pairs(1)[:6]
     for i, agent in enumerate(trainer.agents):
         files = sorted(p.name for p in (tmp_path / "saved" / f"agent_{i}").iterdir())
         assert "adapter_model.safetensors" in files and "adapter_config.json" in files
@@ -84,7 +84,7 @@ def test_saved_adapters_reload_to_the_same_logps(lora_run, tmp_path):
 def test_checkpoint_resume_restores_the_adapters(lora_run, model_dir, tmp_path):
     trainer, out = lora_run
     fresh = dist_madpo_script.make_trainer(model_dir, tmp_path, **LORA)
-    pairs = trainer.replay.round_pairs(1)[:6]
+    pairs = trainer.collector.replay.round_pairs(1)[:6]
     assert not torch.allclose(logps(fresh.agents[0], fresh, pairs, 0), logps(trainer.agents[0], trainer, pairs, 0))
     fresh.load_checkpoint(out / "ckpt")
     assert fresh.finished
@@ -94,9 +94,9 @@ def test_checkpoint_resume_restores_the_adapters(lora_run, model_dir, tmp_path):
 
 def test_history_comparator_shares_the_base_and_switches_back(lora_run):
     trainer, out = lora_run
-    pairs = trainer.replay.round_pairs(1)[:6]
-    comparator = trainer.comparator
-    snapshot = Path(trainer.history_dir) / "initial"
+    pairs = trainer.collector.replay.round_pairs(1)[:6]
+    comparator = trainer.collector.comparator
+    snapshot = Path(trainer.collector.history_dir) / "initial"
     assert (snapshot / "agent_0" / "adapter_config.json").is_file()
     before = [logps(agent, trainer, pairs, i) for i, agent in enumerate(trainer.agents)]
     trainable = [[p for p in agent.parameters() if p.requires_grad] for agent in trainer.agents]
@@ -122,9 +122,9 @@ def test_gradient_checkpointing_takes_the_same_step(model_dir, tmp_path):
         trainer = dist_madpo_script.make_trainer(model_dir, tmp_path / str(flag), gradient_checkpointing=flag, num_iterations=1)
         trainer.step()  # collect
         trainer.step()  # select
-        batch = trainer.train_pairs[:4]
+        batch = trainer.collector.train_pairs[:4]
         assert batch
-        metrics = trainer.madpo_update(batch)
+        metrics = trainer.learner.update(batch)
         assert all(not m.training for m in trainer.agents)
         states.append((metrics["madpo/loss"], [{k: v.clone() for k, v in m.state_dict().items()} for m in trainer.agents]))
     agent = trainer.agents[0]

@@ -13,12 +13,11 @@ from comlrl_lab.trainers.preference.losses import (
     bradley_terry_loss,
     check_finite,
     group_advantages,
-    joint_margin,
     kl_k3,
     kl_penalized_returns,
     madpo_agent_loss,
     madpo_losses,
-    madpo_metrics,
+    madpo_pair_losses,
     policy_gradient_loss,
     value_loss,
 )
@@ -86,7 +85,7 @@ def test_madpo_single_agent_is_plain_reference_free_dpo():
     assert loss.item() == pytest.approx((neg_log_sigmoid(0.3) + neg_log_sigmoid(-0.2)) / 2)
     assert joint.tolist() == pytest.approx([0.3, -0.2])
     with pytest.raises(ValueError):
-        joint_margin([])
+        madpo_losses([], 1.0)
 
 
 class TinyPolicy(torch.nn.Module):
@@ -141,16 +140,23 @@ def test_madpo_policy_gradient_is_team_weighted_own_gradient():
             torch.testing.assert_close(param.grad, g, rtol=1e-10, atol=1e-12)
 
 
-def test_madpo_metrics():
-    winners = [torch.tensor([-1.0, -2.0]), torch.tensor([-3.0, -1.0])]
-    losers = [torch.tensor([-2.0, -1.0]), torch.tensor([-3.5, -4.0])]
-    metrics = madpo_metrics(winners, losers, 0.1)
+def test_madpo_pair_losses_are_the_joint_loss_per_pair():
     # margins: agent 0 [1, -1], agent 1 [0.5, 3]; joint [1.5, 2]
-    assert metrics["margins/joint"] == pytest.approx(1.75)
-    assert metrics["rewards/accuracies"] == 1.0
-    assert metrics["madpo/loss"] == pytest.approx((neg_log_sigmoid(0.15) + neg_log_sigmoid(0.2)) / 2)
-    assert metrics["logps/chosen"] == pytest.approx(-3.5)
-    assert metrics["agent_1/margins"] == pytest.approx(1.75)
+    d1 = torch.tensor([1.0, -1.0], dtype=DTYPE, requires_grad=True)
+    d2 = torch.tensor([0.5, 3.0], dtype=DTYPE, requires_grad=True)
+    losses, joint = madpo_losses([d1, d2], 0.1)
+    per_pair = madpo_pair_losses(joint, 0.1)
+    assert per_pair.tolist() == pytest.approx([neg_log_sigmoid(0.15), neg_log_sigmoid(0.2)], abs=1e-12)
+    # With others detached every agent's loss has the joint value: the mean of the per-pair losses.
+    assert [loss.item() for loss in losses] == pytest.approx([per_pair.mean().item()] * 2, abs=1e-12)
+
+
+def test_madpo_mixed_dtypes_sum_the_joint_margin_in_the_widest():
+    d1 = torch.tensor([0.1], dtype=torch.float32, requires_grad=True)
+    d2 = torch.tensor([1e-9], dtype=DTYPE, requires_grad=True)
+    (loss_1, loss_2), joint = madpo_losses([d1, d2], 1.0)
+    assert joint.dtype == DTYPE and joint.item() == pytest.approx(float(torch.tensor(0.1)) + 1e-9, abs=1e-15)
+    assert loss_1.dtype == torch.float32 and loss_2.dtype == DTYPE
 
 
 # ------------------------------------------------------------------------------------------ Bradley-Terry

@@ -77,13 +77,17 @@ def manual_logp(model, prompt_ids, completion_ids, score_final_token=False):
     if not scored:
         return torch.zeros((), requires_grad=False)
     ids = torch.tensor([prompt_ids + completion_ids])
-    logits = model(input_ids=ids).logits[0].float()
+    logits = model(input_ids=ids).logits[0]
     logprobs = torch.log_softmax(logits, dim=-1)
     start = len(prompt_ids)
     return sum(logprobs[start - 1 + t, tok] for t, tok in enumerate(scored))
 
 
 def test_madpo_update_matches_hand_computed_loss_and_gradients(model_dir, tmp_path):
+    """The update that trains (DPOLearner.update -> losses.madpo_losses) against batch-1 forwards by hand.
+
+    Both sides run in float64, so the comparison is exact up to summation order on any CPU.
+    """
     config = MADPOConfig(
         agent_learning_rate=0.0,
         preference_num_candidates=2,
@@ -99,6 +103,8 @@ def test_madpo_update_matches_hand_computed_loss_and_gradients(model_dir, tmp_pa
         formatters=[fmt_one, fmt_two],
         args=config,
     )
+    for model in trainer.agents:
+        model.to(torch.float64)
     tok = trainer.tokenizers[0]
     ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
     pair = PreferencePair(
@@ -112,27 +118,35 @@ def test_madpo_update_matches_hand_computed_loss_and_gradients(model_dir, tmp_pa
         winner_ids=[ids("big dog") + [tok.eos_token_id], ids("small bird sun") + [tok.eos_token_id]],
         loser_ids=[ids("up") + [tok.eos_token_id], ids("moon moon") + [tok.eos_token_id]],
     )
-    metrics = trainer.madpo_update([pair])
+    metrics = trainer.learner.update([pair])
 
     beta = 0.5
-    margins, grads = [], []
-    for i, model in enumerate(trainer.agents):
-        model.zero_grad(set_to_none=True)
-        delta = manual_logp(model, pair.prompt_ids[i], pair.winner_ids[i]) - manual_logp(
-            model, pair.prompt_ids[i], pair.loser_ids[i]
-        )
-        delta.backward()
-        margins.append(float(delta.detach()))
-        grads.append([p.grad.clone() for p in model.parameters()])
+    deltas = [
+        manual_logp(model, pair.prompt_ids[i], pair.winner_ids[i])
+        - manual_logp(model, pair.prompt_ids[i], pair.loser_ids[i])
+        for i, model in enumerate(trainer.agents)
+    ]
+    margins = [float(delta.detach()) for delta in deltas]
     joint = sum(margins)
-    assert metrics["madpo/loss"] == pytest.approx(-math.log(1 / (1 + math.exp(-beta * joint))), rel=1e-5)
-    assert metrics["madpo/joint_margin"] == pytest.approx(joint, rel=1e-5)
-    weight = beta / (1 + math.exp(beta * joint))  # σ(-βΔ)·β
+    assert metrics["madpo/loss"] == pytest.approx(math.log1p(math.exp(-beta * joint)), rel=1e-12)
+    assert metrics["madpo/joint_margin"] == pytest.approx(joint, rel=1e-12)
+    for i in range(2):
+        assert metrics[f"madpo/agent_{i}/margin"] == pytest.approx(margins[i], rel=1e-12)
+    # dL_i/dθ_i = -β σ(-βΔ) ∇Δ_i: backpropagate that hand-computed weight through each batch-1 Δ_i. Feeding it
+    # as the upstream gradient (rather than scaling ∇Δ_i afterwards) keeps the model's own float32 steps
+    # (Llama's RMSNorm upcasts) rounding the same numbers as in the update.
+    weight = beta / (1 + math.exp(beta * joint))
+    grads = []
+    for model, delta in zip(trainer.agents, deltas):
+        model.zero_grad(set_to_none=True)
+        delta.backward(gradient=torch.tensor(-weight, dtype=torch.float64))
+        grads.append([p.grad.clone() for p in model.parameters()])
     # Re-run the update to get its gradients (the manual pass above overwrote .grad).
-    trainer.madpo_update([pair])
+    trainer.learner.update([pair])
     for i, model in enumerate(trainer.agents):
         for got, manual in zip((p.grad for p in model.parameters()), grads[i]):
-            torch.testing.assert_close(got, -weight * manual, rtol=1e-4, atol=1e-6)
+            assert got.dtype == torch.float64
+            torch.testing.assert_close(got, manual, rtol=1e-9, atol=1e-12)
 
 
 def test_nan_loss_stops_training_and_keeps_weights(model_dir, tmp_path, monkeypatch):
@@ -148,7 +162,7 @@ def test_nan_loss_stops_training_and_keeps_weights(model_dir, tmp_path, monkeypa
 
     original = madpo.sequence_logps
     monkeypatch.setattr(madpo, "sequence_logps", nan_logps)
-    assert trainer.train_pairs, "the seeded round must produce pairs"
+    assert trainer.collector.train_pairs, "the seeded round must produce pairs"
     with pytest.raises(NonFiniteLossError, match="loss of agent 0"):
         trainer.step()
     for a, b in zip(before, trainer.agents[0].parameters()):
@@ -212,8 +226,8 @@ def test_comparator_candidate_count_limits_comparisons(model_dir, tmp_path):
 
 def test_history_comparator_picks_snapshot_k_rounds_back(model_dir, tmp_path):
     trainer = make_iter_trainer(model_dir, iter_config(tmp_path, comparator_policy="history", comparator_history_k=2))
-    comparator = trainer.comparator
-    root = trainer.history_dir
+    comparator = trainer.collector.comparator
+    root = trainer.collector.history_dir
     assert comparator.snapshot_for_round(1).name == "initial"
     assert comparator.snapshot_for_round(2).name == "initial"
     (root / "iteration_0001").mkdir(parents=True)
@@ -236,10 +250,10 @@ def test_centralized_comparator_marks_unparsed_outputs_and_continues(model_dir, 
 def test_replay_files_written_in_seed_format(model_dir, tmp_path):
     trainer = make_iter_trainer(model_dir, iter_config(tmp_path, num_iterations=1))
     trainer.step()
-    path = Path(trainer.replay.replay_dir) / "iteration_0001.json"
+    path = Path(trainer.collector.replay.replay_dir) / "iteration_0001.json"
     payload = json.loads(path.read_text(encoding="utf-8"))
     assert payload["iteration"] == 1
-    assert payload["num_pairs"] == len(payload["pairs"]) == len(trainer.round_pairs)
+    assert payload["num_pairs"] == len(payload["pairs"]) == len(trainer.collector.round_pairs)
     if payload["pairs"]:
         assert list(payload["pairs"][0]) == [
             "prompts",
@@ -323,5 +337,5 @@ def test_three_rounds_equal_two_rounds_kill_resume_one(model_dir, tmp_path):
         for pa, pb in zip(a.parameters(), b.parameters()):
             torch.testing.assert_close(pa, pb, rtol=0, atol=1e-6)
     # Round files of rounds 1-2 were written by the killed process, round 3 by the resumed one; all in one folder.
-    names = sorted(p.name for p in Path(resumed.replay.replay_dir).glob("iteration_*.json"))
+    names = sorted(p.name for p in Path(resumed.collector.replay.replay_dir).glob("iteration_*.json"))
     assert names == ["iteration_0001.json", "iteration_0002.json", "iteration_0003.json"]

@@ -264,7 +264,7 @@ def test_rollout_subtracts_each_agents_kl_times_coef(model_dir):
         reward_func=word_count_reward,
         args=config(reference_kl_enabled=True, reference_kl_coef=0.5, num_generations=3),
     )
-    learner = trainer.learner
+    learner = trainer.learner.policy
     fake_scores = [0.25 * k for k in range(len(ITEMS) * 3)]
     rollout = learner.rollout(ITEMS, [0, 1, 2], lambda cands: fake_scores[: len(cands)])
     assert rollout.kl.abs().max().item() < 1e-6  # policy == fixed reference before any update
@@ -278,7 +278,7 @@ def test_rollout_subtracts_each_agents_kl_times_coef(model_dir):
     for i in range(2):
         assert torch.allclose(rollout.returns[i], rewards - 0.5 * rollout.kl[i])
     assert rollout.metrics["turn_1/reference_kl_penalty_mean"] == pytest.approx(0.5 * rollout.kl.mean().item())
-    assert trainer.learner.references[0] is not trainer.agents[0]
+    assert trainer.learner.policy.references[0] is not trainer.agents[0]
 
 
 # ----------------------------------------------------------------------------- reward model not in eval
@@ -298,9 +298,9 @@ def test_evaluation_uses_task_reward_never_the_reward_model(model_dir):
         sink=sink,
     )
     trainer.train()
-    assert trainer.reward_model is not None
+    assert trainer.learner.reward_model is not None
     assert sink.metric("bt/loss") and sink.metric("rl/loss") and sink.metric("rl/reward_model_mean")
-    trainer.reward_model = ExplodingRewardModel()
+    trainer.learner.reward_model = ExplodingRewardModel()
     metrics = trainer.evaluate()
     expected = (
         sum(word_count_reward([c.completions[0]], [c.completions[1]])[0] for c in trainer._last_eval_candidates) / 2
@@ -325,10 +325,10 @@ def test_iter_scoring_uses_reward_model_only_after_one_is_fitted(model_dir, tmp_
     for c in first.candidates:
         assert c.raw_reward == word_count_reward([c.completions[0]], [c.completions[1]])[0]
     trainer.step(), trainer.step()  # select, train: a reward model is fitted and kept for scoring
-    assert trainer.reward_model is not None
+    assert trainer.learner.reward_model is not None
     trainer.step()  # evaluate: task reward
     second = trainer.step()  # collect, round 2: the reward model labels the comparisons
-    model_scores = trainer.reward_model.score_candidates(second.candidates)
+    model_scores = trainer.learner.reward_model.score_candidates(second.candidates)
     assert [c.raw_reward for c in second.candidates] == pytest.approx(model_scores, abs=1e-5)
     assert [c.reward for c in second.candidates] == [c.raw_reward for c in second.candidates]
 
@@ -341,7 +341,7 @@ def test_iter_with_task_scoring_frees_the_reward_model(model_dir, tmp_path):
         args=config(MARLHFIterConfig, num_iterations=1, output_dir=str(tmp_path / "run")),
     )
     trainer.train()
-    assert trainer.reward_model is None
+    assert trainer.learner.reward_model is None
 
 
 # --------------------------------------------------------------------------------------------- errors
@@ -368,18 +368,18 @@ def test_value_heads_and_critic_objects_need_no_critic_name(model_dir):
     agents = [build_model(len(tokenizer), seed=s) for s in (0, 1)]
     args = config(rl_algorithm="iac", use_separate_critic=False, reward_model_name=model_dir)
     trainer = MARLHFTrainer(agents=agents, tokenizer=tokenizer, reward_func=word_count_reward, args=args)
-    assert len(trainer.learner.value_heads) == 2 and trainer.learner.critics == []
+    assert len(trainer.learner.policy.value_heads) == 2 and trainer.learner.policy.critics == []
     critic = build_model(len(tokenizer), seed=7)
     args = config(rl_algorithm="maac", reward_model_name=model_dir)
     trainer = MARLHFTrainer(
         agents=agents, tokenizer=tokenizer, reward_func=word_count_reward, args=args, critic_model=critic
     )
-    assert len(trainer.learner.critics) == 1 and trainer.learner.critics[0].backbone is critic
+    assert len(trainer.learner.policy.critics) == 1 and trainer.learner.policy.critics[0].backbone is critic
 
 
 def test_reward_model_and_critics_follow_the_agents(model_dir):
     trainer = MARLHFTrainer(
         agent_model=model_dir, train_dataset=ITEMS, reward_func=word_count_reward, args=config(rl_algorithm="iac")
     )
-    assert trainer.reward_model_device == trainer.agent_devices[0] == torch.device("cpu")
-    assert [c.device for c in trainer.learner.critics] == trainer.agent_devices
+    assert trainer.learner.reward_model_device == trainer.agent_devices[0] == torch.device("cpu")
+    assert [c.device for c in trainer.learner.policy.critics] == trainer.agent_devices

@@ -88,11 +88,11 @@ def test_each_rl_algorithm_end_to_end(tiny_dir, algorithm, extra):
     sink = MemorySink()
     trainer = build(MARLHFTrainer, MARLHFConfig(**settings(rl_algorithm=algorithm, **extra)), tiny_dir, sink)
     before = _weights(trainer.agents)
-    critics_before = _weights(trainer.learner.critics + trainer.learner.value_heads)
+    critics_before = _weights(trainer.learner.policy.critics + trainer.learner.policy.value_heads)
     for _ in range(3):  # collect, select, train
         trainer.step()
     assert all(not torch.equal(a, b) for a, b in zip(before, _weights(trainer.agents)))
-    after = _weights(trainer.learner.critics + trainer.learner.value_heads)
+    after = _weights(trainer.learner.policy.critics + trainer.learner.policy.value_heads)
     assert len(after) == {"maac": 1, "iac": 2}.get(algorithm, 0)
     assert all(not torch.equal(a, b) for a, b in zip(critics_before, after))
     for name in ("bt/loss", "bt/accuracy", "bt/margin", "bt/val_accuracy", "rl/loss", "rl/reward_model_mean"):
@@ -102,7 +102,7 @@ def test_each_rl_algorithm_end_to_end(tiny_dir, algorithm, extra):
         assert sink.metric("rl/value_loss") or sink.metric("rl/agent_0/value_loss")
     if extra.get("reference_kl_enabled"):
         assert [v for _, v in sink.metric("turn_1/reference_kl_mean")][-1] > 0  # the policy moved off the reference
-    trainer.reward_model = _NoEval()
+    trainer.learner.reward_model = _NoEval()
     trainer.step()  # evaluate: task reward only
     assert trainer.finished and sink.metric("eval/turn_1/reward_mean")
     assert trainer.env_step == 3 * 3  # G per item, one RL epoch over 3 items
@@ -132,6 +132,6 @@ def test_iter_resume_is_exact_with_critics_and_reward_model_oracle(tiny_dir, tmp
         interrupted.step()
     resumed = build(MARLHFIterTrainer, config("c"), tiny_dir)
     resumed.train(resume_from_checkpoint=tmp_path / "ckpt")
-    learned = lambda t: _weights(t.agents + t.learner.critics + t.learner.value_heads + [t.reward_model])  # noqa: E731
+    learned = lambda t: _weights(t.agents + t.learner.policy.critics + t.learner.policy.value_heads + [t.learner.reward_model])  # noqa: E731
     for a, b in zip(learned(straight), learned(resumed)):
         assert torch.equal(a, b)

@@ -1,9 +1,11 @@
-"""What every preference trainer shares: CoMLRL's constructor, phase stepping, evaluation and checkpoints.
+"""What every preference trainer shares: CoMLRL's constructor, the phase machine, evaluation and checkpoints.
 
 A trainer advances one phase at a time (``step()``): collect -> select -> train -> evaluate, round after
 round. ``train()`` simply steps until done, so the Python API, the CLI and the workbench's background engine all
-drive the same code. Subclasses supply the phase bodies; this module owns the cursor, the commit of each
-phase's records to the sink, and the checkpoint written after it. It does not know about DuckDB or Streamlit.
+drive the same code. Each public trainer is a composition: it sets ``self.collector`` (collect and select:
+``collectors.py``) and ``self.learner`` (train: ``madpo.DPOLearner`` or ``marlhf.RLHFLearner``); this module owns
+the cursor, evaluation, the commit of each phase's records to the sink, and the checkpoint written after it. It
+does not know about DuckDB or Streamlit.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
+from comlrl_lab.data import metric_names as M
 from comlrl_lab.data.datasets import load_items
 from comlrl_lab.data.formatters import resolve_formatters
 from comlrl_lab.data.records import JointCandidate, PreferencePair
@@ -53,8 +56,34 @@ EVAL_STREAM = "eval"
 LORA_INIT_STREAM = "lora_init"
 
 
+class Collector(Protocol):
+    """Makes a round's candidates and pairs (collect), then chooses what the learner trains on (select)."""
+
+    train_pairs: list[PreferencePair]
+
+    def collect(self, records: PhaseRecords) -> None: ...
+    def select(self, records: PhaseRecords) -> None: ...
+    def after_train(self) -> None: ...
+    def end_of_round(self) -> None: ...
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class Learner(Protocol):
+    """Trains the agents on the selected pairs (train phase); ``extra_weights`` is its part of the weights file."""
+
+    def train(self, pairs: Sequence[PreferencePair], records: PhaseRecords) -> None: ...
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def extra_weights(self) -> dict[str, Any]: ...
+    def load_extra_weights(self, weights: dict[str, Any]) -> None: ...
+
+
 class PreferenceTrainerBase:
-    """CoMLRL-compatible construction plus the phase machine. Subclasses implement ``_phase_<name>``."""
+    """CoMLRL-compatible construction plus the phase machine; a subclass composes a collector and a learner."""
+
+    collector: Collector
+    learner: Learner
 
     config_class: type = object
     algorithm_name = "Preference"
@@ -242,8 +271,8 @@ class PreferenceTrainerBase:
         phase = PHASES[self.phase_index]
         records = PhaseRecords(round_index=self.round_index, phase=phase)
         started = time.monotonic()
-        getattr(self, f"_phase_{phase}")(records)
-        records.add_metrics(self.updates_seen, {f"time/{phase}_seconds": time.monotonic() - started})
+        self._run_phase(phase, records)
+        records.add_metrics(self.updates_seen, {M.name(M.PHASE_SECONDS, phase=phase): time.monotonic() - started})
         self.sink.commit_phase(records)
         self.history.append({"round": self.round_index, "phase": phase, "seconds": time.monotonic() - started})
         self._advance_cursor()
@@ -251,17 +280,29 @@ class PreferenceTrainerBase:
             self.save_checkpoint(self.checkpoint_dir)
         return records
 
+    def _run_phase(self, phase: str, records: PhaseRecords) -> None:
+        if phase == "collect":
+            self.collector.collect(records)
+        elif phase == "select":
+            self.collector.select(records)
+        elif phase == "train":
+            self.learner.train(self.collector.train_pairs, records)
+            self.collector.after_train()
+        else:
+            self._phase_evaluate(records)
+
     def _advance_cursor(self) -> None:
         self.phase_index += 1
         if self.phase_index == len(PHASES):
             self.phase_index = 0
             self.round_index += 1
-            self._end_of_round()
+            self.collector.end_of_round()
             if self.round_index > self.num_rounds:
                 self.finished = True
 
-    def _end_of_round(self) -> None:
-        """Hook: clear per-round state."""
+    def mark_weights_changed(self) -> None:
+        """The agents were updated: the next checkpoint writes their weights again."""
+        self._weights_dirty = True
 
     def train(
         self,
@@ -377,7 +418,7 @@ class PreferenceTrainerBase:
         self.score_task(local, dict(zip(indices, local_items)))
         flat = [row[0] for row in self.gather_rows([[c] for c in local])]
         reward = mean_reward(flat)
-        metrics = {"eval/turn_1/reward_mean": reward, "eval/turn_1/expected_return": reward}
+        metrics = {M.EVAL_REWARD_MEAN: reward, M.EVAL_EXPECTED_RETURN: reward}
         if self.eval_logger is not None and self.eval_aggregator is not None:
             logged = self.eval_logger(
                 agent_completions_turns=[[[c.completions[i]] for c in flat] for i in range(self.num_agents)],
@@ -385,7 +426,7 @@ class PreferenceTrainerBase:
                 prompts=[c.prompts for c in flat],
             )
             extra = self.eval_aggregator(logged, num_turns=1) or {}
-            metrics.update({f"eval/{k}": float(v) for k, v in extra.items()})
+            metrics.update({M.name(M.EVAL_AGGREGATED, key=k): float(v) for k, v in extra.items()})
         self._last_eval_candidates = flat
         return metrics
 
@@ -414,8 +455,10 @@ class PreferenceTrainerBase:
             tokenizer.save_pretrained(target)
 
     def _state(self) -> dict[str, Any]:
-        """Everything but weights that a resume needs. Subclasses extend it."""
+        """Everything but weights that a resume needs: the cursor, the streams, the collector's and learner's state."""
         return {
+            **self.collector.state_dict(),
+            **self.learner.state_dict(),
             "trainer": type(self).__name__,
             "run_id": self.run_id,
             "config": self.args.to_dict(),
@@ -438,6 +481,8 @@ class PreferenceTrainerBase:
         self.updates_seen = int(state["updates_seen"])
         self.env_step = int(state["env_step"])
         self.streams.load_state_dict(state["streams"])
+        self.collector.load_state_dict(state)
+        self.learner.load_state_dict(state)
 
     def save_checkpoint(self, directory: str | Path) -> Path:
         weights = None
@@ -450,7 +495,7 @@ class PreferenceTrainerBase:
                 # LoRA: the adapters only; the frozen base is reloaded from its source.
                 "agents": [trainable_state_dict(m) for m in self.agents],
                 "optimizers": [opt.state_dict() for opt in self.optimizers],
-                **self._extra_weights(),
+                **self.learner.extra_weights(),
             }
         elif not self.dist.is_main:
             return Path(directory)
@@ -465,17 +510,10 @@ class PreferenceTrainerBase:
             model.to(device)
         for optimizer, opt_state in zip(self.optimizers, weights["optimizers"]):
             optimizer.load_state_dict(opt_state)
-        self._load_extra_weights(weights)
+        self.learner.load_extra_weights(weights)
         self.weights_version = int(state["weights_version"])
         self._weights_dirty = False
         self._load_state(state)
-
-    def _extra_weights(self) -> dict[str, Any]:
-        """Hook: more trained state for the weights file (MARLHF: critics, value heads, a reward model)."""
-        return {}
-
-    def _load_extra_weights(self, weights: dict[str, Any]) -> None:
-        """Hook: restore what ``_extra_weights`` saved; runs before ``_load_state``."""
 
     # ---------------------------------------------------------------------------------------------------
     def log(self, records: PhaseRecords, message: str, level: str = "info") -> None:

@@ -62,41 +62,31 @@ def madpo_agent_loss(own_margin: Tensor, others_margin: Tensor, beta: float) -> 
 
 
 def madpo_losses(own_margins: Sequence[Tensor], beta: float) -> tuple[list[Tensor], Tensor]:
-    """Per-agent MADPO losses and the detached joint margin (B,), from every agent's margin Δ_i (B,).
+    """Per-agent MADPO losses and the detached joint margin Δ (B,), from every agent's margin Δ_i (B,) with grad.
 
-    Reference-free joint DPO (reference section 5). Agent i's loss sees the others' margins detached, so
-    ``sum(losses).backward()`` (or one backward per loss) gives each agent exactly its own gradient: the
-    simultaneous update CoMLRL gets by scoring every pair twice, from a single scoring pass.
+    Reference-free joint DPO (reference section 5): Δ_i = log π_i(w_i) - log π_i(l_i), Δ = Σ_i Δ_i,
+    L = -log σ(β Δ). Agent i's loss sees the others' margins detached, so ``sum(losses).backward()`` gives each
+    agent exactly its own gradient: the simultaneous update CoMLRL gets by scoring every pair twice, from a
+    single scoring pass. Agents may sit on different devices and dtypes: Δ is summed on the CPU in at least
+    float32 (float64 when an agent is float64), and each agent's loss is computed on its own device.
     """
-    detached = [m.detach() for m in own_margins]
-    losses = []
-    for i, margin in enumerate(own_margins):
-        others = [d for k, d in enumerate(detached) if k != i]
-        others_sum = joint_margin(others) if others else torch.zeros_like(detached[i])
-        losses.append(madpo_agent_loss(margin, others_sum, beta))
-    return losses, joint_margin(detached)
+    if len(own_margins) == 0:
+        raise ValueError("madpo_losses needs at least one agent's margins")
+    dtype = torch.float32
+    for margin in own_margins:
+        dtype = torch.promote_types(dtype, margin.dtype)
+    detached = torch.stack([m.detach().to("cpu", dtype) for m in own_margins])  # (A, B)
+    joint = detached.sum(dim=0)  # (B,) Δ
+    losses = [
+        madpo_agent_loss(margin, (joint - detached[i]).to(margin.device, margin.dtype), beta)
+        for i, margin in enumerate(own_margins)
+    ]
+    return losses, joint
 
 
-def madpo_metrics(winner_logps: Sequence[Tensor], loser_logps: Sequence[Tensor], beta: float) -> dict[str, float]:
-    """Batch metrics CoMLRL does not log: joint loss, joint margin, pair accuracy, chosen/rejected log-probs.
-
-    ``winner_logps[i]`` and ``loser_logps[i]`` are agent i's per-pair sequence log-probs (B,).
-    """
-    with torch.no_grad():
-        margin = joint_margin([w.detach() - lo.detach() for w, lo in zip(winner_logps, loser_logps)])
-        metrics = {
-            "madpo/loss": float(-F.logsigmoid(beta * margin).mean()),
-            "margins/joint": float(margin.mean()),
-            "rewards/margins": float(beta * margin.mean()),  # β·Δ, the implicit reward margin as TRL logs it
-            "rewards/accuracies": float((margin > 0).float().mean()),
-            "logps/chosen": float(joint_margin([w.detach() for w in winner_logps]).mean()),
-            "logps/rejected": float(joint_margin([lo.detach() for lo in loser_logps]).mean()),
-        }
-        for i, (w, lo) in enumerate(zip(winner_logps, loser_logps)):
-            metrics[f"agent_{i}/logps/chosen"] = float(w.detach().mean())
-            metrics[f"agent_{i}/logps/rejected"] = float(lo.detach().mean())
-            metrics[f"agent_{i}/margins"] = float((w.detach() - lo.detach()).mean())
-    return metrics
+def madpo_pair_losses(joint: Tensor, beta: float) -> Tensor:
+    """The joint loss of each pair, -log σ(β Δ) (B,): what ``madpo/loss`` reports, averaged."""
+    return -F.logsigmoid(beta * joint)
 
 
 # ------------------------------------------------------------------------------------------ reward model

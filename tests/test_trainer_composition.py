@@ -1,0 +1,157 @@
+"""The four trainers are compositions of a collector and a learner, and every metric they record is declared."""
+
+from __future__ import annotations
+
+import pytest
+
+from comlrl_lab.data import metric_names
+from comlrl_lab.data.tasks.length_ratio import length_ratio_reward
+from comlrl_lab.trainers.preference import (
+    MADPOConfig,
+    MADPOIterConfig,
+    MADPOIterTrainer,
+    MADPOTrainer,
+    MARLHFConfig,
+    MARLHFIterConfig,
+    MARLHFIterTrainer,
+    MARLHFTrainer,
+)
+from comlrl_lab.trainers.preference.base import PreferenceTrainerBase
+from comlrl_lab.trainers.preference.collectors import ComparatorCollector, CurrentCollector
+from comlrl_lab.trainers.preference.madpo import DPOLearner
+from comlrl_lab.trainers.preference.marlhf import RLHFLearner
+from comlrl_lab.trainers.preference.sink import MemorySink
+
+ITEMS = [{"prompt": f"the {w} cat"} for w in ("red", "blue", "green", "big")]
+TRAINERS = (MADPOTrainer, MADPOIterTrainer, MARLHFTrainer, MARLHFIterTrainer)
+COMPOSITION = {
+    MADPOTrainer: (CurrentCollector, DPOLearner),
+    MADPOIterTrainer: (ComparatorCollector, DPOLearner),
+    MARLHFTrainer: (CurrentCollector, RLHFLearner),
+    MARLHFIterTrainer: (ComparatorCollector, RLHFLearner),
+}
+
+
+def small(config_class, tmp_path, **overrides):
+    values = dict(
+        preference_num_candidates=3,
+        max_new_tokens=4,
+        eval_num_samples=2,
+        agent_devices="cpu",
+        output_dir=str(tmp_path / config_class.__name__),
+        seed=11,
+    )
+    if config_class in (MADPOIterConfig, MARLHFIterConfig):
+        values["num_iterations"] = 1
+    if config_class in (MARLHFConfig, MARLHFIterConfig):
+        values.update(num_generations=2, reward_num_train_epochs=1)
+    values.update(overrides)
+    return config_class(**values)
+
+
+def build(trainer_class, config, model_dir, sink=None):
+    return trainer_class(
+        agent_model=model_dir,
+        num_agents=2,
+        train_dataset=ITEMS,
+        eval_dataset=ITEMS[:2],
+        reward_func=length_ratio_reward,
+        formatters=[lambda item: item["prompt"] + " one", lambda item: item["prompt"] + " two"],
+        args=config,
+        sink=sink,
+    )
+
+
+@pytest.mark.parametrize("trainer_class", TRAINERS)
+def test_no_trainer_inherits_another_algorithms_trainer(trainer_class):
+    trainers_in_mro = [c for c in trainer_class.__mro__ if issubclass(c, PreferenceTrainerBase)]
+    assert trainers_in_mro == [trainer_class, PreferenceTrainerBase]
+
+
+@pytest.mark.parametrize(
+    "trainer_class, config_class",
+    [
+        (MADPOTrainer, MADPOConfig),
+        (MADPOIterTrainer, MADPOIterConfig),
+        (MARLHFTrainer, MARLHFConfig),
+        (MARLHFIterTrainer, MARLHFIterConfig),
+    ],
+)
+def test_each_trainer_is_one_collector_and_one_learner(trainer_class, config_class, model_dir, tmp_path):
+    trainer = build(trainer_class, small(config_class, tmp_path), model_dir)
+    collector, learner = COMPOSITION[trainer_class]
+    assert type(trainer.collector) is collector and type(trainer.learner) is learner
+    assert trainer.collector.host is trainer and trainer.learner.host is trainer
+
+
+def _forbid(monkeypatch, owner, what):
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"{what} ran inside MARLHFIter")
+
+    for name, value in list(vars(owner).items()):
+        if callable(value) and not name.startswith("__"):
+            monkeypatch.setattr(owner, name, refuse)
+
+
+def test_marlhf_iter_training_does_not_run_any_madpo_code(model_dir, tmp_path, monkeypatch):
+    """Every method of MADPOIterTrainer and of the DPO learner is made to fail; a MARLHFIter round still runs."""
+    _forbid(monkeypatch, MADPOIterTrainer, "MADPOIterTrainer")
+    _forbid(monkeypatch, MADPOTrainer, "MADPOTrainer")
+    _forbid(monkeypatch, DPOLearner, "DPOLearner")
+    sink = MemorySink()
+    trainer = build(MARLHFIterTrainer, small(MARLHFIterConfig, tmp_path), model_dir, sink)
+    trainer.train()
+    assert trainer.finished
+    assert sink.metric(metric_names.BT_LOSS) and sink.metric(metric_names.RL_LOSS)
+    assert not sink.metric(metric_names.MADPO_LOSS)
+
+
+def test_madpo_iter_training_does_not_run_any_marlhf_code(model_dir, tmp_path, monkeypatch):
+    _forbid(monkeypatch, MARLHFIterTrainer, "MARLHFIterTrainer")
+    _forbid(monkeypatch, MARLHFTrainer, "MARLHFTrainer")
+    _forbid(monkeypatch, RLHFLearner, "RLHFLearner")
+    sink = MemorySink()
+    trainer = build(MADPOIterTrainer, small(MADPOIterConfig, tmp_path), model_dir, sink)
+    trainer.train()
+    assert trainer.finished and sink.metric(metric_names.MADPO_LOSS)
+
+
+@pytest.mark.parametrize(
+    "trainer_class, config_class, overrides",
+    [
+        (MADPOTrainer, MADPOConfig, {}),
+        (MADPOIterTrainer, MADPOIterConfig, {"comparator_policy": "history"}),
+        (MARLHFTrainer, MARLHFConfig, {"rl_algorithm": "maac", "reference_kl_enabled": True}),
+        (MARLHFIterTrainer, MARLHFIterConfig, {"rl_algorithm": "iac", "preference_scoring_reward": "reward_model"}),
+    ],
+)
+def test_every_recorded_metric_is_declared_in_metric_names(trainer_class, config_class, overrides, model_dir, tmp_path):
+    sink = MemorySink()
+    build(trainer_class, small(config_class, tmp_path, **overrides), model_dir, sink).train()
+    recorded = {m["name"] for records in sink.phases for m in records.metrics}
+    undeclared = sorted(n for n in recorded if metric_names.lookup(n) is None)
+    assert recorded and not undeclared
+    # Catch-all templates are for user callbacks only: nothing a trainer names itself may fall into them.
+    caught_all = sorted(n for n in recorded if "{key}" in metric_names.lookup(n).name)
+    assert caught_all == []
+
+
+def test_metric_lookup_and_kinds():
+    assert metric_names.name(metric_names.MADPO_AGENT_MARGIN, agent=1) == "madpo/agent_1/margin"
+    assert metric_names.lookup("round/madpo/loss").name == metric_names.MADPO_LOSS
+    assert metric_names.lookup("rl/critic_0/value_loss").name == metric_names.RL_CRITIC_VALUE_LOSS
+    assert metric_names.lookup("rl/my_callback_value").name == metric_names.RL_CALLBACK
+    assert metric_names.lookup("eval/pass_rate").name == metric_names.EVAL_AGGREGATED
+    assert metric_names.lookup("nothing/like/this") is None
+    assert metric_names.kind_of("bt/val_loss") == "bt_loss" and metric_names.kind_of("madpo/loss") == "dpo_loss"
+    assert metric_names.kind_of("bt/margin") == "reward_margin" and metric_names.kind_of("madpo/joint_margin") == "margin"
+    assert metric_names.kind_of("unknown") == "other"
+    assert {m.kind for m in metric_names.METRICS} <= set(metric_names.KINDS)
+    assert len({m.name for m in metric_names.METRICS}) == len(metric_names.METRICS)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):  # TEMP until conftest has it
+    from model_fixtures import build_tiny_model_dir
+
+    return str(build_tiny_model_dir(tmp_path_factory.mktemp("tiny")))
