@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from comlrl_lab.engine import ALGORITHMS, ExperimentSpec, RunManager
+from comlrl_lab.engine import ExperimentSpec, RunManager
 from comlrl_lab.engine.manager import Progress
 from comlrl_lab.engine.run import SPEC_FILE, STORE_FILE
 from comlrl_lab.store import QueryExecutionError, ReadOnlyQueryError, RunStore
@@ -34,7 +34,7 @@ from comlrl_lab.store.importer import ImportReport
 # Pages import only ``comlrl_lab.ui``; these are the engine and store names they need.
 __all__ = [
     "EXPORT_FORMATS", "ExperimentSpec", "QueryExecutionError", "ReadOnlyQueryError", "RunView", "Workspace",
-    "available_algorithms", "close_all", "dataframe_csv", "past_runs", "runs_root", "workspace",
+    "close_all", "dataframe_csv", "past_runs", "runs_root", "workspace",
 ]  # fmt: skip
 
 RUNS_DIR_ENV = "COMLRL_LAB_RUNS_DIR"
@@ -317,11 +317,6 @@ def past_runs() -> pd.DataFrame:
     """``Workspace.past_runs``, re-read only when a run folder is added or removed (the folder's mtime changes)."""
     root = workspace().root
     return _past_runs(str(root), root.stat().st_mtime_ns if root.exists() else 0)
-
-
-def available_algorithms() -> dict[str, bool]:
-    """Algorithm name -> whether this build has its trainer (configs exist for all four)."""
-    return {name: trainer is not None for name, (_, trainer) in ALGORITHMS.items()}
 
 
 def dataframe_csv(frame: pd.DataFrame) -> bytes:
