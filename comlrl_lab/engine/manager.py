@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from comlrl_lab.engine.run import SPEC_FILE, InvalidTransition, Run
+from comlrl_lab.engine.run import InvalidTransition, Run
 from comlrl_lab.engine.spec import ExperimentSpec
 from comlrl_lab.trainers.preference.sink import PHASES, PhaseCancelled, PhaseControl
 
@@ -139,9 +139,6 @@ class RunManager:
 
     def open_runs(self) -> list[str]:
         return list(self._runs)
-
-    def past_run_dirs(self) -> list[Path]:
-        return sorted((p.parent for p in self.runs_root.glob(f"*/{SPEC_FILE}")), key=lambda p: p.stat().st_mtime, reverse=True)
 
     # Commands ----------------------------------------------------------------------------------------------
     def start(self, run_id: str, *, phases: int | None = None, rounds: int | None = None, phase: str | None = None) -> None:
