@@ -66,10 +66,6 @@ class RunView:
     spec: ExperimentSpec | None
 
     @property
-    def imported(self) -> bool:
-        return self.spec is None
-
-    @property
     def iterative(self) -> bool:
         return self.spec is not None and self.spec.algorithm.endswith("Iter")
 
@@ -88,11 +84,6 @@ class RunView:
         if config is None:
             return None
         return int(getattr(config, "num_iterations", 1)) if self.iterative else 1
-
-    def title(self) -> str:
-        if self.spec is None:
-            return f"{self.run_id} (imported pairs)"
-        return f"{self.run_id} · {self.spec.algorithm}"
 
 
 class Workspace:
