@@ -128,10 +128,6 @@ class RunStore:
                 num_agents=num_agents, config_json=config_json,
             )  # fmt: skip
 
-    def set_run_status(self, run_id: str, status: str) -> None:
-        with self._lock:
-            writer.upsert_run(self._writable(), run_id, status=status)
-
     def commit_phase(
         self,
         run_id: str,
@@ -158,13 +154,6 @@ class RunStore:
         self.commit_batches(run_id, [batch])
         if self.snapshot_dir is not None:
             self.snapshot_parquet(run_id, self.snapshot_dir, round=round, phase=phase)
-
-    def commit_phase_records(self, run_id: str, records: Any) -> None:
-        """Commit a ``trainers.preference.sink.PhaseRecords`` (read by attribute; the store does not import trainers)."""
-        self.commit_phase(
-            run_id, records.round_index, records.phase, candidates=records.candidates, pairs=records.pairs,
-            replay_rows=records.replay_rows, metrics=records.metrics, events=records.events,
-        )  # fmt: skip
 
     def commit_batches(self, run_id: str, batches: Sequence[writer.PhaseBatch], **run_fields: Any) -> None:
         """Commit several prepared phases in one transaction (used by imports)."""
