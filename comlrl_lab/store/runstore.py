@@ -52,7 +52,7 @@ class RunStore:
         try:
             # Readers never see Python variables as tables; the writer registers its frames by name instead.
             self._con.execute("SET python_enable_replacements = false")
-            self.schema_version = schema.ensure_schema(self._con, read_only=self.read_only)
+            schema.ensure_schema(self._con, read_only=self.read_only)
         except BaseException:
             self._con.close()
             self._con = None
@@ -84,10 +84,6 @@ class RunStore:
             if self._con is not None:
                 self._con.close()
                 self._con = None
-
-    @property
-    def closed(self) -> bool:
-        return self._con is None
 
     def __enter__(self) -> RunStore:
         return self
@@ -186,10 +182,6 @@ class RunStore:
 
     def committed_phases(self, run_id: str) -> list[tuple[int, str]]:
         return queries.committed_phases(self.cursor(), run_id)
-
-    def last_committed_phase(self, run_id: str) -> tuple[int, str] | None:
-        phases = self.committed_phases(run_id)
-        return phases[-1] if phases else None
 
     def pairs_page(
         self,
