@@ -351,18 +351,6 @@ def read_round_file(path: str | os.PathLike[str], num_agents: int | None = None)
     return iteration, pairs
 
 
-def read_round_directory(
-    directory: str | os.PathLike[str], num_agents: int | None = None
-) -> dict[int, list[PreferencePair]]:
-    """Every ``iteration_NNNN.json`` of a directory (e.g. a CoMLRL ``preference_replay``), by iteration."""
-    rounds: dict[int, list[PreferencePair]] = {}
-    for path in sorted(Path(directory).iterdir()):
-        if _ROUND_FILE.match(path.name) and path.is_file():
-            iteration, pairs = read_round_file(path, num_agents)
-            rounds[iteration] = pairs
-    return dict(sorted(rounds.items()))
-
-
 # ------------------------------------------------------------------------------------------- run directories
 def claim_run_directory(directory: str | os.PathLike[str], run_id: str) -> Path:
     """The directory run ``run_id`` writes its round files to; never one that holds another run's files.
