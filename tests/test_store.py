@@ -32,13 +32,6 @@ REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = RunStore(tmp_path / "run.duckdb")
-    yield s
-    s.close()
-
-
 def table_count(store: RunStore, table: str, run_id: str = "r") -> int:
     return store.readonly_sql(f"SELECT count(*) AS n FROM {table} WHERE run_id = '{run_id}'")["n"][0]
 
