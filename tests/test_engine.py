@@ -136,7 +136,7 @@ def test_kill_9_during_training_then_resume_keeps_every_committed_row_once(model
                 break
         time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
+    proc.communicate(timeout=30)  # also closes the pipes, which wait() would leave open (ResourceWarning)
     assert state_file is not None, "the run never checkpointed"
     run_dir = state_file.parent.parent
 
