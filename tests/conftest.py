@@ -34,3 +34,11 @@ def store(tmp_path):
     s = RunStore(tmp_path / "run.duckdb")
     yield s
     s.close()
+
+
+def pytest_runtest_makereport(item, call):
+    # The browser steps share one page, each starting where the last one left it: after a failure the rest
+    # skip (tests/test_browser.py reads failed_step), so the report names the broken step, not its followers.
+    failed = call.when == "call" and call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception)
+    if failed and getattr(item.module, "failed_step", "") is None:
+        item.module.failed_step = item.name
