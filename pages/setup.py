@@ -109,13 +109,6 @@ task_fields, task_problems = forms.task_section(ws.save_upload)
 
 st.header("Algorithm", divider="gray")
 algorithm = forms.algorithm_section()
-available = services.available_algorithms()
-if not available.get(algorithm, False):
-    st.warning(
-        f"{algorithm}'s config can be checked and saved, but this build of comlrl-lab has no {algorithm} trainer yet, "
-        "so a run cannot be created.",
-        icon=":material/construction:",
-    )
 config_class = forms.config_class(algorithm)
 values, parse_error = forms.current_values(algorithm)
 config, error = forms.validate(algorithm, forms.overrides(algorithm, values), len(models))
@@ -230,7 +223,7 @@ name_col.text_input(
     "Run name (optional)", key=forms.RUN_NAME_KEY, persist_state="session", placeholder=algorithm,
     help="Prefix of the run id; the run folder is <runs folder>/<run id>.",
 )  # fmt: skip
-can_create = error is None and not problems and available.get(algorithm, False)
+can_create = error is None and not problems
 if create_col.button("Create run", type="primary", disabled=not can_create, icon=":material/rocket_launch:", key="setup.create", width="stretch"):
     try:
         run_id = ws.create_run(spec)

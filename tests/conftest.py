@@ -1,4 +1,4 @@
-"""Suite-wide settings: one torch thread.
+"""Suite-wide settings (one torch thread) and the fixtures several test modules share.
 
 The models in the suite are tiny; with torch's default thread count the two cores of these machines spend
 more time synchronising threads than computing, and a busy neighbour makes that many times worse (a notebook
@@ -13,6 +13,32 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import pytest  # noqa: E402
 import torch  # noqa: E402  (after the environment is set, so the first import sees it)
+from model_fixtures import build_tiny_model_dir  # noqa: E402
+
+from comlrl_lab.store import RunStore  # noqa: E402
 
 torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory) -> str:
+    """A random tiny Llama and its tokenizer saved in a folder; built once, read-only for the tests."""
+    return str(build_tiny_model_dir(tmp_path_factory.mktemp("tiny")))
+
+
+@pytest.fixture
+def store(tmp_path):
+    """An empty read-write store in the test's own file (DuckDB locks a file to one process)."""
+    s = RunStore(tmp_path / "run.duckdb")
+    yield s
+    s.close()
+
+
+def pytest_runtest_makereport(item, call):
+    # The browser steps share one page, each starting where the last one left it: after a failure the rest
+    # skip (tests/test_browser.py reads failed_step), so the report names the broken step, not its followers.
+    failed = call.when == "call" and call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception)
+    if failed and getattr(item.module, "failed_step", "") is None:
+        item.module.failed_step = item.name

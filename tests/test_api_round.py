@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 from http_stub import HttpStub, Reply, openai_chat
-from model_fixtures import build_tiny_model_dir
 
 from comlrl_lab.engine import ExperimentSpec, RunManager
 from comlrl_lab.store.export import export_pairs, export_round_files
@@ -19,11 +18,6 @@ USER_TASK = str(ROOT / "examples" / "custom_task" / "my_task.py")
 USER_DATA = str(ROOT / "examples" / "custom_task" / "data.jsonl")
 ENV_KEY = "sk-envkey-DO-NOT-LEAK-4f1c9a7e2b"
 LITERAL_KEY = "sk-literal-DO-NOT-LEAK-9b3e1d5c7a"
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return str(build_tiny_model_dir(tmp_path_factory.mktemp("tiny")))
 
 
 @pytest.fixture

@@ -5,6 +5,9 @@ lambda_decay, run two rounds; while a training phase runs, switch pages and time
 draw; open a pair and see both sides; move λ and see the weights change; export Parquet and read the file
 back. Screenshots of every page and the measured page-switch latencies go to ``test-artifacts/``.
 
+Each step is its own test, run in file order on one page that the next step continues from; once a step fails,
+the later ones skip (``failed_step``, set by the hook in conftest.py), so the report names the step that broke.
+
 Needs /usr/bin/chromium (``apt-get install chromium``); skipped with the reason otherwise.
 """
 
@@ -19,6 +22,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -44,6 +48,9 @@ if not CHROMIUM.exists():
         allow_module_level=True,
     )
 sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
+
+#: Name of the first step that failed; conftest.py's report hook sets it.
+failed_step: str | None = None
 
 
 def _free_port() -> int:
@@ -200,10 +207,22 @@ def switch_and_time(page, title: str, ready_selector: str) -> dict:
     }  # fmt: skip
 
 
-# -- the session ------------------------------------------------------------------------------------------------
+# -- the steps -----------------------------------------------------------------------------------------------
 
 
-def test_a_new_user_runs_two_rounds_reads_pairs_moves_lambda_and_exports_parquet(server, browser_page, tmp_path):
+@pytest.fixture(scope="module")
+def journey():
+    """What one step hands to a later one."""
+    return SimpleNamespace(during_training=[])
+
+
+@pytest.fixture(autouse=True)
+def _after_the_earlier_steps():
+    if failed_step is not None:
+        pytest.skip(f"continues from the page of step {failed_step}, which failed")
+
+
+def test_setup_page_configures_madpo_iter_and_creates_the_run(server, browser_page, tmp_path):
     page = browser_page
     page.goto(server["url"] + "/")
     page.locator("h1").filter(has_text="Set up an experiment").wait_for()
@@ -251,7 +270,9 @@ def test_a_new_user_runs_two_rounds_reads_pairs_moves_lambda_and_exports_parquet
     page.locator("h1").filter(has_text="Rounds").wait_for()
     settle(page)
 
-    # Run two rounds; while a training phase runs, switch pages and time each switch.
+
+def test_pages_switch_while_a_training_phase_runs(server, browser_page, journey):
+    page = browser_page
     fill_number(page, "rounds.count", 2)
     for attempt in range(3):  # a click that lands while the page redraws is lost: click until the run starts
         page.wait_for_selector(IDLE, timeout=120_000)
@@ -287,25 +308,30 @@ def test_a_new_user_runs_two_rounds_reads_pairs_moves_lambda_and_exports_parquet
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "page_switch_latency.json").write_text(json.dumps(latencies, indent=2, ensure_ascii=False))
     print("page switches while a round ran:", json.dumps(latencies, ensure_ascii=False))
-    during_training = [e for e in latencies if "Train" in e["during"]]
-    if not during_training:
+    journey.during_training = [e for e in latencies if "Train" in e["during"]]
+    if not journey.during_training:
         shoot(page, "99-no-training-seen")
         print((server["tmp"] / "server.log").read_text()[-5000:])
-    assert during_training, "never switched pages while a training phase was running"
+    assert journey.during_training, "never switched pages while a training phase was running"
+
+
+def test_rounds_page_shows_both_rounds_finished(browser_page):
+    page = browser_page
     nav(page, "Rounds").click()
     page.locator("h1").filter(has_text="Rounds").wait_for()
-
     page.get_by_text("All rounds finished.").first.wait_for(timeout=600_000)
     settle(page)
     page.wait_for_selector("[data-testid='stPlotlyChart']")
     shoot(page, "03-rounds-finished")
     assert page.locator("[data-testid='stMetricValue']").first.inner_text().strip() == "2 / 2"
 
-    # Pairs: open a pair (the second one on the page) and see winner and loser of both agents.
+
+def test_pairs_page_opens_a_pair_with_winner_and_loser_of_both_agents(browser_page):
+    page = browser_page
     nav(page, "Pairs").click()
     page.locator("h1").filter(has_text="Pairs").wait_for()
     settle(page)
-    choose(page, "pairs.open", 1)
+    choose(page, "pairs.open", 1)  # the second pair on the page
     page.locator("h2, h3").filter(has_text="pair 1").first.wait_for()
     for i in range(2):
         winner = page.locator(f"{key(f'pair-agent-{i}-winner')}")
@@ -314,7 +340,9 @@ def test_a_new_user_runs_two_rounds_reads_pairs_moves_lambda_and_exports_parquet
         assert "Winner" in winner.inner_text() and "Loser" in loser.inner_text()
     shoot(page, "04-pairs")
 
-    # Replay: the λ-decay weights at the run's λ, then move the slider and see them change.
+
+def test_replay_page_weights_follow_the_lambda_slider(browser_page):
+    page = browser_page
     nav(page, "Replay").click()
     page.locator("h1").filter(has_text="Replay buffer").wait_for()
     settle(page)
@@ -336,7 +364,9 @@ def test_a_new_user_runs_two_rounds_reads_pairs_moves_lambda_and_exports_parquet
     )
     shoot(page, "05-replay")
 
-    # Learning.
+
+def test_learning_page_draws_its_charts(browser_page):
+    page = browser_page
     nav(page, "Learning").click()
     page.locator("h1").filter(has_text="Learning").wait_for()
     settle(page)
@@ -344,7 +374,9 @@ def test_a_new_user_runs_two_rounds_reads_pairs_moves_lambda_and_exports_parquet
     assert page.locator("[data-testid='stPlotlyChart']").count() >= 5
     shoot(page, "06-learning")
 
-    # Data: export Parquet, download it, and check its rows.
+
+def test_data_page_exports_parquet_that_reads_back(browser_page, tmp_path):
+    page = browser_page
     nav(page, "Data").click()
     page.locator("h1").filter(has_text="Data").wait_for()
     settle(page)
@@ -363,5 +395,8 @@ def test_a_new_user_runs_two_rounds_reads_pairs_moves_lambda_and_exports_parquet
     assert {"prompts", "winner_completions", "loser_completions", "winner_reward", "loser_reward"} <= set(frame.columns)
     shoot(page, "07-data")
 
-    slow = [entry for entry in during_training if entry["title_s"] > SWITCH_BOUND_S]
+
+def test_page_switches_during_training_were_within_the_bound(journey):
+    # Checked last, so a slow machine still gets every step's screenshot.
+    slow = [entry for entry in journey.during_training if entry["title_s"] > SWITCH_BOUND_S]
     assert not slow, f"page switches slower than {SWITCH_BOUND_S}s during training: {slow}"

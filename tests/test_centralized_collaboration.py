@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from model_fixtures import build_tiny_model_dir
 
 from comlrl_lab.data.records import JointCandidate, PreferencePair
 from comlrl_lab.trainers.preference import MADPOIterConfig, MADPOIterTrainer
@@ -25,11 +24,6 @@ def fmt_one(item):
 
 def fmt_two(item):
     return f"praise {item['topic']}"
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return str(build_tiny_model_dir(tmp_path_factory.mktemp("tiny")))
 
 
 def make(model_dir, tmp_path, sink=None, **kwargs):

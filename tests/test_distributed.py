@@ -20,7 +20,6 @@ import dist_madpo_script
 import duckdb
 import pytest
 import torch
-from model_fixtures import build_tiny_model_dir
 
 from comlrl_lab.models.generation import SamplingSettings, sample_candidates
 from comlrl_lab.models.loading import load_model, load_tokenizer
@@ -29,11 +28,6 @@ from comlrl_lab.trainers.preference.distributed import DistContext, interleave
 
 TESTS = Path(__file__).resolve().parent
 SCRIPT = TESTS / "dist_madpo_script.py"
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return str(build_tiny_model_dir(tmp_path_factory.mktemp("tiny")))
 
 
 def single_process_env() -> dict[str, str]:

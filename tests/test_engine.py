@@ -11,7 +11,6 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from model_fixtures import build_tiny_model_dir
 
 from comlrl_lab.engine import ExperimentSpec, InvalidTransition, RunManager
 from comlrl_lab.store import RunStore
@@ -19,11 +18,6 @@ from comlrl_lab.store import RunStore
 ROOT = Path(__file__).resolve().parents[1]
 USER_TASK = str(ROOT / "examples" / "custom_task" / "my_task.py")
 USER_DATA = str(ROOT / "examples" / "custom_task" / "data.jsonl")
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return str(build_tiny_model_dir(tmp_path_factory.mktemp("tiny")))
 
 
 def small_spec(model_dir, **config) -> ExperimentSpec:
@@ -142,7 +136,7 @@ def test_kill_9_during_training_then_resume_keeps_every_committed_row_once(model
                 break
         time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
+    proc.communicate(timeout=30)  # also closes the pipes, which wait() would leave open (ResourceWarning)
     assert state_file is not None, "the run never checkpointed"
     run_dir = state_file.parent.parent
 

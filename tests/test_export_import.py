@@ -25,12 +25,11 @@ from comlrl_lab.store import writer as store_writer
 
 
 @pytest.fixture
-def store(tmp_path):
-    s = RunStore(tmp_path / "run.duckdb")
+def three_rounds(store):
+    """Run "r" with 8, 0 and 8 pairs in rounds 1 to 3 (an empty round in the middle)."""
     for r in (1, 2, 3):
-        s.commit_phase("r", r, "collect", pairs=make_pairs(r, 8 if r != 2 else 0))
-    yield s
-    s.close()
+        store.commit_phase("r", r, "collect", pairs=make_pairs(r, 8 if r != 2 else 0))
+    return store
 
 
 def all_records() -> list[dict]:
@@ -40,9 +39,9 @@ def all_records() -> list[dict]:
 # -- pair exports --------------------------------------------------------------------------------------------------
 
 
-def test_json_export_is_the_seed_records_exactly(store, tmp_path):
+def test_json_export_is_the_seed_records_exactly(three_rounds, tmp_path):
     dest = tmp_path / "out" / "pairs.json"
-    assert export_pairs(store, "r", "json", dest) == 16
+    assert export_pairs(three_rounds, "r", "json", dest) == 16
     records = json.loads(dest.read_text(encoding="utf-8"))
     assert records == all_records()
     assert all(list(r) == list(SEED_RECORD_FIELDS) for r in records)
@@ -50,22 +49,22 @@ def test_json_export_is_the_seed_records_exactly(store, tmp_path):
     assert not list(dest.parent.glob("*.tmp"))
 
 
-def test_jsonl_export_and_filters(store, tmp_path):
+def test_jsonl_export_and_filters(three_rounds, tmp_path):
     dest = tmp_path / "pairs.jsonl"
-    n = export_pairs(store, "r", "jsonl", dest, round=3, winner_side="comparator", min_gap=1.0)
+    n = export_pairs(three_rounds, "r", "jsonl", dest, round=3, winner_side="comparator", min_gap=1.0)
     lines = dest.read_text(encoding="utf-8").splitlines()
     expected = [p.to_record() for p in make_pairs(3, 8) if p.winner_side == "comparator" and p.reward_gap >= 1.0]
     assert n == len(lines) == len(expected) and [json.loads(line) for line in lines] == expected
 
 
-def test_empty_export_is_valid_json(store, tmp_path):
+def test_empty_export_is_valid_json(three_rounds, tmp_path):
     dest = tmp_path / "none.json"
-    assert export_pairs(store, "r", "json", dest, round=2) == 0
+    assert export_pairs(three_rounds, "r", "json", dest, round=2) == 0
     assert json.loads(dest.read_text()) == []
 
 
-def test_parquet_and_csv_have_the_fields_and_provenance(store, tmp_path):
-    export_pairs(store, "r", "parquet", tmp_path / "p.parquet")
+def test_parquet_and_csv_have_the_fields_and_provenance(three_rounds, tmp_path):
+    export_pairs(three_rounds, "r", "parquet", tmp_path / "p.parquet")
     table = pq.read_table(tmp_path / "p.parquet")
     assert table.num_rows == 16
     assert {"round", "pair_index", "item_index", "winner_side", "reward_gap", *SEED_RECORD_FIELDS} <= set(
@@ -74,7 +73,7 @@ def test_parquet_and_csv_have_the_fields_and_provenance(store, tmp_path):
     rows = table.to_pylist()
     assert [{k: r[k] for k in SEED_RECORD_FIELDS} for r in rows] == all_records()
     assert rows[1]["winner_side"] == "comparator" and rows[8]["round"] == 3
-    export_pairs(store, "r", "csv", tmp_path / "p.csv", item=1)
+    export_pairs(three_rounds, "r", "csv", tmp_path / "p.csv", item=1)
     csv = pd.read_csv(tmp_path / "p.csv")
     assert len(csv) == 2 and csv["round"].tolist() == [1, 3]
     first = make_pairs(1, 8)[1]
@@ -82,9 +81,9 @@ def test_parquet_and_csv_have_the_fields_and_provenance(store, tmp_path):
     assert json.loads(csv["raw_rewards"][0]) == first.raw_rewards
 
 
-def test_export_from_a_path_and_bad_format(store, tmp_path):
-    path = store.path
-    store.close()
+def test_export_from_a_path_and_bad_format(three_rounds, tmp_path):
+    path = three_rounds.path
+    three_rounds.close()
     assert export_pairs(path, "r", "jsonl", tmp_path / "x.jsonl") == 16
     with pytest.raises(ValueError, match="fmt must be one of"):
         export_pairs(path, "r", "xml", tmp_path / "x.xml")
@@ -93,8 +92,8 @@ def test_export_from_a_path_and_bad_format(store, tmp_path):
 # -- round files ---------------------------------------------------------------------------------------------------
 
 
-def test_round_files_are_comlrl_bytes(store, tmp_path):
-    paths = export_round_files(store, "r", tmp_path / "replay")
+def test_round_files_are_comlrl_bytes(three_rounds, tmp_path):
+    paths = export_round_files(three_rounds, "r", tmp_path / "replay")
     assert [p.name for p in paths] == ["iteration_0001.json", "iteration_0002.json", "iteration_0003.json"]
     for path, r in zip(paths, (1, 2, 3)):
         pairs = make_pairs(r, 8 if r != 2 else 0)
@@ -106,27 +105,27 @@ def test_round_files_are_comlrl_bytes(store, tmp_path):
 
 
 @pytest.mark.parametrize("fmt", ["json", "jsonl"])
-def test_export_then_import_gives_identical_records(store, tmp_path, fmt):
+def test_export_then_import_gives_identical_records(three_rounds, tmp_path, fmt):
     first = tmp_path / f"a.{fmt}"
-    export_pairs(store, "r", fmt, first)
-    report = import_pair_files(store, [first])
+    export_pairs(three_rounds, "r", fmt, first)
+    report = import_pair_files(three_rounds, [first])
     assert report.skipped == [] and report.pairs == 16
     second = tmp_path / f"b.{fmt}"
-    export_pairs(store, report.run_id, fmt, second)
+    export_pairs(three_rounds, report.run_id, fmt, second)
     assert first.read_bytes() == second.read_bytes()
-    assert [p.to_record() for p in store.load_pairs(report.run_id)] == all_records()
+    assert [p.to_record() for p in three_rounds.load_pairs(report.run_id)] == all_records()
 
 
-def test_round_files_round_trip_with_provenance(store, tmp_path):
-    export_round_files(store, "r", tmp_path / "replay")
-    report = import_replay_dir(store, tmp_path / "replay", run_id="again")
+def test_round_files_round_trip_with_provenance(three_rounds, tmp_path):
+    export_round_files(three_rounds, "r", tmp_path / "replay")
+    report = import_replay_dir(three_rounds, tmp_path / "replay", run_id="again")
     assert report.rounds == [1, 2, 3] and report.pairs == 16 and report.skipped == []
-    assert store.rounds("again")["num_pairs"].tolist() == [8, 0, 8]
-    original = store.pairs_page("r", limit=100)
-    imported = store.pairs_page("again", limit=100)
+    assert three_rounds.rounds("again")["num_pairs"].tolist() == [8, 0, 8]
+    original = three_rounds.pairs_page("r", limit=100)
+    imported = three_rounds.pairs_page("again", limit=100)
     cols = ["round", "pair_index", "winner_side", "reward_gap", "winner_reward"]
     pd.testing.assert_frame_equal(original[cols], imported[cols])  # winner side read back from raw_rewards
-    assert store.run("again")["source"] == "import"
+    assert three_rounds.run("again")["source"] == "import"
 
 
 # -- CoMLRL directories ----------------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ from pathlib import Path
 import dist_madpo_script
 import pytest
 import torch
-from model_fixtures import build_tiny_model_dir
 
 from comlrl_lab.models.loading import load_model
 from comlrl_lab.models.lora import AdapterDisabled, is_adapter_model, load_adapter_model
@@ -16,11 +15,6 @@ from comlrl_lab.models.scoring import sequence_logps
 from comlrl_lab.trainers.preference.comparators.local import HISTORY_ADAPTER
 
 pytest.importorskip("peft")
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return str(build_tiny_model_dir(tmp_path_factory.mktemp("tiny")))
 
 
 def logps(model, trainer, pairs, agent):

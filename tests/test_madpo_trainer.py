@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from model_fixtures import build_tiny_model_dir
 
 from comlrl_lab.data.records import PreferencePair
 from comlrl_lab.data.rewards import batched_reward
@@ -31,11 +30,6 @@ def fmt_one(item):
 
 def fmt_two(item):
     return item["prompt"] + " two"
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return str(build_tiny_model_dir(tmp_path_factory.mktemp("tiny")))
 
 
 def iter_config(tmp_path, **overrides):

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from model_fixtures import build_model, build_tiny_model_dir, build_tokenizer
+from model_fixtures import build_model, build_tokenizer
 
 from comlrl_lab.data.rewards import batched_reward
 from comlrl_lab.trainers.preference.config import MARLHFConfig, MARLHFIterConfig
@@ -35,11 +35,6 @@ ITEMS = [{"prompt": f"the {w} cat"} for w in ("red", "blue", "green")]
 @batched_reward
 def word_count_reward(c1, c2, **_):
     return [float(len(a.split()) + len(b.split())) for a, b in zip(c1, c2)]
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return str(build_tiny_model_dir(tmp_path_factory.mktemp("tiny_marlhf")))
 
 
 def config(cls=MARLHFConfig, **overrides):

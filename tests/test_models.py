@@ -28,11 +28,6 @@ CPU = torch.device("cpu")
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return build_tiny_model_dir(tmp_path_factory.mktemp("tiny_random"))
-
-
-@pytest.fixture(scope="module")
 def tokenizer():
     return build_tokenizer()
 

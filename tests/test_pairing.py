@@ -9,7 +9,7 @@ import pytest
 
 from comlrl_lab.data.records import PARSE_UNPARSED, JointCandidate
 from comlrl_lab.seeding import RandomStreams
-from comlrl_lab.trainers.preference.pairing import base_pairs, iterative_pairs, pair_statistics
+from comlrl_lab.trainers.preference.pairing import base_pairs, iterative_pairs
 
 
 def candidates(rewards, *, side="current", item=0, raw_offset=100.0, prompt_ids=None):
@@ -190,15 +190,3 @@ def test_iterative_random_same_seed_same_pairs():
 def test_iterative_rejects_unknown_selection():
     with pytest.raises(ValueError, match="pair_selection must be one of"):
         iter_pairs("best")
-
-
-# -------------------------------------------------------------------------------------------- statistics
-def test_pair_statistics():
-    stats = pair_statistics(iter_pairs("all"))
-    assert stats["pairs/count"] == 4.0
-    assert stats["pairs/reward_gap_mean"] == pytest.approx((2 + 4 + 2 + 4) / 4)
-    assert stats["pairs/current_win_share"] == pytest.approx(0.25)
-    assert stats["pairs/comparator_win_share"] == pytest.approx(0.75)
-    base = pair_statistics(base_pairs(candidates([0, 2]), selection="all", cap=None, rng=random.Random(0)))
-    assert base["pairs/count"] == 1.0 and "pairs/current_win_share" not in base
-    assert pair_statistics([]) == {"pairs/count": 0.0}

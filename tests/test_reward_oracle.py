@@ -72,7 +72,7 @@ def _model(vocab_size: int, num_labels: int = 1):
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
+def reward_model_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("reward_model")
     tokenizer = _tokenizer()
     tokenizer.save_pretrained(path)
@@ -81,8 +81,8 @@ def model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def oracle(model_dir):
-    return hf_reward_model_oracle(model_dir, device="cpu", batch_size=3)
+def oracle(reward_model_dir):
+    return hf_reward_model_oracle(reward_model_dir, device="cpu", batch_size=3)
 
 
 def test_loads_offline_on_its_device_in_eval_mode(oracle):
@@ -120,14 +120,14 @@ def test_batched_scores_equal_one_by_one(oracle):
     assert len(set(round(s, 4) for s in batched)) == 7  # a random model still tells the texts apart
 
 
-def test_left_and_right_padding_give_the_same_scores(model_dir, oracle):
-    left = hf_reward_model_oracle(model_dir, device="cpu", batch_size=7, padding_side="left")
+def test_left_and_right_padding_give_the_same_scores(reward_model_dir, oracle):
+    left = hf_reward_model_oracle(reward_model_dir, device="cpu", batch_size=7, padding_side="left")
     right_scores = oracle(*COMPLETIONS, agent_prompts=PROMPTS)
     assert left(*COMPLETIONS, agent_prompts=PROMPTS) == pytest.approx(right_scores, abs=1e-5)
 
 
-def test_squash_maps_into_unit_interval(model_dir, oracle):
-    squashed = hf_reward_model_oracle(model_dir, device="cpu", squash=True)
+def test_squash_maps_into_unit_interval(reward_model_dir, oracle):
+    squashed = hf_reward_model_oracle(reward_model_dir, device="cpu", squash=True)
     raw = oracle(*COMPLETIONS, agent_prompts=PROMPTS)
     out = squashed(*COMPLETIONS, agent_prompts=PROMPTS)
     assert out == pytest.approx([1 / (1 + math.exp(-r)) for r in raw], abs=1e-6)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from comlrl_lab.engine.run import SPEC_FILE, InvalidTransition, Run
+from comlrl_lab.engine.run import InvalidTransition, Run
 from comlrl_lab.engine.spec import ExperimentSpec
 from comlrl_lab.trainers.preference.sink import PHASES, PhaseCancelled, PhaseControl
 
@@ -38,7 +38,6 @@ class Progress:
     last_error: str | None = None
     last_traceback: str | None = None
     message: str | None = None
-    updated_at: float = 0.0
 
     @property
     def busy(self) -> bool:
@@ -128,7 +127,6 @@ class RunManager:
                 status="finished" if next_phase is None else "idle",
                 round_index=round_index,
                 next_phase=next_phase,
-                updated_at=time.time(),
             )
 
     def run(self, run_id: str) -> Run:
@@ -139,9 +137,6 @@ class RunManager:
 
     def open_runs(self) -> list[str]:
         return list(self._runs)
-
-    def past_run_dirs(self) -> list[Path]:
-        return sorted((p.parent for p in self.runs_root.glob(f"*/{SPEC_FILE}")), key=lambda p: p.stat().st_mtime, reverse=True)
 
     # Commands ----------------------------------------------------------------------------------------------
     def start(self, run_id: str, *, phases: int | None = None, rounds: int | None = None, phase: str | None = None) -> None:
@@ -168,7 +163,7 @@ class RunManager:
             self._controls[run_id].cancel_event.clear()
             self._progress[run_id] = replace(
                 self._progress[run_id], status="loading" if run.trainer is None else "running", phases_left=count,
-                last_error=None, last_traceback=None, message=None, updated_at=time.time(),
+                last_error=None, last_traceback=None, message=None,
             )
             worker = threading.Thread(target=self._work, args=(run_id, count), name=f"comlrl-run-{run_id}", daemon=True)
             self._threads[run_id] = worker
@@ -206,7 +201,7 @@ class RunManager:
     # Worker ------------------------------------------------------------------------------------------------
     def _update(self, run_id: str, **changes: Any) -> None:
         with self._lock:
-            self._progress[run_id] = replace(self._progress[run_id], updated_at=time.time(), **changes)
+            self._progress[run_id] = replace(self._progress[run_id], **changes)
 
     def _work(self, run_id: str, count: int) -> None:
         run = self._runs[run_id]

@@ -22,23 +22,17 @@ from comlrl_lab.trainers.preference import (
     MADPOTrainer,
     MARLHFConfig,
     MARLHFIterConfig,
+    MARLHFIterTrainer,
+    MARLHFTrainer,
 )
 
 #: algorithm name -> (config class, trainer class). The one table that resolves an algorithm choice.
-ALGORITHMS: dict[str, tuple[type, type | None]] = {
+ALGORITHMS: dict[str, tuple[type, type]] = {
     "MADPO": (MADPOConfig, MADPOTrainer),
     "MADPOIter": (MADPOIterConfig, MADPOIterTrainer),
-    "MARLHF": (MARLHFConfig, None),
-    "MARLHFIter": (MARLHFIterConfig, None),
+    "MARLHF": (MARLHFConfig, MARLHFTrainer),
+    "MARLHFIter": (MARLHFIterConfig, MARLHFIterTrainer),
 }
-
-try:  # MARLHF trainers land separately; the table picks them up when present.
-    from comlrl_lab.trainers.preference import MARLHFIterTrainer, MARLHFTrainer  # type: ignore[attr-defined]
-
-    ALGORITHMS["MARLHF"] = (MARLHFConfig, MARLHFTrainer)
-    ALGORITHMS["MARLHFIter"] = (MARLHFIterConfig, MARLHFIterTrainer)
-except ImportError:  # pragma: no cover - depends on what is installed
-    pass
 
 SECRET_FIELDS = ("comparator_api_key",)
 
@@ -124,8 +118,6 @@ def build_trainer(spec: ExperimentSpec, *, output_dir: str | Path, run_id: str, 
     config = spec.build_config()
     config.output_dir = str(output_dir)
     trainer_class = ALGORITHMS[spec.algorithm][1]
-    if trainer_class is None:
-        raise ValueError(f"{spec.algorithm} is not available in this build of comlrl-lab")
     task = resolve_task(spec)
     models = list(spec.agent_models)
     if len(models) == 1 and config.num_agents > 1:

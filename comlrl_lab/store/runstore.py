@@ -52,7 +52,7 @@ class RunStore:
         try:
             # Readers never see Python variables as tables; the writer registers its frames by name instead.
             self._con.execute("SET python_enable_replacements = false")
-            self.schema_version = schema.ensure_schema(self._con, read_only=self.read_only)
+            schema.ensure_schema(self._con, read_only=self.read_only)
         except BaseException:
             self._con.close()
             self._con = None
@@ -84,10 +84,6 @@ class RunStore:
             if self._con is not None:
                 self._con.close()
                 self._con = None
-
-    @property
-    def closed(self) -> bool:
-        return self._con is None
 
     def __enter__(self) -> RunStore:
         return self
@@ -128,10 +124,6 @@ class RunStore:
                 num_agents=num_agents, config_json=config_json,
             )  # fmt: skip
 
-    def set_run_status(self, run_id: str, status: str) -> None:
-        with self._lock:
-            writer.upsert_run(self._writable(), run_id, status=status)
-
     def commit_phase(
         self,
         run_id: str,
@@ -158,13 +150,6 @@ class RunStore:
         self.commit_batches(run_id, [batch])
         if self.snapshot_dir is not None:
             self.snapshot_parquet(run_id, self.snapshot_dir, round=round, phase=phase)
-
-    def commit_phase_records(self, run_id: str, records: Any) -> None:
-        """Commit a ``trainers.preference.sink.PhaseRecords`` (read by attribute; the store does not import trainers)."""
-        self.commit_phase(
-            run_id, records.round_index, records.phase, candidates=records.candidates, pairs=records.pairs,
-            replay_rows=records.replay_rows, metrics=records.metrics, events=records.events,
-        )  # fmt: skip
 
     def commit_batches(self, run_id: str, batches: Sequence[writer.PhaseBatch], **run_fields: Any) -> None:
         """Commit several prepared phases in one transaction (used by imports)."""
@@ -197,10 +182,6 @@ class RunStore:
 
     def committed_phases(self, run_id: str) -> list[tuple[int, str]]:
         return queries.committed_phases(self.cursor(), run_id)
-
-    def last_committed_phase(self, run_id: str) -> tuple[int, str] | None:
-        phases = self.committed_phases(run_id)
-        return phases[-1] if phases else None
 
     def pairs_page(
         self,

@@ -79,14 +79,6 @@ METRIC_SCHEMA = pa.schema([("step", pa.int32()), ("name", pa.string()), ("value"
 EVENT_SCHEMA = pa.schema(
     [("ts", pa.timestamp("us")), ("level", pa.string()), ("message", pa.string()), ("traceback", pa.string())]
 )
-SCHEMAS: dict[str, pa.Schema] = {
-    "candidates": CANDIDATE_SCHEMA,
-    "pairs": PAIR_SCHEMA,
-    "replay": REPLAY_SCHEMA,
-    "metrics": METRIC_SCHEMA,
-    "events": EVENT_SCHEMA,
-}
-
 Rows = Sequence[Any] | pa.Table | pd.DataFrame | None
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from comlrl_lab.engine import ALGORITHMS, ExperimentSpec, RunManager
+from comlrl_lab.engine import ExperimentSpec, RunManager
 from comlrl_lab.engine.manager import Progress
 from comlrl_lab.engine.run import SPEC_FILE, STORE_FILE
 from comlrl_lab.store import QueryExecutionError, ReadOnlyQueryError, RunStore
@@ -34,7 +34,7 @@ from comlrl_lab.store.importer import ImportReport
 # Pages import only ``comlrl_lab.ui``; these are the engine and store names they need.
 __all__ = [
     "EXPORT_FORMATS", "ExperimentSpec", "QueryExecutionError", "ReadOnlyQueryError", "RunView", "Workspace",
-    "available_algorithms", "close_all", "dataframe_csv", "past_runs", "runs_root", "workspace",
+    "close_all", "dataframe_csv", "past_runs", "runs_root", "workspace",
 ]  # fmt: skip
 
 RUNS_DIR_ENV = "COMLRL_LAB_RUNS_DIR"
@@ -66,10 +66,6 @@ class RunView:
     spec: ExperimentSpec | None
 
     @property
-    def imported(self) -> bool:
-        return self.spec is None
-
-    @property
     def iterative(self) -> bool:
         return self.spec is not None and self.spec.algorithm.endswith("Iter")
 
@@ -88,11 +84,6 @@ class RunView:
         if config is None:
             return None
         return int(getattr(config, "num_iterations", 1)) if self.iterative else 1
-
-    def title(self) -> str:
-        if self.spec is None:
-            return f"{self.run_id} (imported pairs)"
-        return f"{self.run_id} · {self.spec.algorithm}"
 
 
 class Workspace:
@@ -317,11 +308,6 @@ def past_runs() -> pd.DataFrame:
     """``Workspace.past_runs``, re-read only when a run folder is added or removed (the folder's mtime changes)."""
     root = workspace().root
     return _past_runs(str(root), root.stat().st_mtime_ns if root.exists() else 0)
-
-
-def available_algorithms() -> dict[str, bool]:
-    """Algorithm name -> whether this build has its trainer (configs exist for all four)."""
-    return {name: trainer is not None for name, (_, trainer) in ALGORITHMS.items()}
 
 
 def dataframe_csv(frame: pd.DataFrame) -> bytes:

@@ -14,7 +14,6 @@ RUN_ID = "run_id"
 
 # Rounds page
 ROUNDS_COUNT = "rounds.count"
-ROUNDS_LAST_STATUS = "rounds.last_status"
 
 # Pairs page
 PAIRS_ROUND = "pairs.round"
@@ -57,7 +56,7 @@ def set_current_run(run_id: str | None) -> None:
     if st.session_state.get(RUN_ID) == run_id:
         return
     st.session_state[RUN_ID] = run_id
-    for key in (PAIRS_OPEN, PAIRS_PAGE, PAIRS_ROUND, REPLAY_ROUND, LEARNING_ROUND, EXPORT_RESULT, ROUNDS_LAST_STATUS):
+    for key in (PAIRS_OPEN, PAIRS_PAGE, PAIRS_ROUND, REPLAY_ROUND, LEARNING_ROUND, EXPORT_RESULT):
         st.session_state.pop(key, None)
 
 

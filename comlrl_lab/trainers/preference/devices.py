@@ -52,11 +52,6 @@ class DeviceLayout:
     def as_strings(self) -> dict[str, list[str]]:
         return {role: [str(d) for d in getattr(self, role)] for role in ROLES}
 
-    @property
-    def concurrent_agents(self) -> bool:
-        """Whether the agents sit on two or more distinct CUDA devices (then they generate concurrently)."""
-        return concurrent_devices(self.agents)
-
 
 def concurrent_devices(devices: list[torch.device]) -> bool:
     cuda = {str(d) for d in devices if torch.device(d).type == "cuda"}

@@ -118,26 +118,6 @@ def iterative_pairs(
     return [_iterative_pair(ours, theirs, reward_mean, round_index) for _, _, _, ours, theirs in entries]
 
 
-def pair_statistics(pairs: Sequence[PreferencePair]) -> dict[str, float]:
-    """Summary numbers for metrics: count, mean gap and rewards, and winner-side shares when sides are known.
-
-    An empty list gives only ``{"pairs/count": 0.0}``, so no NaN reaches the metrics table.
-    """
-    count = len(pairs)
-    stats: dict[str, float] = {"pairs/count": float(count)}
-    if count == 0:
-        return stats
-    stats["pairs/reward_gap_mean"] = _mean([p.reward_gap for p in pairs])
-    stats["pairs/winner_reward_mean"] = _mean([float(p.winner_reward) for p in pairs])
-    stats["pairs/loser_reward_mean"] = _mean([float(p.loser_reward) for p in pairs])
-    stats["pairs/candidate_reward_mean"] = _mean([float(p.candidate_reward_mean) for p in pairs])
-    sided = [p.winner_side for p in pairs if p.winner_side is not None]
-    if sided:
-        stats["pairs/current_win_share"] = sided.count("current") / len(sided)
-        stats["pairs/comparator_win_share"] = sided.count("comparator") / len(sided)
-    return stats
-
-
 def _base_pair(winner: JointCandidate, loser: JointCandidate, reward_mean: float) -> PreferencePair:
     return PreferencePair(
         prompts=list(winner.prompts),

@@ -317,52 +317,6 @@ def write_round_file(directory: str | os.PathLike[str], iteration: int, pairs: S
     return path
 
 
-def read_round_file(path: str | os.PathLike[str], num_agents: int | None = None) -> tuple[int, list[PreferencePair]]:
-    """Read a round file (ours or CoMLRL's) -> (iteration, pairs without token ids).
-
-    Accepts ``{"iteration", "num_pairs", "pairs"}`` or a bare list of records and skips entries that are not
-    objects, as CoMLRL's loader does. Text lists are cut or padded to ``num_agents`` when given.
-    """
-    path = Path(path)
-    try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"cannot read replay file {path}: {exc}") from exc
-    match = _ROUND_FILE.match(path.name)
-    iteration = int(match.group(1)) if match else None
-    if isinstance(payload, dict):
-        records = payload.get("pairs", [])
-        if isinstance(payload.get("iteration"), int):
-            iteration = payload["iteration"]
-    else:
-        records = payload
-    if not isinstance(records, list):
-        raise ValueError(f"replay file {path}: 'pairs' must be a list")
-    if iteration is None:
-        raise ValueError(f"replay file {path}: no iteration in the file or its name")
-    pairs = []
-    for position, record in enumerate(records):
-        if not isinstance(record, dict):
-            continue
-        try:
-            pairs.append(PreferencePair.from_record(record, num_agents, round_index=iteration))
-        except ValueError as exc:
-            raise ValueError(f"replay file {path}, pair {position}: {exc}") from exc
-    return iteration, pairs
-
-
-def read_round_directory(
-    directory: str | os.PathLike[str], num_agents: int | None = None
-) -> dict[int, list[PreferencePair]]:
-    """Every ``iteration_NNNN.json`` of a directory (e.g. a CoMLRL ``preference_replay``), by iteration."""
-    rounds: dict[int, list[PreferencePair]] = {}
-    for path in sorted(Path(directory).iterdir()):
-        if _ROUND_FILE.match(path.name) and path.is_file():
-            iteration, pairs = read_round_file(path, num_agents)
-            rounds[iteration] = pairs
-    return dict(sorted(rounds.items()))
-
-
 # ------------------------------------------------------------------------------------------- run directories
 def claim_run_directory(directory: str | os.PathLike[str], run_id: str) -> Path:
     """The directory run ``run_id`` writes its round files to; never one that holds another run's files.

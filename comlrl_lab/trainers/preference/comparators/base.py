@@ -60,7 +60,6 @@ class Comparator:
             and context.config.collaboration_mode != "centralized"
         )
         self.central_index = int(getattr(context.config, "comparator_centralized_agent_index", 0) or 0)
-        self.source_description = context.config.comparator_policy
         self._central_item_indices: list[int] = []
 
     # Lifecycle --------------------------------------------------------------------------------------------

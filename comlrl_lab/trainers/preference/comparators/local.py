@@ -86,7 +86,6 @@ class ModelComparator(Comparator):
         if len(sources) != self.num_agents:
             raise ValueError("comparator_agents must have one entry per agent.")
         self.sources = list(sources)
-        self.source_description = ", ".join(s if isinstance(s, str) else type(s).__name__ for s in self.sources)
 
     def models_for_round(self) -> list[Any]:
         if self._models is None:
@@ -140,7 +139,6 @@ class HistoryComparator(Comparator):
             raise FileNotFoundError(f"history comparator: policy snapshot {path} does not exist")
         self._models = [self._load_agent(i, path / f"agent_{i}", device) for i, device in enumerate(self.context.comparator_devices)]
         self._loaded_from = path
-        self.source_description = f"history:{path.name}"
 
     def _load_agent(self, i: int, directory: Path, device: Any) -> Any:
         model_kwargs = (self.context.model_config or {}).get("model_kwargs")

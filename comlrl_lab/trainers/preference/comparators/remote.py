@@ -21,7 +21,6 @@ class RemoteApiComparator(Comparator):
         self.settings = ApiComparatorSettings.from_config(context.config)
         # The client resolves the key now, so a missing key fails before any request, naming the variable.
         self.client = ApiComparatorClient(self.settings, rng=context.streams.python("comparator_api"))
-        self.source_description = f"api:{self.settings.api_format}"
 
     def generate(self, items: Sequence[dict], item_indices: Sequence[int], prompts: list[list[str]], num_candidates: int):
         if self.centralized:
