@@ -98,7 +98,7 @@ def browse_pairs() -> None:
     if detail is None:
         st.warning("That pair is no longer in the store.")
         return
-    st.subheader(f"Round {chosen[0]} · pair {chosen[1]} · item {components._int_or_dash(detail.get('item_index'))}")
+    st.subheader(components.pair_title(detail))
     components.pair_view(view, detail)
     with st.expander("Every candidate of this item, with its reward", expanded=True):
         components.candidates_view(view, detail, figures.data_version(rounds))

@@ -329,6 +329,7 @@ def test_pairs_browses_filters_and_shows_both_sides_per_agent(open_app, seeded):
 
     first = at.selectbox(key="pairs.open").value
     detail = store.pair_detail(seeded.run_id, *first)
+    assert at.subheader[0].value == f"Round {first[0]} · pair {first[1]} · item {int(detail['item_index'])}"
     boxes = [_strip(h.value) for h in at.html]
     for i in range(2):
         assert any(detail["prompts"][i] in b for b in boxes)

@@ -147,7 +147,7 @@ def progress_panel(view: services.RunView, started: Progress) -> None:
 
     @st.fragment(run_every=1.0 if started.busy else None)
     def panel() -> None:
-        now = ws.manager.progress(run_id)
+        now = ws.progress(run_id) or started
         moved = (now.round_index, now.next_phase, now.busy) != (started.round_index, started.next_phase, started.busy)
         if started.busy and moved:
             st.rerun()  # a phase finished (or the work ended): redraw the timeline, controls and counts
@@ -216,6 +216,11 @@ def pair_label(row: Any) -> str:
         f"round {int(row.round)} · pair {int(row.pair_index)} · item {_int_or_dash(row.item_index)} · "
         f"{side} won · gap {float(row.reward_gap):.3f}"
     )
+
+
+def pair_title(detail: dict[str, Any]) -> str:
+    """The heading of one opened pair: its round, index and task item."""
+    return f"Round {int(detail['round'])} · pair {int(detail['pair_index'])} · item {_int_or_dash(detail.get('item_index'))}"
 
 
 def _int_or_dash(value: Any) -> str:
