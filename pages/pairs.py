@@ -21,12 +21,12 @@ DEFAULT_SQL = (
     "FROM pairs\nGROUP BY ALL\nORDER BY ALL"
 )
 
-browse, sql = st.tabs(["Browse pairs", "SQL"], key="pairs.tab")
+browse, sql = st.tabs(["Browse pairs", "SQL"], key=state.PAIRS_TAB)
 
 def browse_pairs() -> None:
     rounds = store.rounds(run_id)
     round_options = [None, *[int(r) for r in rounds["round"]]] if len(rounds) else [None]
-    with st.container(border=True, key="pair-filters"):
+    with st.container(border=True, key=state.PAIRS_FILTERS_BOX):
         f1, f2, f3, f4, f5, f6 = st.columns([1, 1.6, 0.8, 0.8, 0.8, 1.8])
         chosen_round = f1.selectbox(
             "Round", round_options, key=state.PAIRS_ROUND, format_func=lambda r: "all" if r is None else f"round {r}",
@@ -118,8 +118,8 @@ with sql:
         st.session_state[state.SQL_QUERY] = DEFAULT_SQL
     st.text_area("Query", key=state.SQL_QUERY, height=140)
     run_col, limit_col = st.columns([1, 1], vertical_alignment="bottom")
-    limit = limit_col.number_input("Row limit", min_value=1, max_value=100_000, value=1000, step=100, key="sql.limit")
-    if run_col.button("Run query", type="primary", icon=":material/play_arrow:", key="sql.run"):
+    limit = limit_col.number_input("Row limit", min_value=1, max_value=100_000, value=1000, step=100, key=state.SQL_LIMIT)
+    if run_col.button("Run query", type="primary", icon=":material/play_arrow:", key=state.SQL_RUN):
         st.session_state[state.SQL_SUBMITTED] = st.session_state[state.SQL_QUERY]
     submitted = st.session_state.get(state.SQL_SUBMITTED)
     if submitted:
@@ -131,8 +131,8 @@ with sql:
             st.error(f"The query failed: {error}", icon=":material/error:")
         else:
             st.caption(f"{len(result):,} rows" + (" (row limit reached)" if len(result) >= int(limit) else ""))
-            st.dataframe(result, hide_index=True, width="stretch", key="sql-result")
+            st.dataframe(result, hide_index=True, width="stretch", key=state.SQL_RESULT)
             st.download_button(
                 "Download CSV", data=services.dataframe_csv(result), file_name=f"{run_id}-query.csv", mime="text/csv",
-                on_click="ignore", icon=":material/download:", key="sql.download",
+                on_click="ignore", icon=":material/download:", key=state.SQL_DOWNLOAD,
             )  # fmt: skip
