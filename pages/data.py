@@ -33,16 +33,7 @@ with export_tab:
         rounds = view.store.rounds(run_id)
         filters: dict = {}
         if fmt != "rounds":
-            with st.container(border=True, key=state.EXPORT_FILTERS_BOX):
-                st.markdown("**Filters** (empty = all pairs)")
-                c1, c2, c0, c3, c4, c5 = st.columns([1, 1.6, 0.8, 0.8, 0.8, 1.6])
-                options = [None, *[int(r) for r in rounds["round"]]]
-                filters["round"] = c1.selectbox("Round", options, key=state.EXPORT_ROUND, format_func=lambda r: "all" if r is None else f"round {r}")
-                filters["winner_side"] = c2.segmented_control("Winner side", ["current", "comparator"], key=state.EXPORT_SIDE) or None
-                filters["item"] = c0.number_input("Task item", min_value=0, step=1, value=None, key=state.EXPORT_ITEM, placeholder="any")
-                filters["min_gap"] = c3.number_input("Min gap", value=None, step=0.05, format="%g", key=state.EXPORT_MIN_GAP, placeholder="any")
-                filters["max_gap"] = c4.number_input("Max gap", value=None, step=0.05, format="%g", key=state.EXPORT_MAX_GAP, placeholder="any")
-                filters["text"] = c5.text_input("Text search", key=state.EXPORT_TEXT, placeholder="any").strip() or None
+            filters = components.pair_filters(rounds, state.EXPORT_FILTERS, heading="**Filters** (empty = all pairs)")
             count = view.store.pairs_count(run_id, **filters)
             st.markdown(f"**{count:,} pairs** will be exported.")
         else:

@@ -25,25 +25,7 @@ browse, sql = st.tabs(["Browse pairs", "SQL"], key=state.PAIRS_TAB)
 
 def browse_pairs() -> None:
     rounds = store.rounds(run_id)
-    round_options = [None, *[int(r) for r in rounds["round"]]] if len(rounds) else [None]
-    with st.container(border=True, key=state.PAIRS_FILTERS_BOX):
-        f1, f2, f3, f4, f5, f6 = st.columns([1, 1.6, 0.8, 0.8, 0.8, 1.8])
-        chosen_round = f1.selectbox(
-            "Round", round_options, key=state.PAIRS_ROUND, format_func=lambda r: "all" if r is None else f"round {r}",
-        )  # fmt: skip
-        side = f2.segmented_control(
-            "Winner side", ["current", "comparator"], key=state.PAIRS_SIDE,
-            help="Which side's joint response won: the current agents or the comparator. None selected = both.",
-        )  # fmt: skip
-        item = f3.number_input("Task item", min_value=0, step=1, value=None, key=state.PAIRS_ITEM, placeholder="any")
-        min_gap = f4.number_input("Min gap", value=None, step=0.05, format="%g", key=state.PAIRS_MIN_GAP, placeholder="any",
-                                  help="reward_gap = winner_reward - loser_reward")  # fmt: skip
-        max_gap = f5.number_input("Max gap", value=None, step=0.05, format="%g", key=state.PAIRS_MAX_GAP, placeholder="any")
-        text = f6.text_input("Text search", key=state.PAIRS_TEXT, placeholder="words in a prompt or either response").strip()
-    filters = {
-        "round": chosen_round, "winner_side": side or None, "item": item, "min_gap": min_gap, "max_gap": max_gap,
-        "text": text or None,
-    }  # fmt: skip
+    filters = components.pair_filters(rounds, state.PAIRS_FILTERS)
     total = store.pairs_count(run_id, **filters)
     pages = max(1, -(-total // PAGE_SIZE))
     if st.session_state.get(state.PAIRS_PAGE, 1) > pages:

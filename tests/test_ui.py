@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -87,9 +88,48 @@ def test_ui_state_keys_follow_one_convention_and_never_collide():
             "pair_agent_key winner": state.pair_agent_key(0, "winner"),
         }
     )
+    for filters in (state.PAIRS_FILTERS, state.EXPORT_FILTERS):
+        keys[f"{filters.box} box"] = filters.box
     bad = {name: value for name, value in keys.items() if not KEY_PATTERN.match(value)}
     assert not bad, f"keys must be '<area>.<name>': {bad}"
     by_value: dict[str, list[str]] = {}
     for name, value in keys.items():
         by_value.setdefault(value, []).append(name)
     assert not {v: n for v, n in by_value.items() if len(n) > 1}, "two names for one key"
+
+
+# -- the shared pair filters ----------------------------------------------------------------------------------
+
+
+def _filters_app() -> None:
+    import pandas as pd
+    import streamlit as st
+
+    from comlrl_lab.ui import components, state
+
+    rounds = pd.DataFrame({"round": [1, 2, 3]})
+    st.json({"pairs": components.pair_filters(rounds, state.PAIRS_FILTERS)})
+    st.json({"export": components.pair_filters(rounds, state.EXPORT_FILTERS, heading="**Filters**")})
+
+
+def test_pair_filters_return_the_store_keywords_and_keep_each_page_s_choices_apart():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(_filters_app, default_timeout=30).run()
+    empty = {"round": None, "winner_side": None, "item": None, "min_gap": None, "max_gap": None, "text": None}
+    assert [json.loads(j.value) for j in at.json] == [{"pairs": empty}, {"export": empty}]
+    assert at.selectbox(key=state.PAIRS_ROUND).options == ["all", "round 1", "round 2", "round 3"]
+
+    at.selectbox(key=state.PAIRS_ROUND).select(2)
+    at.segmented_control(key=state.PAIRS_SIDE).set_value("comparator")
+    at.number_input(key=state.PAIRS_ITEM).set_value(4)
+    at.number_input(key=state.PAIRS_MIN_GAP).set_value(0.25)
+    at.number_input(key=state.PAIRS_MAX_GAP).set_value(0.75)
+    at.text_input(key=state.PAIRS_TEXT).input("  hello  ")
+    at.segmented_control(key=state.EXPORT_SIDE).set_value("current").run()
+    assert json.loads(at.json[0].value) == {
+        "pairs": {"round": 2, "winner_side": "comparator", "item": 4, "min_gap": 0.25, "max_gap": 0.75, "text": "hello"}
+    }
+    assert json.loads(at.json[1].value) == {"export": {**empty, "winner_side": "current"}}
+    assert [m.value for m in at.markdown] == ["**Filters**"]
+    assert at.get_by_key(state.PAIRS_FILTERS.box) is not None and at.get_by_key(state.EXPORT_FILTERS.box) is not None

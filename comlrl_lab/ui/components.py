@@ -1,4 +1,4 @@
-"""Pieces several pages share: the open-run guard, the sidebar run card, the live progress panel, a pair view.
+"""Pieces several pages share: the open-run guard, the sidebar run card, the live progress panel, pair filters, a pair view.
 
 The progress panel is an ``st.fragment`` that polls ``RunManager.progress`` once a second while the run is busy
 (and not at all when idle), and asks for a full rerun when a phase finishes so the rest of the page catches up.
@@ -205,6 +205,35 @@ def _failure_site(traceback_text: str | None) -> str | None:
 
 
 # -- pairs --------------------------------------------------------------------------------------------------
+
+
+def pair_filters(rounds: pd.DataFrame, keys: state.PairFilterKeys, *, heading: str | None = None) -> dict[str, Any]:
+    """One bordered row of the six pair filters; returns the store's filter keywords, None where a filter is empty.
+
+    ``rounds`` is the store's rounds frame (its ``round`` column gives the choices). The result goes straight to
+    ``RunStore.pairs_count`` / ``pairs_page`` and, without the None entries, to an export.
+    """
+    round_options = [None, *[int(r) for r in rounds["round"]]]
+    with st.container(border=True, key=keys.box):
+        if heading:
+            st.markdown(heading)
+        f1, f2, f3, f4, f5, f6 = st.columns([1, 1.6, 0.8, 0.8, 0.8, 1.8])
+        chosen_round = f1.selectbox(
+            "Round", round_options, key=keys.round, format_func=lambda r: "all" if r is None else f"round {r}",
+        )  # fmt: skip
+        side = f2.segmented_control(
+            "Winner side", ["current", "comparator"], key=keys.side,
+            help="Which side's joint response won: the current agents or the comparator. None selected = both.",
+        )  # fmt: skip
+        item = f3.number_input("Task item", min_value=0, step=1, value=None, key=keys.item, placeholder="any")
+        min_gap = f4.number_input("Min gap", value=None, step=0.05, format="%g", key=keys.min_gap, placeholder="any",
+                                  help="reward_gap = winner_reward - loser_reward")  # fmt: skip
+        max_gap = f5.number_input("Max gap", value=None, step=0.05, format="%g", key=keys.max_gap, placeholder="any")
+        text = f6.text_input("Text search", key=keys.text, placeholder="words in a prompt or either response").strip()
+    return {
+        "round": chosen_round, "winner_side": side or None, "item": item, "min_gap": min_gap, "max_gap": max_gap,
+        "text": text or None,
+    }  # fmt: skip
 
 
 def pair_label(row: Any) -> str:

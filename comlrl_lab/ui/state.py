@@ -11,6 +11,8 @@ the store or start work.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import streamlit as st
 
 #: The run every page shows (engine runs and imported pair sets alike).
@@ -60,7 +62,6 @@ ROUNDS_TIMELINE_CHART = "rounds.timeline_chart"
 
 # Pairs page (the pair view is drawn by ``components``)
 PAIRS_TAB = "pairs.tab"
-PAIRS_FILTERS_BOX = "pairs.filters"
 PAIRS_ROUND = "pairs.round"
 PAIRS_SIDE = "pairs.side"
 PAIRS_ITEM = "pairs.item"
@@ -98,7 +99,6 @@ LEARNING_REWARD_BOXES = "learning.reward_boxes"
 # Data page
 DATA_TAB = "data.tab"
 EXPORT_FORMAT = "export.format"
-EXPORT_FILTERS_BOX = "export.filters"
 EXPORT_ROUND = "export.round"
 EXPORT_SIDE = "export.side"
 EXPORT_ITEM = "export.item"
@@ -118,6 +118,27 @@ IMPORT_FILES_BUTTON = "import.files_button"
 IMPORT_RESULT = "import.result"  # the last import: run id, files, skipped files, pairs, rounds
 IMPORT_RESULT_BOX = "import.result_box"
 IMPORT_OPEN = "import.open"
+
+
+@dataclass(frozen=True)
+class PairFilterKeys:
+    """The keys of one row of pair filters (``components.pair_filters``): its container and its six widgets."""
+
+    box: str
+    round: str
+    side: str
+    item: str
+    min_gap: str
+    max_gap: str
+    text: str
+
+
+PAIRS_FILTERS = PairFilterKeys(
+    "pairs.filters", PAIRS_ROUND, PAIRS_SIDE, PAIRS_ITEM, PAIRS_MIN_GAP, PAIRS_MAX_GAP, PAIRS_TEXT
+)
+EXPORT_FILTERS = PairFilterKeys(
+    "export.filters", EXPORT_ROUND, EXPORT_SIDE, EXPORT_ITEM, EXPORT_MIN_GAP, EXPORT_MAX_GAP, EXPORT_TEXT
+)
 
 
 # -- keys with a part that varies ---------------------------------------------------------------------------
