@@ -28,7 +28,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from comlrl_lab.store import RunStore
+from comlrl_lab.store import RunStore, export_pairs
 
 RUN = "bench"
 
@@ -160,7 +160,7 @@ def main() -> None:
         export_s = {}
         for fmt, name in exports:
             dest = workdir / name
-            dt, n = timed(lambda fmt=fmt, dest=dest: store.export_pairs(RUN, fmt, dest))
+            dt, n = timed(lambda fmt=fmt, dest=dest: export_pairs(store, RUN, fmt, dest))
             assert n == args.pairs
             export_s[fmt] = dt
             rows.append((f"export all to {fmt}", f"{dt:.2f} s ({dest.stat().st_size / 1e6:,.0f} MB)"))

@@ -11,7 +11,7 @@ ws = services.workspace()
 st.title("Data")
 st.caption("Export a run's pairs for your own analysis, or import CoMLRL preference data to browse it here.")
 
-export_tab, import_tab = st.tabs(["Export", "Import"], key="data.tab")
+export_tab, import_tab = st.tabs(["Export", "Import"], key=state.DATA_TAB)
 
 # -- export --------------------------------------------------------------------------------------------------
 
@@ -33,21 +33,12 @@ with export_tab:
         rounds = view.store.rounds(run_id)
         filters: dict = {}
         if fmt != "rounds":
-            with st.container(border=True, key="export-filters"):
-                st.markdown("**Filters** (empty = all pairs)")
-                c1, c2, c0, c3, c4, c5 = st.columns([1, 1.6, 0.8, 0.8, 0.8, 1.6])
-                options = [None, *[int(r) for r in rounds["round"]]]
-                filters["round"] = c1.selectbox("Round", options, key="export.round", format_func=lambda r: "all" if r is None else f"round {r}")
-                filters["winner_side"] = c2.segmented_control("Winner side", ["current", "comparator"], key="export.side") or None
-                filters["item"] = c0.number_input("Task item", min_value=0, step=1, value=None, key="export.item", placeholder="any")
-                filters["min_gap"] = c3.number_input("Min gap", value=None, step=0.05, format="%g", key="export.min_gap", placeholder="any")
-                filters["max_gap"] = c4.number_input("Max gap", value=None, step=0.05, format="%g", key="export.max_gap", placeholder="any")
-                filters["text"] = c5.text_input("Text search", key="export.text", placeholder="any").strip() or None
+            filters = components.pair_filters(rounds, state.EXPORT_FILTERS, heading="**Filters** (empty = all pairs)")
             count = view.store.pairs_count(run_id, **filters)
             st.markdown(f"**{count:,} pairs** will be exported.")
         else:
             st.caption(f"Every collected round as one file ({len(rounds)} rounds); filters do not apply.")
-        if st.button("Build the export", type="primary", icon=":material/build:", key="export.build"):
+        if st.button("Build the export", type="primary", icon=":material/build:", key=state.EXPORT_BUILD):
             try:
                 path, n = ws.export(run_id, fmt, {k: v for k, v in filters.items() if v is not None})
             except Exception as error:
@@ -58,12 +49,12 @@ with export_tab:
         if result and result.get("run_id") == run_id and Path(result["path"]).is_file():
             path = Path(result["path"])
             what = "round files" if result["format"] == "rounds" else "pairs"
-            with st.container(border=True, key="export-result"):
+            with st.container(border=True, key=state.EXPORT_RESULT_BOX):
                 st.success(f"Built `{path.name}`: {result['count']:,} {what}, {path.stat().st_size:,} bytes.", icon=":material/check_circle:")
                 st.download_button(
                     f"Download {path.name}", data=path.read_bytes(), file_name=path.name,
                     mime=services.EXPORT_FORMATS[result["format"]][2], on_click="ignore", type="primary",
-                    icon=":material/download:", key="export.download",
+                    icon=":material/download:", key=state.EXPORT_DOWNLOAD,
                 )  # fmt: skip
                 st.caption(f"Written to `{path}`")
 
@@ -76,21 +67,21 @@ with import_tab:
     )
     left, right = st.columns(2)
     report = None
-    with left, st.container(border=True, key="import-dir"):
+    with left, st.container(border=True, key=state.IMPORT_DIR_BOX):
         st.markdown("**A CoMLRL `preference_replay` directory**")
-        directory = st.text_input("Directory", key="import.dir", placeholder="/path/to/output/preference_replay")
-        if st.button("Import the directory", key="import.dir_button", icon=":material/drive_folder_upload:", disabled=not directory.strip()):
+        directory = st.text_input("Directory", key=state.IMPORT_DIR, placeholder="/path/to/output/preference_replay")
+        if st.button("Import the directory", key=state.IMPORT_DIR_BUTTON, icon=":material/drive_folder_upload:", disabled=not directory.strip()):
             try:
                 report = ws.import_replay_dir(directory.strip())
             except Exception as error:
                 st.error(components.format_exception(error))
-    with right, st.container(border=True, key="import-files"):
+    with right, st.container(border=True, key=state.IMPORT_FILES_BOX):
         st.markdown("**Uploaded pair files**")
         uploads = st.file_uploader(
             "iteration_NNNN.json, a JSON list of records, or JSONL", type=["json", "jsonl"], accept_multiple_files=True,
-            key="import.files",
+            key=state.IMPORT_FILES,
         )  # fmt: skip
-        if st.button("Import the files", key="import.files_button", icon=":material/upload_file:", disabled=not uploads):
+        if st.button("Import the files", key=state.IMPORT_FILES_BUTTON, icon=":material/upload_file:", disabled=not uploads):
             try:
                 report = ws.import_files(list(uploads))
             except Exception as error:
@@ -102,14 +93,14 @@ with import_tab:
         }  # fmt: skip
     result = st.session_state.get(state.IMPORT_RESULT)
     if result:
-        with st.container(border=True, key="import-result"):
+        with st.container(border=True, key=state.IMPORT_RESULT_BOX):
             if result["run_id"]:
                 st.success(
                     f"Imported {result['pairs']:,} pairs from {len(result['files'])} files into `{result['run_id']}` "
                     f"(rounds {', '.join(map(str, result['rounds']))}).",
                     icon=":material/check_circle:",
                 )
-                if st.button("Browse these pairs", key="import.open", type="primary", icon=":material/compare:"):
+                if st.button("Browse these pairs", key=state.IMPORT_OPEN, type="primary", icon=":material/compare:"):
                     state.set_current_run(result["run_id"])
                     st.session_state.pop(state.IMPORT_RESULT, None)
                     st.switch_page(components.PAIRS_PAGE)

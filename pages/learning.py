@@ -32,18 +32,18 @@ for col, name, empty in (
 ):
     with col:
         if name in data.figures:
-            st.plotly_chart(data.figures[name], key=f"{name}-chart")
+            st.plotly_chart(data.figures[name], key=state.learning_chart_key(name))
         else:
             st.caption(empty)
 left, right = st.columns(2)
 for col, name in ((left, "margins"), (right, "accuracy")):
     if name in data.figures:
-        col.plotly_chart(data.figures[name], key=f"{name}-chart")
+        col.plotly_chart(data.figures[name], key=state.learning_chart_key(name))
 
 if st.toggle("Show every optimiser update", key=state.LEARNING_PER_STEP, help="Per-update values instead of round means."):
     fig = figures.step_curves(run_id, version, tuple(data.step_series))
     if fig is not None:
-        st.plotly_chart(fig, key="step-chart")
+        st.plotly_chart(fig, key=state.LEARNING_STEP_CHART)
 
 st.subheader("Reward distributions: current agents vs comparator")
 if not data.has_distributions:
@@ -53,6 +53,6 @@ left, right = st.columns(2)
 with left:
     state.follow_latest(state.LEARNING_ROUND, data.rounds)
     chosen = st.selectbox("Round", data.rounds, key=state.LEARNING_ROUND, format_func=lambda r: f"round {r}")
-    st.plotly_chart(figures.reward_histogram(run_id, version, int(chosen)), key="reward-hist")
+    st.plotly_chart(figures.reward_histogram(run_id, version, int(chosen)), key=state.LEARNING_REWARD_HIST)
 with right:
-    st.plotly_chart(data.figures["boxes"], key="reward-boxes")
+    st.plotly_chart(data.figures["boxes"], key=state.LEARNING_REWARD_BOXES)

@@ -21,29 +21,11 @@ DEFAULT_SQL = (
     "FROM pairs\nGROUP BY ALL\nORDER BY ALL"
 )
 
-browse, sql = st.tabs(["Browse pairs", "SQL"], key="pairs.tab")
+browse, sql = st.tabs(["Browse pairs", "SQL"], key=state.PAIRS_TAB)
 
 def browse_pairs() -> None:
     rounds = store.rounds(run_id)
-    round_options = [None, *[int(r) for r in rounds["round"]]] if len(rounds) else [None]
-    with st.container(border=True, key="pair-filters"):
-        f1, f2, f3, f4, f5, f6 = st.columns([1, 1.6, 0.8, 0.8, 0.8, 1.8])
-        chosen_round = f1.selectbox(
-            "Round", round_options, key=state.PAIRS_ROUND, format_func=lambda r: "all" if r is None else f"round {r}",
-        )  # fmt: skip
-        side = f2.segmented_control(
-            "Winner side", ["current", "comparator"], key=state.PAIRS_SIDE,
-            help="Which side's joint response won: the current agents or the comparator. None selected = both.",
-        )  # fmt: skip
-        item = f3.number_input("Task item", min_value=0, step=1, value=None, key=state.PAIRS_ITEM, placeholder="any")
-        min_gap = f4.number_input("Min gap", value=None, step=0.05, format="%g", key=state.PAIRS_MIN_GAP, placeholder="any",
-                                  help="reward_gap = winner_reward - loser_reward")  # fmt: skip
-        max_gap = f5.number_input("Max gap", value=None, step=0.05, format="%g", key=state.PAIRS_MAX_GAP, placeholder="any")
-        text = f6.text_input("Text search", key=state.PAIRS_TEXT, placeholder="words in a prompt or either response").strip()
-    filters = {
-        "round": chosen_round, "winner_side": side or None, "item": item, "min_gap": min_gap, "max_gap": max_gap,
-        "text": text or None,
-    }  # fmt: skip
+    filters = components.pair_filters(rounds, state.PAIRS_FILTERS)
     total = store.pairs_count(run_id, **filters)
     pages = max(1, -(-total // PAGE_SIZE))
     if st.session_state.get(state.PAIRS_PAGE, 1) > pages:
@@ -98,7 +80,7 @@ def browse_pairs() -> None:
     if detail is None:
         st.warning("That pair is no longer in the store.")
         return
-    st.subheader(f"Round {chosen[0]} · pair {chosen[1]} · item {components._int_or_dash(detail.get('item_index'))}")
+    st.subheader(components.pair_title(detail))
     components.pair_view(view, detail)
     with st.expander("Every candidate of this item, with its reward", expanded=True):
         components.candidates_view(view, detail, figures.data_version(rounds))
@@ -118,8 +100,8 @@ with sql:
         st.session_state[state.SQL_QUERY] = DEFAULT_SQL
     st.text_area("Query", key=state.SQL_QUERY, height=140)
     run_col, limit_col = st.columns([1, 1], vertical_alignment="bottom")
-    limit = limit_col.number_input("Row limit", min_value=1, max_value=100_000, value=1000, step=100, key="sql.limit")
-    if run_col.button("Run query", type="primary", icon=":material/play_arrow:", key="sql.run"):
+    limit = limit_col.number_input("Row limit", min_value=1, max_value=100_000, value=1000, step=100, key=state.SQL_LIMIT)
+    if run_col.button("Run query", type="primary", icon=":material/play_arrow:", key=state.SQL_RUN):
         st.session_state[state.SQL_SUBMITTED] = st.session_state[state.SQL_QUERY]
     submitted = st.session_state.get(state.SQL_SUBMITTED)
     if submitted:
@@ -131,8 +113,8 @@ with sql:
             st.error(f"The query failed: {error}", icon=":material/error:")
         else:
             st.caption(f"{len(result):,} rows" + (" (row limit reached)" if len(result) >= int(limit) else ""))
-            st.dataframe(result, hide_index=True, width="stretch", key="sql-result")
+            st.dataframe(result, hide_index=True, width="stretch", key=state.SQL_RESULT)
             st.download_button(
                 "Download CSV", data=services.dataframe_csv(result), file_name=f"{run_id}-query.csv", mime="text/csv",
-                on_click="ignore", icon=":material/download:", key="sql.download",
+                on_click="ignore", icon=":material/download:", key=state.SQL_DOWNLOAD,
             )  # fmt: skip

@@ -57,10 +57,10 @@ if drawn.empty:
     st.caption("The select phase of this round has not run yet (or the run has no replay buffer).")
 else:
     left, right = st.columns([3, 2])
-    left.plotly_chart(draws_fig, key="replay-draws")
+    left.plotly_chart(draws_fig, key=state.REPLAY_DRAWS_CHART)
     right.dataframe(
         drawn.rename(columns={"source_round": "dataset (round)", "drawn_count": "pairs drawn", "available": "pairs in dataset"}),
-        hide_index=True, width="stretch", key="replay-draws-table",
+        hide_index=True, width="stretch", key=state.REPLAY_DRAWS_TABLE,
         column_config={"weight": st.column_config.NumberColumn(format="%.4f")},
     )  # fmt: skip
 
@@ -81,7 +81,7 @@ lam_value = lam_col.slider(
 )  # fmt: skip
 st.dataframe(
     frames.mode_weights(sizes, nu, k=int(k_value), lam=float(lam_value), run_mode=mode),
-    hide_index=True, width="stretch", key="mode-weights",
+    hide_index=True, width="stretch", key=state.REPLAY_MODE_WEIGHTS,
 )  # fmt: skip
 
 eligible = frames.eligible_rounds(sizes, nu)
@@ -89,11 +89,11 @@ if eligible:
     table = frames.lambda_table(eligible, float(lam_value), sample_size=int(drawn["drawn_count"].sum()) if len(drawn) else sample_size)
     left, right = st.columns([3, 2])
     left.plotly_chart(
-        charts.lambda_weights(eligible, table["weight"].tolist(), lam=float(lam_value)), key="lambda-weights",
+        charts.lambda_weights(eligible, table["weight"].tolist(), lam=float(lam_value)), key=state.REPLAY_LAMBDA_CHART,
     )  # fmt: skip
     with right:
         st.markdown("**λ-decay weights, oldest → newest**")
-        with st.container(key="lambda-weights-text"):
+        with st.container(key=state.REPLAY_LAMBDA_TEXT):
             st.markdown(" · ".join(f"round {r}: **{w:.3f}**" for r, w in zip(table["source round"], table["weight"])))
         shown = table.assign(**{"source round": [f"round {r}" for r in table["source round"]]}).set_index("source round")
         st.table(shown.style.format({"weight": "{:.4f}", "expected pairs": "{:.1f}"}))

@@ -46,13 +46,13 @@ if progress is not None:
         else:
             st.rerun()
 
-    with st.container(border=True, key="controls"):
+    with st.container(border=True, key=state.ROUNDS_CONTROLS):
         st.markdown("**Next phase**")
         phase_cols = st.columns(4)
         for col, phase in zip(phase_cols, PHASE_LABELS):
             is_next = progress.next_phase == phase
             if col.button(
-                PHASE_LABELS[phase], key=f"phase-{phase}", type="primary" if is_next and not busy else "secondary",
+                PHASE_LABELS[phase], key=state.phase_button_key(phase), type="primary" if is_next and not busy else "secondary",
                 disabled=busy or not is_next, width="stretch",
                 help=f"Run the {phase} phase of round {progress.round_index}" if is_next else "Phases run in order: collect → select → train → evaluate.",
             ):  # fmt: skip
@@ -66,15 +66,15 @@ if progress is not None:
             disabled=busy or progress.next_phase is None,
             help="Completes the current round first: N = 1 runs to the end of this round.",
         )  # fmt: skip
-        if many_mid.button(f"Run {int(n)} round{'s' if n != 1 else ''}", key="run-rounds", disabled=busy or progress.next_phase is None, icon=":material/fast_forward:", width="stretch"):
+        if many_mid.button(f"Run {int(n)} round{'s' if n != 1 else ''}", key=state.ROUNDS_RUN_ROUNDS, disabled=busy or progress.next_phase is None, icon=":material/fast_forward:", width="stretch"):
             start(rounds=int(n))
-        if many_right.button("Run to the end", key="run-all", disabled=busy or progress.next_phase is None, icon=":material/skip_next:", width="stretch"):
+        if many_right.button("Run to the end", key=state.ROUNDS_RUN_ALL, disabled=busy or progress.next_phase is None, icon=":material/skip_next:", width="stretch"):
             start(rounds=remaining)
-        if pause_col.button("Pause", key="pause", disabled=not busy or progress.status in ("pausing", "stopping"), icon=":material/pause:", width="stretch",
+        if pause_col.button("Pause", key=state.ROUNDS_PAUSE, disabled=not busy or progress.status in ("pausing", "stopping"), icon=":material/pause:", width="stretch",
                             help="Let the current phase finish, then stop."):  # fmt: skip
             ws.pause(view.run_id)
             st.rerun()
-        if stop_col.button("Stop", key="stop", disabled=not busy or progress.status == "stopping", icon=":material/stop:", width="stretch",
+        if stop_col.button("Stop", key=state.ROUNDS_STOP, disabled=not busy or progress.status == "stopping", icon=":material/stop:", width="stretch",
                            help="Cancel the current phase now; the run returns to its last finished phase."):  # fmt: skip
             ws.stop(view.run_id)
             st.rerun()
@@ -93,9 +93,9 @@ table = frames.phase_table(rounds, durations, num_rounds, cursor, running)
 if table.empty:
     st.caption("No phase has finished yet. Start with Collect: the agents and the comparator sample candidates, the oracle scores them, and pairs form.")
 else:
-    st.dataframe(table, hide_index=True, width="stretch", key="timeline-table")
+    st.dataframe(table, hide_index=True, width="stretch", key=state.ROUNDS_TIMELINE_TABLE)
     if timeline_fig is not None:
-        st.plotly_chart(timeline_fig, key="timeline-chart")
+        st.plotly_chart(timeline_fig, key=state.ROUNDS_TIMELINE_CHART)
     if len(rounds):
         last = int(rounds["round"].max())
         links = st.columns(3)

@@ -26,7 +26,7 @@ if notice:
 
 
 def _open_past() -> None:
-    path = st.session_state.get("setup.past")
+    path = st.session_state.get(state.SETUP_PAST)
     if not path:
         return
     try:
@@ -35,11 +35,11 @@ def _open_past() -> None:
         st.session_state[state.SETUP_NOTICE] = ("error", f"Could not open {path}: {components.format_exception(error)}")
         return
     state.set_current_run(run_id)
-    st.session_state["setup.go_rounds"] = True
+    st.session_state[state.SETUP_GO_ROUNDS] = True
 
 
 def _copy_past() -> None:
-    path = st.session_state.get("setup.past")
+    path = st.session_state.get(state.SETUP_PAST)
     if not path:
         return
     try:
@@ -52,7 +52,7 @@ def _copy_past() -> None:
 
 
 def _load_file() -> None:
-    uploaded = st.session_state.get("setup.load_file")
+    uploaded = st.session_state.get(state.SETUP_LOAD_FILE)
     if uploaded is None:
         st.session_state[state.SETUP_NOTICE] = ("warning", "Choose a config file first.")
         return
@@ -65,7 +65,7 @@ def _load_file() -> None:
             spec = services.ExperimentSpec.from_dict(data)
             notes = forms.load_spec_into_state(spec)
         else:  # a bare config (CoMLRL field names) for the algorithm chosen now
-            algorithm = f"{st.session_state.get(forms.FAMILY_KEY, 'MADPO')}{'Iter' if st.session_state.get(forms.ITERATIVE_KEY, True) else ''}"
+            algorithm = f"{st.session_state.get(state.SETUP_FAMILY, 'MADPO')}{'Iter' if st.session_state.get(state.SETUP_ITERATIVE, True) else ''}"
             notes = forms.load_config_into_state(algorithm, data)
     except Exception as error:
         st.session_state[state.SETUP_NOTICE] = ("error", f"Could not load {uploaded.name}: {components.format_exception(error)}")
@@ -73,7 +73,7 @@ def _load_file() -> None:
     st.session_state[state.SETUP_NOTICE] = ("success", f"Loaded {uploaded.name}" + (". " + "; ".join(notes) if notes else "."))
 
 
-if st.session_state.pop("setup.go_rounds", False):
+if st.session_state.pop(state.SETUP_GO_ROUNDS, False):
     st.switch_page(components.ROUNDS_PAGE)
 
 top_left, top_right = st.columns(2)
@@ -85,19 +85,19 @@ with top_left, st.container(border=True, height="stretch"):
             row.path: f"{row.run_id} — {row.algorithm or row.kind}" + (f" · {row.task}" if row.task else "")
             for row in past.itertuples(index=False)
         }
-        st.selectbox("Past run", list(labels), format_func=labels.get, key="setup.past", label_visibility="collapsed")
+        st.selectbox("Past run", list(labels), format_func=labels.get, key=state.SETUP_PAST, label_visibility="collapsed")
         b1, b2 = st.columns(2)
-        b1.button("Open it", on_click=_open_past, icon=":material/folder_open:", key="setup.open_past", width="stretch")
-        b2.button("Copy its setup here", on_click=_copy_past, icon=":material/content_copy:", key="setup.copy_past", width="stretch")
+        b1.button("Open it", on_click=_open_past, icon=":material/folder_open:", key=state.SETUP_OPEN_PAST, width="stretch")
+        b2.button("Copy its setup here", on_click=_copy_past, icon=":material/content_copy:", key=state.SETUP_COPY_PAST, width="stretch")
     else:
         st.caption(f"No runs in {ws.root} yet.")
 with top_right, st.container(border=True, height="stretch"):
     st.markdown("**Load a config file**")
     st.file_uploader(
-        "Spec or config file", type=["json", "yaml", "yml"], key="setup.load_file", label_visibility="collapsed",
+        "Spec or config file", type=["json", "yaml", "yml"], key=state.SETUP_LOAD_FILE, label_visibility="collapsed",
         help="A spec saved with 'Save config' below, or a bare config with CoMLRL's field names.",
     )  # fmt: skip
-    st.button("Apply the file", on_click=_load_file, icon=":material/upload_file:", key="setup.apply_file")
+    st.button("Apply the file", on_click=_load_file, icon=":material/upload_file:", key=state.SETUP_APPLY_FILE)
 
 # -- agents, task, algorithm -----------------------------------------------------------------------------------
 
@@ -182,7 +182,7 @@ if iterative:
             weights = frames.lambda_table(list(range(1, rounds + 1)), float(lam))["weight"].tolist()
             fig = charts.lambda_weights(list(range(1, rounds + 1)), weights, lam=float(lam), title=f"Weights in round {rounds} if every round has pairs")
             fig.update_layout(height=260)
-            st.plotly_chart(fig, key="setup-lambda-preview")
+            st.plotly_chart(fig, key=state.SETUP_LAMBDA_PREVIEW)
         elif mode != "lambda_decay":
             st.caption("Choose lambda_decay to preview its weights here; the Replay page shows them for a run.")
 
@@ -212,7 +212,7 @@ spec = services.ExperimentSpec(
     algorithm=algorithm,
     agent_models=models or [forms.TINY_MODEL_NAME],
     config=forms.overrides(algorithm, values),
-    name=(st.session_state.get(forms.RUN_NAME_KEY) or "").strip() or None,
+    name=(st.session_state.get(state.SETUP_RUN_NAME) or "").strip() or None,
     **task_fields,
 )
 with st.expander("The spec as it will be saved (spec.json)"):
@@ -220,11 +220,11 @@ with st.expander("The spec as it will be saved (spec.json)"):
 
 name_col, create_col, save_col = st.columns([2, 1, 1], vertical_alignment="bottom")
 name_col.text_input(
-    "Run name (optional)", key=forms.RUN_NAME_KEY, persist_state="session", placeholder=algorithm,
+    "Run name (optional)", key=state.SETUP_RUN_NAME, persist_state="session", placeholder=algorithm,
     help="Prefix of the run id; the run folder is <runs folder>/<run id>.",
 )  # fmt: skip
 can_create = error is None and not problems
-if create_col.button("Create run", type="primary", disabled=not can_create, icon=":material/rocket_launch:", key="setup.create", width="stretch"):
+if create_col.button("Create run", type="primary", disabled=not can_create, icon=":material/rocket_launch:", key=state.SETUP_CREATE, width="stretch"):
     try:
         run_id = ws.create_run(spec)
     except Exception as exc:
@@ -234,6 +234,6 @@ if create_col.button("Create run", type="primary", disabled=not can_create, icon
         st.switch_page(components.ROUNDS_PAGE)
 save_col.download_button(
     "Save config", data=json.dumps(spec.to_dict(), indent=2, ensure_ascii=False), file_name=f"{spec.name or algorithm}.spec.json",
-    mime="application/json", on_click="ignore", icon=":material/download:", key="setup.save", width="stretch",
+    mime="application/json", on_click="ignore", icon=":material/download:", key=state.SETUP_SAVE, width="stretch",
 )  # fmt: skip
 st.caption(f"Runs are stored in `{ws.root}` (set COMLRL_LAB_RUNS_DIR to change it). Models load when the first phase starts.")

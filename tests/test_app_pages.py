@@ -25,7 +25,7 @@ from workbench_fixtures import agent_model, seed_run
 from comlrl_lab.trainers.preference import MADPOIterConfig
 from comlrl_lab.trainers.preference.config import CONFIG_CLASSES
 from comlrl_lab.trainers.preference.replay import lambda_decay_weights
-from comlrl_lab.ui import forms, services
+from comlrl_lab.ui import forms, services, state
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 TIMEOUT = 90
@@ -71,7 +71,7 @@ def open_app(seeded, monkeypatch):
         monkeypatch.setenv(services.RUNS_DIR_ENV, str(root or seeded.root))
         at = AppTest.from_file(APP, default_timeout=TIMEOUT)
         if run_id is not None:
-            at.session_state["run_id"] = seeded.run_id if run_id == "seeded" else run_id
+            at.session_state[state.RUN_ID] = seeded.run_id if run_id == "seeded" else run_id
         at.run()
         if page is not None:
             at.switch_page(page).run()
@@ -136,31 +136,31 @@ def _strip(markup: str) -> str:
 def test_setup_shows_every_field_with_its_help_and_the_api_message_next_to_the_field(open_app):
     at = open_app(run_id=None)
     assert at.title[0].value == "Set up an experiment"
-    assert at.number_input(key=forms.AGENT_COUNT_KEY).value == 2
+    assert at.number_input(key=state.SETUP_NUM_AGENTS).value == 2
     assert any("MADPOIterConfig is valid" in s.value for s in at.success)
 
     # Every config field of every algorithm has a widget, labelled with its CoMLRL name, help text as tooltip.
     for family, iterative in (("MADPO", True), ("MADPO", False), ("MARLHF", True), ("MARLHF", False)):
-        at.segmented_control(key=forms.FAMILY_KEY).set_value(family)
-        at.toggle(key=forms.ITERATIVE_KEY).set_value(iterative).run()
+        at.segmented_control(key=state.SETUP_FAMILY).set_value(family)
+        at.toggle(key=state.SETUP_ITERATIVE).set_value(iterative).run()
         algorithm = f"{family}{'Iter' if iterative else ''}"
         for name, help_text in CONFIG_CLASSES[algorithm].field_help().items():
             if name in forms.HIDDEN_FIELDS:
                 continue
-            widget = at.get_by_key(forms.widget_key(algorithm, name))
+            widget = at.get_by_key(state.config_field_key(algorithm, name))
             assert widget.label == name
             assert help_text in widget.help and "Default" in widget.help
-    at.segmented_control(key=forms.FAMILY_KEY).set_value("MADPO")
-    at.toggle(key=forms.ITERATIVE_KEY).set_value(True).run()
+    at.segmented_control(key=state.SETUP_FAMILY).set_value("MADPO")
+    at.toggle(key=state.SETUP_ITERATIVE).set_value(True).run()
 
     # An invalid combination: the exact ValueError of the Python API, in the λ field's own column.
     with pytest.raises(ValueError) as raised:
         MADPOIterConfig(preference_replay_mode="lambda_decay")
-    at.selectbox(key=forms.widget_key("MADPOIter", "preference_replay_mode")).select("lambda_decay").run()
-    lam_key = forms.widget_key("MADPOIter", "preference_replay_lambda")
+    at.selectbox(key=state.config_field_key("MADPOIter", "preference_replay_mode")).select("lambda_decay").run()
+    lam_key = state.config_field_key("MADPOIter", "preference_replay_lambda")
     assert str(raised.value) in _texts(_container_holding(at, lam_key), "error")
     assert any("field `preference_replay_lambda`" in e.value for e in at.error)
-    assert at.button(key="setup.create").disabled
+    assert at.button(key=state.SETUP_CREATE).disabled
 
     at.number_input(key=lam_key).set_value(0.5).run()
     assert not at.error
@@ -169,11 +169,11 @@ def test_setup_shows_every_field_with_its_help_and_the_api_message_next_to_the_f
     assert [round(y, 6) for y in _array(preview["data"][0]["y"])] == [round(w, 6) for w in lambda_decay_weights(6, 0.5)]
 
     # A comparator field: history k on a current comparator is refused with CoMLRL's message, next to the field.
-    at.selectbox(key=forms.widget_key("MADPOIter", "comparator_policy")).select("history").run()
-    history_key = forms.widget_key("MADPOIter", "comparator_history_k")
+    at.selectbox(key=state.config_field_key("MADPOIter", "comparator_policy")).select("history").run()
+    history_key = state.config_field_key("MADPOIter", "comparator_history_k")
     at.number_input(key=history_key).set_value(2).run()
     assert not at.error
-    at.selectbox(key=forms.widget_key("MADPOIter", "comparator_policy")).select("current").run()
+    at.selectbox(key=state.config_field_key("MADPOIter", "comparator_policy")).select("current").run()
     assert "comparator_history_k is only valid when comparator_policy='history'." in _texts(
         _container_holding(at, history_key), "error"
     )
@@ -186,52 +186,52 @@ def test_setup_shows_every_field_with_its_help_and_the_api_message_next_to_the_f
 
 def test_setup_copies_a_past_runs_setup_into_the_form(open_app, seeded):
     at = open_app(run_id=None)
-    at.selectbox(key="setup.past").select(str(seeded.root / seeded.run_id))
-    at.button(key="setup.copy_past").click().run()
+    at.selectbox(key=state.SETUP_PAST).select(str(seeded.root / seeded.run_id))
+    at.button(key=state.SETUP_COPY_PAST).click().run()
     assert any("Loaded the setup" in s.value for s in at.success)
-    assert at.selectbox(key=forms.widget_key("MADPOIter", "comparator_policy")).value == "history"
-    assert at.selectbox(key=forms.widget_key("MADPOIter", "preference_replay_mode")).value == "lambda_decay"
-    assert at.number_input(key=forms.widget_key("MADPOIter", "preference_replay_lambda")).value == 0.5
-    assert at.number_input(key=forms.widget_key("MADPOIter", "num_iterations")).value == 2
-    assert at.number_input(key=forms.MAX_TRAIN_KEY).value == 8
+    assert at.selectbox(key=state.config_field_key("MADPOIter", "comparator_policy")).value == "history"
+    assert at.selectbox(key=state.config_field_key("MADPOIter", "preference_replay_mode")).value == "lambda_decay"
+    assert at.number_input(key=state.config_field_key("MADPOIter", "preference_replay_lambda")).value == 0.5
+    assert at.number_input(key=state.config_field_key("MADPOIter", "num_iterations")).value == 2
+    assert at.number_input(key=state.SETUP_MAX_TRAIN_ITEMS).value == 8
 
 
 def test_setup_saves_a_config_file_and_loads_it_back(open_app, downloads):
     at = open_app(run_id=None)
-    at.selectbox(key=forms.widget_key("MADPOIter", "comparator_policy")).select("history")
-    at.selectbox(key=forms.widget_key("MADPOIter", "preference_replay_mode")).select("nearest_k").run()
-    at.number_input(key=forms.widget_key("MADPOIter", "preference_replay_k")).set_value(3)
-    at.number_input(key=forms.widget_key("MADPOIter", "dpo_beta")).set_value(0.25)
-    at.text_input(key=forms.RUN_NAME_KEY).input("roundtrip").run()
+    at.selectbox(key=state.config_field_key("MADPOIter", "comparator_policy")).select("history")
+    at.selectbox(key=state.config_field_key("MADPOIter", "preference_replay_mode")).select("nearest_k").run()
+    at.number_input(key=state.config_field_key("MADPOIter", "preference_replay_k")).set_value(3)
+    at.number_input(key=state.config_field_key("MADPOIter", "dpo_beta")).set_value(0.25)
+    at.text_input(key=state.SETUP_RUN_NAME).input("roundtrip").run()
     saved = downloads["roundtrip.spec.json"]
     spec = json.loads(saved)
     assert spec["config"] == {"comparator_policy": "history", "preference_replay_mode": "nearest_k", "preference_replay_k": 3, "dpo_beta": 0.25}
 
     fresh = open_app(run_id=None)
-    assert fresh.selectbox(key=forms.widget_key("MADPOIter", "preference_replay_mode")).value == "current"
-    fresh.get_by_key("setup.load_file").set_value(("roundtrip.spec.json", saved, "application/json"))
-    fresh.button(key="setup.apply_file").click().run()
+    assert fresh.selectbox(key=state.config_field_key("MADPOIter", "preference_replay_mode")).value == "current"
+    fresh.get_by_key(state.SETUP_LOAD_FILE).set_value(("roundtrip.spec.json", saved, "application/json"))
+    fresh.button(key=state.SETUP_APPLY_FILE).click().run()
     assert any("Loaded roundtrip.spec.json" in s.value for s in fresh.success)
-    assert fresh.selectbox(key=forms.widget_key("MADPOIter", "preference_replay_mode")).value == "nearest_k"
-    assert fresh.number_input(key=forms.widget_key("MADPOIter", "preference_replay_k")).value == 3
-    assert fresh.number_input(key=forms.widget_key("MADPOIter", "dpo_beta")).value == 0.25
-    assert fresh.text_input(key=forms.RUN_NAME_KEY).value == "roundtrip"
+    assert fresh.selectbox(key=state.config_field_key("MADPOIter", "preference_replay_mode")).value == "nearest_k"
+    assert fresh.number_input(key=state.config_field_key("MADPOIter", "preference_replay_k")).value == 3
+    assert fresh.number_input(key=state.config_field_key("MADPOIter", "dpo_beta")).value == 0.25
+    assert fresh.text_input(key=state.SETUP_RUN_NAME).value == "roundtrip"
 
 
 def test_setup_takes_a_user_task_module_and_checks_it(open_app):
     repo = Path(APP).parent
     at = open_app(run_id=None)
-    at.segmented_control(key=forms.TASK_KIND_KEY).set_value("Your own task module").run()
-    assert at.button(key="setup.create").disabled  # no module yet
-    at.text_input(key=forms.USER_MODULE_KEY).input(str(repo / "examples/custom_task/my_task.py")).run()
-    at.button(key="setup.check_task").click().run()
+    at.segmented_control(key=state.SETUP_TASK_KIND).set_value("Your own task module").run()
+    assert at.button(key=state.SETUP_CREATE).disabled  # no module yet
+    at.text_input(key=state.SETUP_USER_MODULE).input(str(repo / "examples/custom_task/my_task.py")).run()
+    at.button(key=state.SETUP_CHECK_TASK).click().run()
     assert any("Topic and praise" in s.value and "12 training items" in s.value for s in at.success)
-    assert not at.button(key="setup.create").disabled
+    assert not at.button(key=state.SETUP_CREATE).disabled
     spec = json.loads(at.get("json")[0].proto.body)
     assert spec["task"] is None and spec["user_task"].endswith("my_task.py")
 
-    at.text_input(key=forms.USER_MODULE_KEY).input(str(repo / "examples/custom_task/missing.py")).run()
-    at.button(key="setup.check_task").click().run()
+    at.text_input(key=state.SETUP_USER_MODULE).input(str(repo / "examples/custom_task/missing.py")).run()
+    at.button(key=state.SETUP_CHECK_TASK).click().run()
     assert any("The task cannot be loaded" in e.value and "missing.py" in e.value for e in at.error)
 
 
@@ -251,7 +251,7 @@ def test_rounds_shows_the_finished_runs_phase_timeline(open_app, seeded):
     for column in ("Collect", "Select replay sample", "Train", "Evaluate"):
         assert all(cell.startswith("✓") for cell in table[column])
     assert list(table["pairs"]) == list(rounds["num_pairs"])
-    assert all(at.button(key=f"phase-{p}").disabled for p in ("collect", "select", "train", "evaluate"))
+    assert all(at.button(key=state.phase_button_key(p)).disabled for p in ("collect", "select", "train", "evaluate"))
     timeline = _plotly(at)[0]
     assert {trace["name"] for trace in timeline["data"]} >= {"collect", "train", "evaluate"}
 
@@ -260,27 +260,27 @@ def test_rounds_creates_a_run_from_setup_then_runs_one_phase(open_app, seeded, t
     at = open_app(root=tmp_path, run_id=None)
     if seeded.model != forms.TINY_MODEL_NAME:
         for i in range(2):
-            at.segmented_control(key=forms.agent_source_key(i)).set_value("Local path").run()
-            at.text_input(key=forms.agent_model_key(i)).input(seeded.model).run()
-    at.number_input(key=forms.MAX_TRAIN_KEY).set_value(2)
+            at.segmented_control(key=state.agent_source_key(i)).set_value("Local path").run()
+            at.text_input(key=state.agent_model_key(i)).input(seeded.model).run()
+    at.number_input(key=state.SETUP_MAX_TRAIN_ITEMS).set_value(2)
     for name, value in {"num_iterations": 1, "preference_num_candidates": 2, "max_new_tokens": 4}.items():
-        at.number_input(key=forms.widget_key("MADPOIter", name)).set_value(value)
+        at.number_input(key=state.config_field_key("MADPOIter", name)).set_value(value)
     at.run()
-    at.button(key="setup.create").click().run()
+    at.button(key=state.SETUP_CREATE).click().run()
     assert not at.exception
     assert at.title[0].value == "Rounds"
-    run_id = at.session_state["run_id"]
-    assert at.button(key="phase-collect").disabled is False
-    assert at.button(key="phase-train").disabled is True
+    run_id = at.session_state[state.RUN_ID]
+    assert at.button(key=state.phase_button_key("collect")).disabled is False
+    assert at.button(key=state.phase_button_key("train")).disabled is True
 
-    at.button(key="phase-collect").click().run()
+    at.button(key=state.phase_button_key("collect")).click().run()
     progress = services.workspace().manager.wait(run_id, timeout=300)
     assert progress.status == "idle" and progress.next_phase == "select", progress.last_error
     at.run()
     table = at.dataframe[0].value
     assert table.loc[0, "Collect"].startswith("✓") and table.loc[0, "Select replay sample"] == "next"
     assert table.loc[0, "pairs"] == services.workspace().view(run_id).store.pairs_count(run_id)
-    assert at.button(key="phase-select").disabled is False
+    assert at.button(key=state.phase_button_key("select")).disabled is False
 
 
 def test_rounds_shows_a_failed_phase_with_its_cause_and_a_retry(open_app, seeded, tmp_path):
@@ -288,14 +288,14 @@ def test_rounds_shows_a_failed_phase_with_its_cause_and_a_retry(open_app, seeded
 
     at = open_app(root=tmp_path, run_id=None)
     run_id = services.workspace().create_run(seed_spec(str(tmp_path / "no-such-model")))
-    at.session_state["run_id"] = run_id
+    at.session_state[state.RUN_ID] = run_id
     at.switch_page("pages/rounds.py").run()
-    at.button(key="phase-collect").click().run()
+    at.button(key=state.phase_button_key("collect")).click().run()
     services.workspace().manager.wait(run_id, timeout=120)
     at.run()
     errors = [e.value for e in at.error]
     assert any("The last phase failed" in e and "no-such-model" in e for e in errors)
-    assert at.button(key="retry").label == "Retry collect"
+    assert at.button(key=state.ROUNDS_RETRY).label == "Retry collect"
     assert any("Nothing committed is lost" in c.value for c in at.caption)
 
 
@@ -304,16 +304,16 @@ def test_rounds_pause_lets_the_phase_finish_and_stops_before_the_next(open_app, 
 
     at = open_app(root=tmp_path, run_id=None)
     run_id = services.workspace().create_run(seed_spec(seeded.model))
-    at.session_state["run_id"] = run_id
+    at.session_state[state.RUN_ID] = run_id
     at.switch_page("pages/rounds.py").run()
-    at.button(key="run-all").click().run()
-    assert at.button(key="pause").disabled is False  # the worker is loading the models or running
-    at.button(key="pause").click().run()
+    at.button(key=state.ROUNDS_RUN_ALL).click().run()
+    assert at.button(key=state.ROUNDS_PAUSE).disabled is False  # the worker is loading the models or running
+    at.button(key=state.ROUNDS_PAUSE).click().run()
     progress = services.workspace().manager.wait(run_id, timeout=300)
     assert progress.status == "idle" and progress.next_phase is not None, progress
     at.run()
-    assert at.button(key="pause").disabled
-    assert at.button(key=f"phase-{progress.next_phase}").disabled is False
+    assert at.button(key=state.ROUNDS_PAUSE).disabled
+    assert at.button(key=state.phase_button_key(progress.next_phase)).disabled is False
     assert {m.label: m.value for m in at.metric}["round"] == "1 / 2"
 
 
@@ -327,13 +327,14 @@ def test_pairs_browses_filters_and_shows_both_sides_per_agent(open_app, seeded):
     assert any(f"**{total:,} pairs** match" in m.value for m in at.markdown)
     assert len(at.dataframe[0].value) == min(25, total)
 
-    first = at.selectbox(key="pairs.open").value
+    first = at.selectbox(key=state.PAIRS_OPEN).value
     detail = store.pair_detail(seeded.run_id, *first)
+    assert at.subheader[0].value == f"Round {first[0]} · pair {first[1]} · item {int(detail['item_index'])}"
     boxes = [_strip(h.value) for h in at.html]
     for i in range(2):
         assert any(detail["prompts"][i] in b for b in boxes)
-        winner_box = _texts(at.get_by_key(f"pair-agent-{i}-winner"), "html")
-        loser_box = _texts(at.get_by_key(f"pair-agent-{i}-loser"), "html")
+        winner_box = _texts(at.get_by_key(state.pair_agent_key(i, "winner")), "html")
+        loser_box = _texts(at.get_by_key(state.pair_agent_key(i, "loser")), "html")
         assert detail["winner_completions"][i] in _strip(winner_box[0])
         assert detail["loser_completions"][i] in _strip(loser_box[0])
     metrics = {m.label: m.value for m in at.metric}
@@ -341,30 +342,30 @@ def test_pairs_browses_filters_and_shows_both_sides_per_agent(open_app, seeded):
     candidates = at.dataframe[1].value
     assert set(candidates["side"]) == {"current", "comparator"} and len(candidates) == 8  # 4 candidates per side
 
-    at.segmented_control(key="pairs.side").set_value("comparator").run()
+    at.segmented_control(key=state.PAIRS_SIDE).set_value("comparator").run()
     expected = store.pairs_count(seeded.run_id, winner_side="comparator")
     assert any(f"**{expected:,} pairs** match" in m.value for m in at.markdown)
     assert set(at.dataframe[0].value["winner side"]) <= {"comparator"}
-    at.selectbox(key="pairs.round").select(2).run()
+    at.selectbox(key=state.PAIRS_ROUND).select(2).run()
     expected = store.pairs_count(seeded.run_id, winner_side="comparator", round=2)
     assert any(f"**{expected:,} pairs** match" in m.value for m in at.markdown)
-    at.number_input(key="pairs.min_gap").set_value(0.99).run()
+    at.number_input(key=state.PAIRS_MIN_GAP).set_value(0.99).run()
     expected = store.pairs_count(seeded.run_id, winner_side="comparator", round=2, min_gap=0.99)
     assert any(f"**{expected:,} pairs** match" in m.value for m in at.markdown)
 
 
 def test_pairs_sql_box_answers_read_only_queries_and_refuses_writes(open_app, seeded, downloads):
     at = open_app("pages/pairs.py")
-    at.text_area(key="sql.query").input("SELECT round, count(*) AS n FROM pairs GROUP BY round ORDER BY round").run()
-    at.button(key="sql.run").click().run()
+    at.text_area(key=state.SQL_QUERY).input("SELECT round, count(*) AS n FROM pairs GROUP BY round ORDER BY round").run()
+    at.button(key=state.SQL_RUN).click().run()
     result = at.dataframe[-1].value
     rounds = _store(seeded).rounds(seeded.run_id)
     assert list(result["n"]) == list(rounds["num_pairs"])
     csv = pd.read_csv(io.BytesIO(downloads[f"{seeded.run_id}-query.csv"]))
     assert list(csv["n"]) == list(rounds["num_pairs"])
 
-    at.text_area(key="sql.query").input("DELETE FROM pairs").run()
-    at.button(key="sql.run").click().run()
+    at.text_area(key=state.SQL_QUERY).input("DELETE FROM pairs").run()
+    at.button(key=state.SQL_RUN).click().run()
     assert any(e.value.startswith("Refused") for e in at.error)
     assert _store(seeded).pairs_count(seeded.run_id) == int(rounds["num_pairs"].sum())
 
@@ -387,15 +388,15 @@ def test_replay_shows_weights_and_draws_and_recomputes_lambda_live(open_app, see
     assert modes.loc["current", "datasets used"] == 1 and modes.loc["lambda_decay  (this run)", "datasets used"] == 2
 
     def weights_text() -> str:
-        return _texts(at.get_by_key("lambda-weights-text"), "markdown")[0]
+        return _texts(at.get_by_key(state.REPLAY_LAMBDA_TEXT), "markdown")[0]
 
     assert weights_text() == "round 1: **0.333** · round 2: **0.667**"
-    at.slider(key="replay.lambda").set_value(0.8).run()
+    at.slider(key=state.REPLAY_LAMBDA).set_value(0.8).run()
     w = lambda_decay_weights(2, 0.8)
     assert weights_text() == f"round 1: **{w[0]:.3f}** · round 2: **{w[1]:.3f}**"
     chart = next(c for c in _plotly(at) if c["data"][0].get("name") == "weight")
     assert [round(y, 6) for y in _array(chart["data"][0]["y"])] == [round(x, 6) for x in w]
-    at.segmented_control(key="replay.round").set_value(1).run()
+    at.segmented_control(key=state.REPLAY_ROUND).set_value(1).run()
     assert at.dataframe[0].value["weight"].tolist() == [1.0]
 
 
@@ -431,23 +432,23 @@ def test_data_exports_parquet_and_round_files_with_filters(open_app, seeded, dow
     at = open_app("pages/data.py")
     store = _store(seeded)
     total = store.pairs_count(seeded.run_id)
-    at.radio(key="export.format").set_value("parquet").run()
+    at.radio(key=state.EXPORT_FORMAT).set_value("parquet").run()
     assert any(f"**{total:,} pairs** will be exported" in m.value for m in at.markdown)
-    at.button(key="export.build").click().run()
-    button = at.download_button(key="export.download")
+    at.button(key=state.EXPORT_BUILD).click().run()
+    button = at.download_button(key=state.EXPORT_DOWNLOAD)
     name = button.label.removeprefix("Download ")
     frame = pd.read_parquet(io.BytesIO(downloads[name]))
     assert len(frame) == total
     assert {"prompts", "winner_completions", "loser_completions", "winner_side", "reward_gap"} <= set(frame.columns)
 
-    at.segmented_control(key="export.side").set_value("current").run()
-    at.button(key="export.build").click().run()
-    name = at.download_button(key="export.download").label.removeprefix("Download ")
+    at.segmented_control(key=state.EXPORT_SIDE).set_value("current").run()
+    at.button(key=state.EXPORT_BUILD).click().run()
+    name = at.download_button(key=state.EXPORT_DOWNLOAD).label.removeprefix("Download ")
     assert len(pd.read_parquet(io.BytesIO(downloads[name]))) == store.pairs_count(seeded.run_id, winner_side="current")
 
-    at.radio(key="export.format").set_value("rounds").run()
-    at.button(key="export.build").click().run()
-    name = at.download_button(key="export.download").label.removeprefix("Download ")
+    at.radio(key=state.EXPORT_FORMAT).set_value("rounds").run()
+    at.button(key=state.EXPORT_BUILD).click().run()
+    name = at.download_button(key=state.EXPORT_DOWNLOAD).label.removeprefix("Download ")
     with zipfile.ZipFile(io.BytesIO(downloads[name])) as zf:
         names = sorted(zf.namelist())
         assert names == ["preference_replay/iteration_0001.json", "preference_replay/iteration_0002.json"]
@@ -458,13 +459,13 @@ def test_data_exports_parquet_and_round_files_with_filters(open_app, seeded, dow
 def test_data_imports_a_comlrl_replay_directory_and_browses_it(open_app, seeded):
     at = open_app("pages/data.py")
     replay_dir = seeded.root / seeded.run_id / "preference_replay"
-    at.text_input(key="import.dir").input(str(replay_dir)).run()
-    at.button(key="import.dir_button").click().run()
+    at.text_input(key=state.IMPORT_DIR).input(str(replay_dir)).run()
+    at.button(key=state.IMPORT_DIR_BUTTON).click().run()
     total = _store(seeded).pairs_count(seeded.run_id)
     assert any(f"Imported {total:,} pairs from 2 files" in s.value for s in at.success)
-    at.button(key="import.open").click().run()
+    at.button(key=state.IMPORT_OPEN).click().run()
     assert at.title[0].value == "Pairs"
-    assert at.session_state["run_id"].startswith("import-")
+    assert at.session_state[state.RUN_ID].startswith("import-")
     assert any(f"**{total:,} pairs** match" in m.value for m in at.markdown)
     # Every page copes with a pair set that has no engine, no candidates and no metrics.
     for page, title in (("pages/rounds.py", "Rounds"), ("pages/replay.py", "Replay buffer"),

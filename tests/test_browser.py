@@ -30,6 +30,7 @@ from workbench_fixtures import agent_model
 
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
 from comlrl_lab.trainers.preference.replay import lambda_decay_weights
+from comlrl_lab.ui import state
 
 pytestmark = pytest.mark.browser
 
@@ -133,7 +134,7 @@ def settle(page, pause_ms: int = 1000) -> None:
 
 
 def key(name: str) -> str:
-    """CSS selector of the container of the widget keyed ``name`` (Streamlit writes dots as hyphens)."""
+    """CSS selector of the container of the element keyed ``name`` (Streamlit writes dots as hyphens)."""
     return ".st-key-" + name.replace(".", "-")
 
 
@@ -232,53 +233,53 @@ def test_setup_page_configures_madpo_iter_and_creates_the_run(server, browser_pa
     model = agent_model(tmp_path)
     if model != TINY_MODEL_NAME:
         for i in range(2):
-            page.locator(f"{key(f'setup.agent.{i}.source')} button").filter(has_text="Local path").click()
+            page.locator(f"{key(state.agent_source_key(i))} button").filter(has_text="Local path").click()
             settle(page)
-            box = page.locator(f"{key(f'setup.agent.{i}.model')} input")
+            box = page.locator(f"{key(state.agent_model_key(i))} input")
             box.fill(model)
             box.press("Enter")
             settle(page)
     else:
         for i in range(2):
-            assert TINY_MODEL_NAME in page.locator(key(f"setup.agent.{i}.tiny")).inner_text()
+            assert TINY_MODEL_NAME in page.locator(key(state.agent_tiny_key(i))).inner_text()
 
     # Task: a built-in one, first 8 training and 4 evaluation items.
-    choose(page, "setup.task", "Length ratio")
-    fill_number(page, "setup.max_train_items", 8)
-    fill_number(page, "setup.max_eval_items", 4)
+    choose(page, state.SETUP_TASK, "Length ratio")
+    fill_number(page, state.SETUP_MAX_TRAIN_ITEMS, 8)
+    fill_number(page, state.SETUP_MAX_EVAL_ITEMS, 4)
 
     # Algorithm: MADPO, iterative (the defaults), small rounds.
-    page.locator(f"{key('setup.family')} button").filter(has_text="MADPO").click()
+    page.locator(f"{key(state.SETUP_FAMILY)} button").filter(has_text="MADPO").click()
     settle(page)
-    assert page.locator(f"{key('setup.iterative')} input").is_checked()
-    fill_number(page, "cfg.MADPOIter.num_iterations", 2)
-    fill_number(page, "cfg.MADPOIter.preference_num_candidates", 4)
-    fill_number(page, "cfg.MADPOIter.max_new_tokens", 12)
-    fill_number(page, "cfg.MADPOIter.num_train_epochs", 4)  # a training phase long enough to switch pages in
+    assert page.locator(f"{key(state.SETUP_ITERATIVE)} input").is_checked()
+    fill_number(page, state.config_field_key("MADPOIter", "num_iterations"), 2)
+    fill_number(page, state.config_field_key("MADPOIter", "preference_num_candidates"), 4)
+    fill_number(page, state.config_field_key("MADPOIter", "max_new_tokens"), 12)
+    fill_number(page, state.config_field_key("MADPOIter", "num_train_epochs"), 4)  # a training phase long enough to switch pages in
 
     # Comparator: history. Replay: lambda_decay, whose missing λ is reported next to the field, then λ = 0.5.
-    choose(page, "cfg.MADPOIter.comparator_policy", "history")
-    choose(page, "cfg.MADPOIter.preference_replay_mode", "lambda_decay")
+    choose(page, state.config_field_key("MADPOIter", "comparator_policy"), "history")
+    choose(page, state.config_field_key("MADPOIter", "preference_replay_mode"), "lambda_decay")
     message = "preference_replay_lambda is required when preference_replay_mode='lambda_decay'."
     assert page.get_by_text(message, exact=True).first.is_visible()
-    assert page.locator(f"{key('setup.create')} button").is_disabled()
-    fill_number(page, "cfg.MADPOIter.preference_replay_lambda", 0.5)
+    assert page.locator(f"{key(state.SETUP_CREATE)} button").is_disabled()
+    fill_number(page, state.config_field_key("MADPOIter", "preference_replay_lambda"), 0.5)
     page.get_by_text("MADPOIterConfig is valid.").wait_for()
     shoot(page, "01-setup")
 
-    page.locator(f"{key('setup.create')} button").click()
+    page.locator(f"{key(state.SETUP_CREATE)} button").click()
     page.locator("h1").filter(has_text="Rounds").wait_for()
     settle(page)
 
 
 def test_pages_switch_while_a_training_phase_runs(server, browser_page, journey):
     page = browser_page
-    fill_number(page, "rounds.count", 2)
+    fill_number(page, state.ROUNDS_COUNT, 2)
     for attempt in range(3):  # a click that lands while the page redraws is lost: click until the run starts
         page.wait_for_selector(IDLE, timeout=120_000)
-        page.locator(f"{key('run-rounds')} button").click()
+        page.locator(f"{key(state.ROUNDS_RUN_ROUNDS)} button").click()
         try:
-            started = page.locator(f"{key('run-rounds')} button[disabled]").or_(page.get_by_text("All rounds finished."))
+            started = page.locator(f"{key(state.ROUNDS_RUN_ROUNDS)} button[disabled]").or_(page.get_by_text("All rounds finished."))
             started.first.wait_for(timeout=15_000)
             break
         except sync_api.TimeoutError:
@@ -289,7 +290,7 @@ def test_pages_switch_while_a_training_phase_runs(server, browser_page, journey)
         ("Pairs", "[data-testid='stDataFrame']"),
         ("Learning", "[data-testid='stPlotlyChart']"),
         ("Replay", "[data-testid='stPlotlyChart']"),
-        ("Rounds", key("progress-panel")),
+        ("Rounds", key(state.ROUNDS_PROGRESS)),
     ]
     latencies: list[dict] = []
     shot = False
@@ -331,11 +332,11 @@ def test_pairs_page_opens_a_pair_with_winner_and_loser_of_both_agents(browser_pa
     nav(page, "Pairs").click()
     page.locator("h1").filter(has_text="Pairs").wait_for()
     settle(page)
-    choose(page, "pairs.open", 1)  # the second pair on the page
+    choose(page, state.PAIRS_OPEN, 1)  # the second pair on the page
     page.locator("h2, h3").filter(has_text="pair 1").first.wait_for()
     for i in range(2):
-        winner = page.locator(f"{key(f'pair-agent-{i}-winner')}")
-        loser = page.locator(f"{key(f'pair-agent-{i}-loser')}")
+        winner = page.locator(key(state.pair_agent_key(i, "winner")))
+        loser = page.locator(key(state.pair_agent_key(i, "loser")))
         assert winner.is_visible() and loser.is_visible()
         assert "Winner" in winner.inner_text() and "Loser" in loser.inner_text()
     shoot(page, "04-pairs")
@@ -346,10 +347,10 @@ def test_replay_page_weights_follow_the_lambda_slider(browser_page):
     nav(page, "Replay").click()
     page.locator("h1").filter(has_text="Replay buffer").wait_for()
     settle(page)
-    weights = page.locator(key("lambda-weights-text"))
+    weights = page.locator(key(state.REPLAY_LAMBDA_TEXT))
     w = lambda_decay_weights(2, 0.5)
     assert weights.inner_text().strip() == f"round 1: {w[0]:.3f} · round 2: {w[1]:.3f}"
-    thumb = page.locator(f"{key('replay.lambda')} input[type='range']")
+    thumb = page.locator(f"{key(state.REPLAY_LAMBDA)} input[type='range']")
     thumb.focus()
     for _ in range(30):
         thumb.press("ArrowRight")
@@ -360,7 +361,7 @@ def test_replay_page_weights_follow_the_lambda_slider(browser_page):
     w = lambda_decay_weights(2, moved)
     page.wait_for_function(
         "([sel, want]) => document.querySelector(sel)?.innerText.trim() === want",
-        arg=[key("lambda-weights-text"), f"round 1: {w[0]:.3f} · round 2: {w[1]:.3f}"],
+        arg=[key(state.REPLAY_LAMBDA_TEXT), f"round 1: {w[0]:.3f} · round 2: {w[1]:.3f}"],
     )
     shoot(page, "05-replay")
 
@@ -380,14 +381,14 @@ def test_data_page_exports_parquet_that_reads_back(browser_page, tmp_path):
     nav(page, "Data").click()
     page.locator("h1").filter(has_text="Data").wait_for()
     settle(page)
-    page.locator(key("export.format")).get_by_text("Parquet").click()
+    page.locator(key(state.EXPORT_FORMAT)).get_by_text("Parquet").click()
     settle(page)
     announced = page.get_by_text("will be exported").first.inner_text()
     count = int(announced.split()[0].replace(",", ""))
-    page.locator(f"{key('export.build')} button").click()
+    page.locator(f"{key(state.EXPORT_BUILD)} button").click()
     settle(page)
     with page.expect_download() as download_info:
-        page.locator(f"{key('export.download')} button").click()
+        page.locator(f"{key(state.EXPORT_DOWNLOAD)} button").click()
     saved = tmp_path / download_info.value.suggested_filename
     download_info.value.save_as(saved)
     frame = pd.read_parquet(saved)

@@ -13,7 +13,9 @@ import duckdb
 import pytest
 
 from comlrl_lab.engine import ExperimentSpec, InvalidTransition, RunManager
+from comlrl_lab.engine.manager import EngineControl
 from comlrl_lab.store import RunStore
+from comlrl_lab.trainers.preference.sink import PhaseCancelled
 
 ROOT = Path(__file__).resolve().parents[1]
 USER_TASK = str(ROOT / "examples" / "custom_task" / "my_task.py")
@@ -37,6 +39,18 @@ def small_spec(model_dir, **config) -> ExperimentSpec:
     values.update(config)
     return ExperimentSpec(algorithm="MADPOIter", agent_models=[model_dir, model_dir], task=None, user_task=USER_TASK,
                           user_train_data=USER_DATA, user_eval_data=USER_DATA, config=values)
+
+
+def test_engine_control_publishes_counts_through_the_function_it_is_given():
+    published: list[dict] = []
+    control = EngineControl(lambda **changes: published.append(changes))
+    control.begin(2, "collect", total=4)
+    control.advance(1, tokens=10)
+    assert published[0] == {**published[0], "round_index": 2, "phase": "collect", "done": 0, "total": 4, "tokens": 0}
+    assert published[-1]["done"] == 1 and published[-1]["tokens"] == 10
+    control.cancel_event.set()
+    with pytest.raises(PhaseCancelled):
+        control.advance(1)
 
 
 def test_manager_runs_a_round_in_the_background_and_commits_each_phase(model_dir, tmp_path):

@@ -227,9 +227,10 @@ def test_from_record_is_the_validator():
 
 def test_parquet_snapshot_per_phase_and_incremental(tmp_path):
     snap = tmp_path / "snap"
-    with RunStore(tmp_path / "run.duckdb", snapshot_dir=snap) as s:
+    with RunStore(tmp_path / "run.duckdb") as s:
         for phase in PHASES:
             s.commit_phase("r", 1, phase, **phase_payload(1, phase, pairs_per_round=5))
+            snapshot_parquet(s, "r", snap, round=1, phase=phase)
         assert len(pd.read_parquet(snap / "pairs")) == 5
         assert len(pd.read_parquet(snap / "metrics")) == 3 + 1 + 25 + 1
         assert pd.read_parquet(snap / "rounds.parquet")["status"].tolist() == ["evaluate"]
@@ -254,14 +255,14 @@ def test_exports_stay_in_round_order_whatever_the_commit_order(tmp_path):
         assert s.run("r")["pairs_in_order"]
         s.commit_phase("r", 1, "collect", pairs=make_pairs(1, 3))  # an older round after a newer one
         assert not s.run("r")["pairs_in_order"]
-        s.export_pairs("r", "jsonl", tmp_path / "a.jsonl")
+        export_pairs(s, "r", "jsonl", tmp_path / "a.jsonl")
         lines = [json.loads(line) for line in (tmp_path / "a.jsonl").read_text(encoding="utf-8").splitlines()]
         assert lines == [p.to_record() for p in make_pairs(1, 3) + make_pairs(2, 4)]
         shuffled = pd.DataFrame([{**p.to_record(), "pair_index": i} for i, p in enumerate(make_pairs(3, 5))]).iloc[
             [3, 0, 4, 2, 1]
         ]
         s.commit_phase("r", 3, "collect", pairs=shuffled)
-        s.export_pairs("r", "json", tmp_path / "b.json", round=3)
+        export_pairs(s, "r", "json", tmp_path / "b.json", round=3)
         assert json.loads((tmp_path / "b.json").read_text(encoding="utf-8")) == [
             p.to_record() for p in make_pairs(3, 5)
         ]

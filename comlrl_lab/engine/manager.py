@@ -8,9 +8,11 @@ finished phase, so nothing committed is lost). Errors stop the queue with the tr
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -49,12 +51,15 @@ class Progress:
 
 
 class EngineControl(PhaseControl):
-    """PhaseControl that publishes progress to the manager and honours stop requests."""
+    """PhaseControl that publishes progress through ``publish`` and honours stop requests.
 
-    def __init__(self, manager: RunManager, run_id: str):
+    ``publish(**changes)`` receives the Progress fields that changed; the manager hands in a function bound to
+    the run, so the control never reaches into the manager.
+    """
+
+    def __init__(self, publish: Callable[..., None]):
         super().__init__()
-        self._manager = manager
-        self._run_id = run_id
+        self._publish_changes = publish
         self.cancel_event = threading.Event()
 
     def begin(self, round_index: int, phase: str, total: int) -> None:
@@ -74,8 +79,7 @@ class EngineControl(PhaseControl):
         elapsed = max(1e-9, time.monotonic() - self.started_at)
         rate = self.done / elapsed if self.done else 0.0
         eta = (self.total - self.done) / rate if rate > 0 and self.total >= self.done else None
-        self._manager._update(
-            self._run_id,
+        self._publish_changes(
             round_index=self.round_index,
             phase=self.phase,
             done=self.done,
@@ -115,7 +119,7 @@ class RunManager:
         return run.run_id
 
     def _register(self, run: Run) -> None:
-        control = EngineControl(self, run.run_id)
+        control = EngineControl(functools.partial(self._update, run.run_id))
         run.attach_control(control)
         round_index, next_phase = run.cursor()
         with self._lock:

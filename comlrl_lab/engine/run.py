@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from comlrl_lab.engine.spec import ExperimentSpec, build_trainer
-from comlrl_lab.store import RunStore
+from comlrl_lab.store import RunStore, snapshot_parquet
 from comlrl_lab.trainers.preference import checkpoint as ckpt
 from comlrl_lab.trainers.preference.sink import PHASES, PhaseControl, PhaseRecords
 
@@ -79,7 +79,7 @@ class StoreSink:
             events=records.events,
         )
         if self.snapshot_dir is not None:
-            self.store.snapshot_parquet(self.run_id, self.snapshot_dir)
+            snapshot_parquet(self.store, self.run_id, self.snapshot_dir)
 
 
 def new_run_id(name: str | None = None) -> str:

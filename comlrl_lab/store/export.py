@@ -4,7 +4,9 @@ JSON and JSONL hold the seed's records exactly as ``PreferencePair.to_record()``
 seed page's order, ``raw_rewards`` [] when absent, null targets); Parquet and CSV add the provenance columns (round,
 pair_index, item_index, candidate indices, winner_side, reward_gap). Bulk formats are written by DuckDB's ``COPY``
 straight from the file; round files by Python's ``json`` so they match CoMLRL's bytes. Every file is written under a
-temporary name and renamed, so a reader never sees half a file. This module does not import (``importer``).
+temporary name and renamed, so a reader never sees half a file. These are functions over a ``RunStore`` (or the
+path of a store file, opened read-only for the call); the store does not call back into them. This module does not
+import (``importer``).
 """
 
 from __future__ import annotations
@@ -14,14 +16,12 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from comlrl_lab.data.records import SEED_RECORD_FIELDS, round_file_payload
 from comlrl_lab.store import queries
+from comlrl_lab.store.runstore import RunStore
 from comlrl_lab.store.schema import PHASE_TABLES
-
-if TYPE_CHECKING:
-    from comlrl_lab.store.runstore import RunStore
 
 PAIR_FORMATS = ("json", "jsonl", "parquet", "csv")
 _LIST_COLUMNS = ("prompts", "winner_completions", "loser_completions", "raw_rewards")
@@ -29,8 +29,6 @@ _LIST_COLUMNS = ("prompts", "winner_completions", "loser_completions", "raw_rewa
 
 @contextmanager
 def _open_store(store_or_path: RunStore | str | os.PathLike[str]) -> Iterator[RunStore]:
-    from comlrl_lab.store.runstore import RunStore
-
     if isinstance(store_or_path, RunStore):
         yield store_or_path
         return

@@ -3,7 +3,8 @@
 Every file is read and validated in full before anything is written; a malformed file is reported by name with the
 reason and skipped, and all good files are then written in ONE transaction, so nothing is ever half-imported.
 Accepted shapes: CoMLRL's round object ``{"iteration", "num_pairs", "pairs"}``, a bare JSON list of records (which
-CoMLRL's loader also reads), and JSONL with one record per line. This module does not export (``export``).
+CoMLRL's loader also reads), and JSONL with one record per line. These are functions over a ``RunStore``; the store
+does not call back into them. This module does not export (``export``).
 """
 
 from __future__ import annotations
@@ -14,14 +15,12 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from comlrl_lab.data.records import PreferencePair
+from comlrl_lab.store.runstore import RunStore
 from comlrl_lab.store.schema import utcnow
 from comlrl_lab.store.writer import build_batch
-
-if TYPE_CHECKING:
-    from comlrl_lab.store.runstore import RunStore
 
 _ITERATION_NAME = re.compile(r"iteration_(\d+)", re.IGNORECASE)
 

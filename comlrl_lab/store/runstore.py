@@ -2,8 +2,9 @@
 
 The store holds one read-write connection. Writes (one transaction per phase, ``writer``) go through it under a
 lock; reads go through a per-thread ``cursor()`` (DuckDB's recipe for threads), so the UI reads committed data
-while the engine thread writes. Methods are thin: the SQL lives in ``schema``, ``writer``, ``queries``,
-``sql_guard``, ``export`` and ``importer``. This class does not train, checkpoint or know Streamlit.
+while the engine thread writes. Methods are thin: the SQL lives in ``schema``, ``writer``, ``queries`` and
+``sql_guard``. Exports, Parquet snapshots and imports are functions over a store (``export``, ``importer``), so
+this class does not know them. It does not train, checkpoint or know Streamlit.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import duckdb
 import pandas as pd
 
 from comlrl_lab.data.records import PreferencePair
-from comlrl_lab.store import export, importer, queries, schema, sql_guard, writer
+from comlrl_lab.store import queries, schema, sql_guard, writer
 
 
 class RunStore:
@@ -28,19 +29,12 @@ class RunStore:
 
     ``RunStore(path)`` creates or migrates the file; ``RunStore(path, read_only=True)`` opens an existing one for
     reading only. While one process holds the file read-write, no other process can open it at all: hand data to
-    other processes through ``snapshot_parquet`` or the exports.
+    other processes through ``export.snapshot_parquet`` or the exports.
     """
 
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        read_only: bool = False,
-        *,
-        snapshot_dir: str | os.PathLike[str] | None = None,
-    ) -> None:
+    def __init__(self, path: str | os.PathLike[str], read_only: bool = False) -> None:
         self.path = Path(path)
         self.read_only = bool(read_only)
-        self.snapshot_dir = Path(snapshot_dir) if snapshot_dir is not None else None
         if read_only and not self.path.exists():
             raise FileNotFoundError(f"no store at {str(self.path)!r}")
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -148,8 +142,6 @@ class RunStore:
             round, phase, candidates=candidates, pairs=pairs, replay_rows=replay_rows, metrics=metrics, events=events
         )
         self.commit_batches(run_id, [batch])
-        if self.snapshot_dir is not None:
-            self.snapshot_parquet(run_id, self.snapshot_dir, round=round, phase=phase)
 
     def commit_batches(self, run_id: str, batches: Sequence[writer.PhaseBatch], **run_fields: Any) -> None:
         """Commit several prepared phases in one transaction (used by imports)."""
@@ -228,22 +220,3 @@ class RunStore:
     def readonly_sql(self, query: str, limit: int = 1000, *, timeout_s: float | None = 30.0) -> pd.DataFrame:
         """Run one read-only query (``ReadOnlyQueryError`` if it could write); at most ``limit`` rows."""
         return sql_guard.run_readonly(self.cursor(), query, limit=limit, timeout_s=timeout_s)
-
-    # -- export / import ------------------------------------------------------------------------------------------
-
-    def export_pairs(self, run_id: str, fmt: str, dest: str | os.PathLike[str], **filters: Any) -> int:
-        return export.export_pairs(self, run_id, fmt, dest, **filters)
-
-    def export_round_files(self, run_id: str, dest_dir: str | os.PathLike[str]) -> list[Path]:
-        return export.export_round_files(self, run_id, dest_dir)
-
-    def snapshot_parquet(
-        self, run_id: str, dest_dir: str | os.PathLike[str], *, round: int | None = None, phase: str | None = None
-    ) -> list[Path]:
-        return export.snapshot_parquet(self, run_id, dest_dir, round=round, phase=phase)
-
-    def import_replay_dir(self, path: str | os.PathLike[str], run_id: str | None = None) -> importer.ImportReport:
-        return importer.import_replay_dir(self, path, run_id=run_id)
-
-    def import_pair_files(self, files: Sequence[Any], run_id: str | None = None) -> importer.ImportReport:
-        return importer.import_pair_files(self, files, run_id=run_id)

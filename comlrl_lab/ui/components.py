@@ -1,4 +1,4 @@
-"""Pieces several pages share: the open-run guard, the sidebar run card, the live progress panel, a pair view.
+"""Pieces several pages share: the open-run guard, the sidebar run card, the live progress panel, pair filters, a pair view.
 
 The progress panel is an ``st.fragment`` that polls ``RunManager.progress`` once a second while the run is busy
 (and not at all when idle), and asks for a full rerun when a phase finishes so the rest of the page catches up.
@@ -83,11 +83,8 @@ def progress_text(progress: Progress) -> str:
 
 # -- sidebar ------------------------------------------------------------------------------------------------
 
-SIDEBAR_RUN_KEY = "sidebar.run"
-
-
 def _choose_run() -> None:
-    state.set_current_run(st.session_state.get(SIDEBAR_RUN_KEY))
+    state.set_current_run(st.session_state.get(state.SIDEBAR_RUN))
 
 
 def sidebar_run_card() -> None:
@@ -100,9 +97,9 @@ def sidebar_run_card() -> None:
     if not options:
         st.caption("No runs yet: set one up on the Setup page.")
         return
-    st.session_state[SIDEBAR_RUN_KEY] = current if current in options else None
+    st.session_state[state.SIDEBAR_RUN] = current if current in options else None
     st.selectbox(
-        "Run", options, key=SIDEBAR_RUN_KEY, on_change=_choose_run, placeholder="Open a run…",
+        "Run", options, key=state.SIDEBAR_RUN, on_change=_choose_run, placeholder="Open a run…",
         help="Every page shows this run. Runs live in the runs folder; a run keeps everything it committed.",
     )  # fmt: skip
     if current:
@@ -147,11 +144,11 @@ def progress_panel(view: services.RunView, started: Progress) -> None:
 
     @st.fragment(run_every=1.0 if started.busy else None)
     def panel() -> None:
-        now = ws.manager.progress(run_id)
+        now = ws.progress(run_id) or started
         moved = (now.round_index, now.next_phase, now.busy) != (started.round_index, started.next_phase, started.busy)
         if started.busy and moved:
             st.rerun()  # a phase finished (or the work ended): redraw the timeline, controls and counts
-        with st.container(border=True, key="progress-panel"):
+        with st.container(border=True, key=state.ROUNDS_PROGRESS):
             top = st.columns([3, 1, 1, 1], vertical_alignment="center")
             with top[0]:
                 status_badge(now)
@@ -176,7 +173,7 @@ def error_panel(view: services.RunView, progress: Progress) -> None:
     if progress.status != "error" or not progress.last_error:
         return
     ws = services.workspace()
-    with st.container(border=True, key="error-panel"):
+    with st.container(border=True, key=state.ROUNDS_ERROR):
         st.error(f"**The last phase failed.** {progress.last_error}", icon=":material/error:")
         where = _failure_site(progress.last_traceback)
         if where:
@@ -187,7 +184,7 @@ def error_panel(view: services.RunView, progress: Progress) -> None:
             " Fix the cause (a model path, a task file, a device) and retry, or set up a corrected run."
         )
         left, right = st.columns([1, 3])
-        if left.button(f"Retry {progress.next_phase}", key="retry", type="primary", icon=":material/replay:"):
+        if left.button(f"Retry {progress.next_phase}", key=state.ROUNDS_RETRY, type="primary", icon=":material/replay:"):
             try:
                 ws.start(view.run_id, phase=progress.next_phase)
             except Exception as error:
@@ -210,12 +207,46 @@ def _failure_site(traceback_text: str | None) -> str | None:
 # -- pairs --------------------------------------------------------------------------------------------------
 
 
+def pair_filters(rounds: pd.DataFrame, keys: state.PairFilterKeys, *, heading: str | None = None) -> dict[str, Any]:
+    """One bordered row of the six pair filters; returns the store's filter keywords, None where a filter is empty.
+
+    ``rounds`` is the store's rounds frame (its ``round`` column gives the choices). The result goes straight to
+    ``RunStore.pairs_count`` / ``pairs_page`` and, without the None entries, to an export.
+    """
+    round_options = [None, *[int(r) for r in rounds["round"]]]
+    with st.container(border=True, key=keys.box):
+        if heading:
+            st.markdown(heading)
+        f1, f2, f3, f4, f5, f6 = st.columns([1, 1.6, 0.8, 0.8, 0.8, 1.8])
+        chosen_round = f1.selectbox(
+            "Round", round_options, key=keys.round, format_func=lambda r: "all" if r is None else f"round {r}",
+        )  # fmt: skip
+        side = f2.segmented_control(
+            "Winner side", ["current", "comparator"], key=keys.side,
+            help="Which side's joint response won: the current agents or the comparator. None selected = both.",
+        )  # fmt: skip
+        item = f3.number_input("Task item", min_value=0, step=1, value=None, key=keys.item, placeholder="any")
+        min_gap = f4.number_input("Min gap", value=None, step=0.05, format="%g", key=keys.min_gap, placeholder="any",
+                                  help="reward_gap = winner_reward - loser_reward")  # fmt: skip
+        max_gap = f5.number_input("Max gap", value=None, step=0.05, format="%g", key=keys.max_gap, placeholder="any")
+        text = f6.text_input("Text search", key=keys.text, placeholder="words in a prompt or either response").strip()
+    return {
+        "round": chosen_round, "winner_side": side or None, "item": item, "min_gap": min_gap, "max_gap": max_gap,
+        "text": text or None,
+    }  # fmt: skip
+
+
 def pair_label(row: Any) -> str:
     side = row.winner_side or "?"
     return (
         f"round {int(row.round)} · pair {int(row.pair_index)} · item {_int_or_dash(row.item_index)} · "
         f"{side} won · gap {float(row.reward_gap):.3f}"
     )
+
+
+def pair_title(detail: dict[str, Any]) -> str:
+    """The heading of one opened pair: its round, index and task item."""
+    return f"Round {int(detail['round'])} · pair {int(detail['pair_index'])} · item {_int_or_dash(detail.get('item_index'))}"
 
 
 def _int_or_dash(value: Any) -> str:
@@ -247,14 +278,14 @@ def pair_view(view: services.RunView, detail: dict[str, Any]) -> None:
     w_tag = f"Winner · {winner_side or '?'} side · candidate {_int_or_dash(detail.get('winner_candidate_index'))}"
     l_tag = f"Loser · {loser_side or '?'} side · candidate {_int_or_dash(detail.get('loser_candidate_index'))}"
     for i, (prompt, win, lose) in enumerate(zip(prompts, winners, losers)):
-        with st.container(border=True, key=f"pair-agent-{i}"):
+        with st.container(border=True, key=state.pair_agent_key(i)):
             st.markdown(f"**Agent {i + 1}** · words in common: {diff.similarity(win, lose):.0%}")
             st.html(diff.text_box(diff.plain_html(prompt), label="Prompt"))
             left_html, right_html = diff.diff_html(win, lose)
             left, right = st.columns(2)
-            with left, st.container(key=f"pair-agent-{i}-winner"):
+            with left, st.container(key=state.pair_agent_key(i, "winner")):
                 st.html(diff.text_box(left_html, label=w_tag))
-            with right, st.container(key=f"pair-agent-{i}-loser"):
+            with right, st.container(key=state.pair_agent_key(i, "loser")):
                 st.html(diff.text_box(right_html, label=l_tag))
     st.caption("Green: words only in the winner. Red, struck through: words only in the loser.")
 
@@ -280,7 +311,7 @@ def candidates_view(view: services.RunView, detail: dict[str, Any], version: str
     winner = (winner_side, int(detail["winner_candidate_index"])) if winner_side and _known(detail.get("winner_candidate_index")) else None
     loser = (loser_side, int(detail["loser_candidate_index"])) if loser_side and _known(detail.get("loser_candidate_index")) else None
     fig = figures.candidates_figure(view.run_id, version, int(detail["round"]), int(item), winner, loser)
-    st.plotly_chart(fig, key="candidates-chart")
+    st.plotly_chart(fig, key=state.PAIRS_CANDIDATES_CHART)
     table = pd.DataFrame(
         {
             "side": frame["side"],

@@ -26,6 +26,7 @@ from comlrl_lab.engine import ALGORITHMS, ExperimentSpec
 from comlrl_lab.engine.spec import resolve_task
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME, is_tiny_model_name
 from comlrl_lab.trainers.preference import config as config_module
+from comlrl_lab.ui import state
 
 PERSIST = "session"
 
@@ -174,10 +175,6 @@ def config_class(algorithm: str) -> type:
     return ALGORITHMS[algorithm][0]
 
 
-def widget_key(algorithm: str, name: str) -> str:
-    return f"cfg.{algorithm}.{name}"
-
-
 # ------------------------------------------------------------------------------------------------------------
 # Raw widget values <-> config values
 
@@ -250,7 +247,7 @@ def current_values(algorithm: str) -> tuple[dict[str, Any], FieldError | None]:
     for name, spec in field_specs(config_class(algorithm)).items():
         if name in HIDDEN_FIELDS:
             continue
-        raw = st.session_state.get(widget_key(algorithm, name), _raw_default(spec))
+        raw = st.session_state.get(state.config_field_key(algorithm, name), _raw_default(spec))
         try:
             values[name] = from_raw(spec, raw)
         except ValueError as exc:
@@ -294,7 +291,7 @@ def load_config_into_state(algorithm: str, config: dict[str, Any]) -> list[str]:
     for name, spec in specs.items():
         if name in HIDDEN_FIELDS:
             continue
-        key = widget_key(algorithm, name)
+        key = state.config_field_key(algorithm, name)
         value = config.get(name, spec.default)
         raw = to_raw(spec, value)
         if spec.kind == "choice" and raw not in spec.choices:
@@ -333,7 +330,7 @@ def _tooltip(spec: FieldSpec) -> str:
 
 def render_field(algorithm: str, spec: FieldSpec, error: FieldError | None = None) -> None:
     """One config field's widget, with CoMLRL's validation message under it when it is the offending field."""
-    key = widget_key(algorithm, spec.name)
+    key = state.config_field_key(algorithm, spec.name)
     label = spec.name
     help_text = _tooltip(spec)
     fresh = key not in st.session_state
@@ -403,27 +400,8 @@ def grouped_fields(algorithm: str) -> list[tuple[str, str, list[str]]]:
 # Agents and task: the parts of the spec that are not config fields
 
 AGENT_SOURCES = ("Embedded tiny model", "Local path", "Hub id")
-AGENT_COUNT_KEY = "setup.num_agents"
-TASK_KIND_KEY = "setup.task_kind"
-TASK_KEY = "setup.task"
-USER_MODULE_KEY = "setup.user_module"
-USER_TRAIN_KEY = "setup.user_train"
-USER_EVAL_KEY = "setup.user_eval"
-MAX_TRAIN_KEY = "setup.max_train_items"
-MAX_EVAL_KEY = "setup.max_eval_items"
-FAMILY_KEY = "setup.family"
-ITERATIVE_KEY = "setup.iterative"
-RUN_NAME_KEY = "setup.run_name"
 TASK_KINDS = ("Built-in task", "Your own task module")
 FAMILIES = ("MADPO", "MARLHF")
-
-
-def agent_source_key(i: int) -> str:
-    return f"setup.agent.{i}.source"
-
-
-def agent_model_key(i: int) -> str:
-    return f"setup.agent.{i}.model"
 
 
 def _fresh(key: str, **value: Any) -> dict[str, Any]:
@@ -433,9 +411,9 @@ def _fresh(key: str, **value: Any) -> dict[str, Any]:
 def agents_section(max_agents: int = 8) -> tuple[list[str], list[str]]:
     """Agent count and one model per agent. Returns (model ids/paths, problems)."""
     n = st.number_input(
-        "Number of agents", min_value=1, max_value=max_agents, step=1, key=AGENT_COUNT_KEY, persist_state=PERSIST,
+        "Number of agents", min_value=1, max_value=max_agents, step=1, key=state.SETUP_NUM_AGENTS, persist_state=PERSIST,
         help="One policy per agent role; the task's formatters give each agent its own prompt.",
-        **_fresh(AGENT_COUNT_KEY, value=2),
+        **_fresh(state.SETUP_NUM_AGENTS, value=2),
     )  # fmt: skip
     models: list[str] = []
     problems: list[str] = []
@@ -443,20 +421,20 @@ def agents_section(max_agents: int = 8) -> tuple[list[str], list[str]]:
         left, right = st.columns([2, 3], vertical_alignment="bottom")
         with left:
             source = st.segmented_control(
-                f"Agent {i + 1} model", AGENT_SOURCES, key=agent_source_key(i), persist_state=PERSIST, required=True,
+                f"Agent {i + 1} model", AGENT_SOURCES, key=state.agent_source_key(i), persist_state=PERSIST, required=True,
                 help="The embedded tiny model needs no network; a local path is a save_pretrained folder; a hub id "
                 "loads from the Hugging Face cache or the hub.",
-                **_fresh(agent_source_key(i), default=AGENT_SOURCES[0]),
+                **_fresh(state.agent_source_key(i), default=AGENT_SOURCES[0]),
             )  # fmt: skip
         with right:
             if source == AGENT_SOURCES[0]:
-                with st.container(key=f"setup.agent.{i}.tiny"):
+                with st.container(key=state.agent_tiny_key(i)):
                     st.markdown(f"`{TINY_MODEL_NAME}` · embedded 1M-parameter Llama, loads offline")
                 models.append(TINY_MODEL_NAME)
             else:
                 placeholder = "/path/to/model (save_pretrained folder)" if source == AGENT_SOURCES[1] else "org/model-name"
                 value = st.text_input(
-                    f"Agent {i + 1} model", key=agent_model_key(i), persist_state=PERSIST, placeholder=placeholder,
+                    f"Agent {i + 1} model", key=state.agent_model_key(i), persist_state=PERSIST, placeholder=placeholder,
                     label_visibility="collapsed",
                 ).strip()  # fmt: skip
                 if not value:
@@ -470,15 +448,15 @@ def agents_section(max_agents: int = 8) -> tuple[list[str], list[str]]:
 def task_section(save_upload) -> tuple[dict[str, Any], list[str]]:
     """Built-in task or a user module with data files; returns (spec fields, problems)."""
     kind = st.segmented_control(
-        "Task source", TASK_KINDS, key=TASK_KIND_KEY, persist_state=PERSIST, required=True,
-        **_fresh(TASK_KIND_KEY, default=TASK_KINDS[0]),
+        "Task source", TASK_KINDS, key=state.SETUP_TASK_KIND, persist_state=PERSIST, required=True,
+        **_fresh(state.SETUP_TASK_KIND, default=TASK_KINDS[0]),
     )  # fmt: skip
     problems: list[str] = []
     fields_: dict[str, Any] = {"task": None, "user_task": None, "user_train_data": None, "user_eval_data": None}
     if kind == TASK_KINDS[0]:
         names = list_tasks()
         name = st.selectbox(
-            "Built-in task", names, key=TASK_KEY, persist_state=PERSIST,
+            "Built-in task", names, key=state.SETUP_TASK, persist_state=PERSIST,
             format_func=lambda n: f"{get_task(n).title} ({n})",
             help="Small cooperative tasks shipped with comlrl-lab; they run with the embedded tiny model and no network.",
         )  # fmt: skip
@@ -490,22 +468,22 @@ def task_section(save_upload) -> tuple[dict[str, Any], list[str]]:
         left, right = st.columns(2)
         with left:
             module = st.text_input(
-                "Task module", key=USER_MODULE_KEY, persist_state=PERSIST,
+                "Task module", key=state.SETUP_USER_MODULE, persist_state=PERSIST,
                 placeholder="my_package.my_task  or  /path/to/my_task.py",
                 help="A module defining reward_func (CoMLRL's convention), optionally formatters, reward_processor, "
                 "NUM_AGENTS, DATA_PATH and EVAL_DATA_PATH.",
             ).strip()  # fmt: skip
-            uploaded = st.file_uploader("…or upload the module (.py)", type=["py"], key="setup.user_module_upload")
+            uploaded = st.file_uploader("…or upload the module (.py)", type=["py"], key=state.SETUP_USER_MODULE_UPLOAD)
             if uploaded is not None:
                 module = str(save_upload(uploaded.name, uploaded.getvalue()))
                 st.caption(f"Saved as `{module}`")
         with right:
-            train = _data_input("Training data", USER_TRAIN_KEY, save_upload)
-            evald = _data_input("Evaluation data (optional)", USER_EVAL_KEY, save_upload)
+            train = _data_input("Training data", state.SETUP_USER_TRAIN, save_upload)
+            evald = _data_input("Evaluation data (optional)", state.SETUP_USER_EVAL, save_upload)
         if not module:
             problems.append("Task: name a task module or upload one.")
         fields_.update(user_task=module or None, user_train_data=train, user_eval_data=evald)
-        if module and st.button("Check the task", key="setup.check_task", icon=":material/fact_check:",
+        if module and st.button("Check the task", key=state.SETUP_CHECK_TASK, icon=":material/fact_check:",
                                 help="Import the module and read the data now, as the first phase will."):  # fmt: skip
             try:
                 task = resolve_task(ExperimentSpec(task=None, user_task=module, user_train_data=train, user_eval_data=evald))
@@ -520,22 +498,22 @@ def task_section(save_upload) -> tuple[dict[str, Any], list[str]]:
     left, right = st.columns(2)
     with left:
         fields_["max_train_items"] = st.number_input(
-            "Use the first N training items", min_value=1, step=1, key=MAX_TRAIN_KEY, persist_state=PERSIST,
+            "Use the first N training items", min_value=1, step=1, key=state.SETUP_MAX_TRAIN_ITEMS, persist_state=PERSIST,
             placeholder="all", help="Empty = every item. A small N makes a quick first look (a round takes seconds).",
-            **_fresh(MAX_TRAIN_KEY, value=None),
+            **_fresh(state.SETUP_MAX_TRAIN_ITEMS, value=None),
         )  # fmt: skip
     with right:
         fields_["max_eval_items"] = st.number_input(
-            "Use the first N evaluation items", min_value=1, step=1, key=MAX_EVAL_KEY, persist_state=PERSIST,
+            "Use the first N evaluation items", min_value=1, step=1, key=state.SETUP_MAX_EVAL_ITEMS, persist_state=PERSIST,
             placeholder="all", help="Empty = every item (eval_num_samples still caps each evaluation).",
-            **_fresh(MAX_EVAL_KEY, value=None),
+            **_fresh(state.SETUP_MAX_EVAL_ITEMS, value=None),
         )  # fmt: skip
     return fields_, problems
 
 
 def _data_input(label: str, key: str, save_upload) -> str | None:
     path = st.text_input(label, key=key, persist_state=PERSIST, placeholder="/path/to/items.jsonl (or .csv / .json)").strip()
-    uploaded = st.file_uploader(f"…or upload {label.lower()}", type=["jsonl", "json", "csv"], key=f"{key}.upload")
+    uploaded = st.file_uploader(f"…or upload {label.lower()}", type=["jsonl", "json", "csv"], key=state.upload_key(key))
     if uploaded is not None:
         path = str(save_upload(uploaded.name, uploaded.getvalue()))
         st.caption(f"Saved as `{path}`")
@@ -547,15 +525,15 @@ def algorithm_section() -> str:
     left, right = st.columns([1, 2], vertical_alignment="bottom")
     with left:
         family = st.segmented_control(
-            "Algorithm", FAMILIES, key=FAMILY_KEY, persist_state=PERSIST, required=True,
+            "Algorithm", FAMILIES, key=state.SETUP_FAMILY, persist_state=PERSIST, required=True,
             help="MADPO: joint-margin DPO on the pairs. MARLHF: a Bradley-Terry reward model, then online multi-agent RL.",
-            **_fresh(FAMILY_KEY, default=FAMILIES[0]),
+            **_fresh(state.SETUP_FAMILY, default=FAMILIES[0]),
         )  # fmt: skip
     with right:
         iterative = st.toggle(
-            "Iterative (rounds against a comparator, with a replay buffer)", key=ITERATIVE_KEY, persist_state=PERSIST,
+            "Iterative (rounds against a comparator, with a replay buffer)", key=state.SETUP_ITERATIVE, persist_state=PERSIST,
             help="MADPOIter / MARLHFIter repeat collect -> select -> train -> evaluate for num_iterations rounds.",
-            **_fresh(ITERATIVE_KEY, value=True),
+            **_fresh(state.SETUP_ITERATIVE, value=True),
         )  # fmt: skip
     return f"{family}{'Iter' if iterative else ''}"
 
@@ -563,28 +541,28 @@ def algorithm_section() -> str:
 def load_spec_into_state(spec: ExperimentSpec) -> list[str]:
     """Fill every Setup widget from a spec (a loaded file or a past run); returns notes about skipped values."""
     family = "MARLHF" if spec.algorithm.startswith("MARLHF") else "MADPO"
-    st.session_state[FAMILY_KEY] = family
-    st.session_state[ITERATIVE_KEY] = spec.algorithm.endswith("Iter")
-    st.session_state[AGENT_COUNT_KEY] = len(spec.agent_models)
+    st.session_state[state.SETUP_FAMILY] = family
+    st.session_state[state.SETUP_ITERATIVE] = spec.algorithm.endswith("Iter")
+    st.session_state[state.SETUP_NUM_AGENTS] = len(spec.agent_models)
     for i, model in enumerate(spec.agent_models):
         if is_tiny_model_name(model):
-            st.session_state[agent_source_key(i)] = AGENT_SOURCES[0]
+            st.session_state[state.agent_source_key(i)] = AGENT_SOURCES[0]
         else:
             local = Path(model).expanduser().exists() or model.startswith((".", "/", "~"))
-            st.session_state[agent_source_key(i)] = AGENT_SOURCES[1] if local else AGENT_SOURCES[2]
-            st.session_state[agent_model_key(i)] = model
+            st.session_state[state.agent_source_key(i)] = AGENT_SOURCES[1] if local else AGENT_SOURCES[2]
+            st.session_state[state.agent_model_key(i)] = model
     if spec.user_task:
-        st.session_state[TASK_KIND_KEY] = TASK_KINDS[1]
-        st.session_state[USER_MODULE_KEY] = spec.user_task
-        st.session_state[USER_TRAIN_KEY] = spec.user_train_data or ""
-        st.session_state[USER_EVAL_KEY] = spec.user_eval_data or ""
+        st.session_state[state.SETUP_TASK_KIND] = TASK_KINDS[1]
+        st.session_state[state.SETUP_USER_MODULE] = spec.user_task
+        st.session_state[state.SETUP_USER_TRAIN] = spec.user_train_data or ""
+        st.session_state[state.SETUP_USER_EVAL] = spec.user_eval_data or ""
     else:
-        st.session_state[TASK_KIND_KEY] = TASK_KINDS[0]
+        st.session_state[state.SETUP_TASK_KIND] = TASK_KINDS[0]
         if spec.task:
-            st.session_state[TASK_KEY] = spec.task
-    st.session_state[MAX_TRAIN_KEY] = spec.max_train_items
-    st.session_state[MAX_EVAL_KEY] = spec.max_eval_items
-    st.session_state[RUN_NAME_KEY] = spec.name or ""
+            st.session_state[state.SETUP_TASK] = spec.task
+    st.session_state[state.SETUP_MAX_TRAIN_ITEMS] = spec.max_train_items
+    st.session_state[state.SETUP_MAX_EVAL_ITEMS] = spec.max_eval_items
+    st.session_state[state.SETUP_RUN_NAME] = spec.name or ""
     return load_config_into_state(spec.algorithm, spec.config)
 
 

@@ -28,8 +28,16 @@ import streamlit as st
 from comlrl_lab.engine import ExperimentSpec, RunManager
 from comlrl_lab.engine.manager import Progress
 from comlrl_lab.engine.run import SPEC_FILE, STORE_FILE
-from comlrl_lab.store import QueryExecutionError, ReadOnlyQueryError, RunStore
-from comlrl_lab.store.importer import ImportReport
+from comlrl_lab.store import (
+    ImportReport,
+    QueryExecutionError,
+    ReadOnlyQueryError,
+    RunStore,
+    export_pairs,
+    export_round_files,
+    import_pair_files,
+    import_replay_dir,
+)
 
 # Pages import only ``comlrl_lab.ui``; these are the engine and store names they need.
 __all__ = [
@@ -211,13 +219,13 @@ class Workspace:
         if not directory.is_dir():
             raise ValueError(f"{str(directory)!r} is not a directory")
         run_id, run_dir, store = self._new_import_store(directory.resolve().name)
-        return self._register_import(run_id, run_dir, store, store.import_replay_dir(directory, run_id=run_id))
+        return self._register_import(run_id, run_dir, store, import_replay_dir(store, directory, run_id=run_id))
 
     def import_files(self, files: list[Any]) -> ImportReport:
         """Import uploaded JSON / JSONL pair files (one round per file) as a new pair set."""
         stem = Path(str(getattr(files[0], "name", "pairs"))).stem if files else "pairs"
         run_id, run_dir, store = self._new_import_store(stem)
-        return self._register_import(run_id, run_dir, store, store.import_pair_files(files, run_id=run_id))
+        return self._register_import(run_id, run_dir, store, import_pair_files(store, files, run_id=run_id))
 
     def export(self, run_id: str, fmt: str, filters: dict[str, Any]) -> tuple[Path, int]:
         """Write an export into ``<run dir>/exports/`` and return (path, number of pairs or round files)."""
@@ -230,14 +238,14 @@ class Workspace:
         suffix = _filter_suffix(filters)
         if fmt == "rounds":
             folder = target / f"rounds-{stamp}-{uuid.uuid4().hex[:4]}"
-            files = view.store.export_round_files(run_id, folder)
+            files = export_round_files(view.store, run_id, folder)
             archive = folder.with_suffix(".zip")
             with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zf:
                 for file in files:
                     zf.write(file, arcname=f"preference_replay/{file.name}")
             return archive, len(files)
         dest = target / f"pairs{suffix}-{stamp}-{uuid.uuid4().hex[:4]}{EXPORT_FORMATS[fmt][1]}"
-        count = view.store.export_pairs(run_id, fmt, dest, **filters)
+        count = export_pairs(view.store, run_id, fmt, dest, **filters)
         return dest, count
 
     def close(self) -> None:

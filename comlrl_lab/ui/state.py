@@ -1,21 +1,66 @@
-"""Session-state keys of the workbench: the open run id and view choices, nothing else.
+"""Session-state and widget keys of the workbench: every key a page or ``comlrl_lab.ui`` module uses is named here.
 
-Everything durable (runs, pairs, metrics, progress) lives in the engine and the store, so a closed tab loses
-nothing; a new tab only has to pick the run again. Widget keys of view choices are named here so pages and tests
-agree on them. This module does not read the store or start work.
+The session holds the open run id and view choices, nothing else. Everything durable (runs, pairs, metrics,
+progress) lives in the engine and the store, so a closed tab loses nothing; a new tab only has to pick the run
+again. Every key is ``<area>.<name>``: the page or panel it belongs to, a dot, then a lower-case name (a part that
+varies, such as an algorithm or an agent index, is another dotted part). A keyed element's container carries the
+CSS class ``st-key-<key>`` with dots written as hyphens, which the browser tests select on. ``tests/test_ui.py``
+fails when a page or ui module spells a key in place instead of taking it from here. This module does not read
+the store or start work.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import streamlit as st
 
 #: The run every page shows (engine runs and imported pair sets alike).
-RUN_ID = "run_id"
+RUN_ID = "run.id"
 
-# Rounds page
+# Sidebar
+SIDEBAR_RUN = "sidebar.run"
+
+# Setup page. Config fields are keyed by ``config_field_key``; agents by ``agent_*_key``.
+SETUP_NOTICE = "setup.notice"  # a notice carried over one rerun (e.g. "config loaded")
+SETUP_GO_ROUNDS = "setup.go_rounds"  # set by a callback: switch to Rounds on the next rerun
+SETUP_PAST = "setup.past"
+SETUP_OPEN_PAST = "setup.open_past"
+SETUP_COPY_PAST = "setup.copy_past"
+SETUP_LOAD_FILE = "setup.load_file"
+SETUP_APPLY_FILE = "setup.apply_file"
+SETUP_NUM_AGENTS = "setup.num_agents"
+SETUP_TASK_KIND = "setup.task_kind"
+SETUP_TASK = "setup.task"
+SETUP_USER_MODULE = "setup.user_module"
+SETUP_USER_MODULE_UPLOAD = "setup.user_module_upload"
+SETUP_USER_TRAIN = "setup.user_train"
+SETUP_USER_EVAL = "setup.user_eval"
+SETUP_CHECK_TASK = "setup.check_task"
+SETUP_MAX_TRAIN_ITEMS = "setup.max_train_items"
+SETUP_MAX_EVAL_ITEMS = "setup.max_eval_items"
+SETUP_FAMILY = "setup.family"
+SETUP_ITERATIVE = "setup.iterative"
+SETUP_LAMBDA_PREVIEW = "setup.lambda_preview"
+SETUP_RUN_NAME = "setup.run_name"
+SETUP_CREATE = "setup.create"
+SETUP_SAVE = "setup.save"
+
+# Rounds page (the progress and error panels are drawn by ``components``)
 ROUNDS_COUNT = "rounds.count"
+ROUNDS_CONTROLS = "rounds.controls"
+ROUNDS_RUN_ROUNDS = "rounds.run_rounds"
+ROUNDS_RUN_ALL = "rounds.run_all"
+ROUNDS_PAUSE = "rounds.pause"
+ROUNDS_STOP = "rounds.stop"
+ROUNDS_PROGRESS = "rounds.progress"
+ROUNDS_ERROR = "rounds.error"
+ROUNDS_RETRY = "rounds.retry"
+ROUNDS_TIMELINE_TABLE = "rounds.timeline_table"
+ROUNDS_TIMELINE_CHART = "rounds.timeline_chart"
 
-# Pairs page
+# Pairs page (the pair view is drawn by ``components``)
+PAIRS_TAB = "pairs.tab"
 PAIRS_ROUND = "pairs.round"
 PAIRS_SIDE = "pairs.side"
 PAIRS_ITEM = "pairs.item"
@@ -25,25 +70,115 @@ PAIRS_TEXT = "pairs.text"
 PAIRS_PAGE = "pairs.page"
 PAIRS_TABLE = "pairs.table"
 PAIRS_OPEN = "pairs.open"
+PAIRS_CANDIDATES_CHART = "pairs.candidates_chart"
 SQL_QUERY = "sql.query"
 SQL_SUBMITTED = "sql.submitted"
+SQL_LIMIT = "sql.limit"
+SQL_RUN = "sql.run"
+SQL_RESULT = "sql.result"
+SQL_DOWNLOAD = "sql.download"
 
 # Replay page
 REPLAY_ROUND = "replay.round"
 REPLAY_LAMBDA = "replay.lambda"
 REPLAY_K = "replay.k"
+REPLAY_DRAWS_CHART = "replay.draws_chart"
+REPLAY_DRAWS_TABLE = "replay.draws_table"
+REPLAY_MODE_WEIGHTS = "replay.mode_weights"
+REPLAY_LAMBDA_CHART = "replay.lambda_chart"
+REPLAY_LAMBDA_TEXT = "replay.lambda_text"
 
 # Learning page
 LEARNING_ROUND = "learning.round"
 LEARNING_PER_STEP = "learning.per_step"
+LEARNING_STEP_CHART = "learning.step_chart"
+LEARNING_REWARD_HIST = "learning.reward_hist"
+LEARNING_REWARD_BOXES = "learning.reward_boxes"
 
 # Data page
+DATA_TAB = "data.tab"
 EXPORT_FORMAT = "export.format"
-EXPORT_RESULT = "export.result"
-IMPORT_RESULT = "import.result"
+EXPORT_ROUND = "export.round"
+EXPORT_SIDE = "export.side"
+EXPORT_ITEM = "export.item"
+EXPORT_MIN_GAP = "export.min_gap"
+EXPORT_MAX_GAP = "export.max_gap"
+EXPORT_TEXT = "export.text"
+EXPORT_BUILD = "export.build"
+EXPORT_RESULT = "export.result"  # the last export built: path, count, format, run id
+EXPORT_RESULT_BOX = "export.result_box"
+EXPORT_DOWNLOAD = "export.download"
+IMPORT_DIR_BOX = "import.dir_box"
+IMPORT_DIR = "import.dir"
+IMPORT_DIR_BUTTON = "import.dir_button"
+IMPORT_FILES_BOX = "import.files_box"
+IMPORT_FILES = "import.files"
+IMPORT_FILES_BUTTON = "import.files_button"
+IMPORT_RESULT = "import.result"  # the last import: run id, files, skipped files, pairs, rounds
+IMPORT_RESULT_BOX = "import.result_box"
+IMPORT_OPEN = "import.open"
 
-# Setup page: notices carried over one rerun (e.g. "config loaded").
-SETUP_NOTICE = "setup.notice"
+
+@dataclass(frozen=True)
+class PairFilterKeys:
+    """The keys of one row of pair filters (``components.pair_filters``): its container and its six widgets."""
+
+    box: str
+    round: str
+    side: str
+    item: str
+    min_gap: str
+    max_gap: str
+    text: str
+
+
+PAIRS_FILTERS = PairFilterKeys(
+    "pairs.filters", PAIRS_ROUND, PAIRS_SIDE, PAIRS_ITEM, PAIRS_MIN_GAP, PAIRS_MAX_GAP, PAIRS_TEXT
+)
+EXPORT_FILTERS = PairFilterKeys(
+    "export.filters", EXPORT_ROUND, EXPORT_SIDE, EXPORT_ITEM, EXPORT_MIN_GAP, EXPORT_MAX_GAP, EXPORT_TEXT
+)
+
+
+# -- keys with a part that varies ---------------------------------------------------------------------------
+
+
+def config_field_key(algorithm: str, name: str) -> str:
+    """The Setup widget of config field ``name`` of ``algorithm`` (each algorithm keeps its own values)."""
+    return f"cfg.{algorithm}.{name}"
+
+
+def agent_source_key(i: int) -> str:
+    return f"setup.agent.{i}.source"
+
+
+def agent_model_key(i: int) -> str:
+    return f"setup.agent.{i}.model"
+
+
+def agent_tiny_key(i: int) -> str:
+    return f"setup.agent.{i}.tiny"
+
+
+def upload_key(key: str) -> str:
+    """The file uploader that sits beside the text input keyed ``key``."""
+    return f"{key}.upload"
+
+
+def phase_button_key(phase: str) -> str:
+    return f"rounds.phase.{phase}"
+
+
+def learning_chart_key(name: str) -> str:
+    return f"learning.{name}_chart"
+
+
+def pair_agent_key(i: int, part: str | None = None) -> str:
+    """Agent ``i``'s box in the pair view, or its ``part`` ("winner" or "loser")."""
+    return f"pairs.agent.{i}" if part is None else f"pairs.agent.{i}.{part}"
+
+
+# -- the open run ---------------------------------------------------------------------------------------------
 
 
 def current_run_id() -> str | None:
