@@ -233,3 +233,29 @@ def test_the_scan_finds_a_list_of_its_own(tmp_path):
         'UNRELATED = ("chat", "completions")\n'
     )
     assert [line.split(":")[1] for line in _own_lists(sneaky)] == ["1", "2"]
+
+
+# -- algorithm names: one table ------------------------------------------------------------------------------
+
+
+def test_algorithm_table_agrees_with_configs_and_trainers():
+    from comlrl_lab.engine import ALGORITHMS
+    from comlrl_lab.trainers import preference
+    from comlrl_lab.trainers.preference.algorithms import ALGORITHM_TABLE, algorithm_name
+
+    assert {name: row.config_class for name, row in ALGORITHM_TABLE.items()} == CONFIG_CLASSES
+    for name, row in ALGORITHM_TABLE.items():
+        trainer = getattr(preference, row.trainer_class_name)
+        assert trainer.algorithm_name == name and ALGORITHMS[name] == (row.config_class, trainer)
+        assert algorithm_name(row.family, row.iterative) == name
+        assert row.iterative == hasattr(row.config_class(), "num_iterations")
+
+
+def test_no_module_parses_algorithm_names():
+    offenders = []
+    for path in [*(ROOT / "comlrl_lab").rglob("*.py"), *(ROOT / "pages").rglob("*.py"), ROOT / "app.py"]:
+        text = path.read_text(encoding="utf-8")
+        for needle in ('endswith("Iter")', "'Iter' if", '"Iter" if', 'startswith("MARLHF")', 'startswith("MADPO")'):
+            if needle in text:
+                offenders.append(f"{path.relative_to(ROOT)}: {needle}")
+    assert offenders == []

@@ -27,6 +27,8 @@ from comlrl_lab.engine import ALGORITHMS, ExperimentSpec
 from comlrl_lab.engine.spec import resolve_task
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME, is_tiny_model_name
 from comlrl_lab.trainers.preference import config as config_module
+from comlrl_lab.trainers.preference.algorithms import FAMILIES, algorithm_name
+from comlrl_lab.trainers.preference.algorithms import algorithm as algorithm_row
 
 PERSIST = "session"
 
@@ -362,7 +364,6 @@ FAMILY_KEY = "setup.family"
 ITERATIVE_KEY = "setup.iterative"
 RUN_NAME_KEY = "setup.run_name"
 TASK_KINDS = ("Built-in task", "Your own task module")
-FAMILIES = ("MADPO", "MARLHF")
 
 
 def agent_source_key(i: int) -> str:
@@ -504,14 +505,14 @@ def algorithm_section() -> str:
             help="MADPOIter / MARLHFIter repeat collect -> select -> train -> evaluate for num_iterations rounds.",
             **_fresh(ITERATIVE_KEY, value=True),
         )  # fmt: skip
-    return f"{family}{'Iter' if iterative else ''}"
+    return algorithm_name(family, iterative)
 
 
 def load_spec_into_state(spec: ExperimentSpec) -> list[str]:
     """Fill every Setup widget from a spec (a loaded file or a past run); returns notes about skipped values."""
-    family = "MARLHF" if spec.algorithm.startswith("MARLHF") else "MADPO"
-    st.session_state[FAMILY_KEY] = family
-    st.session_state[ITERATIVE_KEY] = spec.algorithm.endswith("Iter")
+    row = algorithm_row(spec.algorithm)
+    st.session_state[FAMILY_KEY] = row.family
+    st.session_state[ITERATIVE_KEY] = row.iterative
     st.session_state[AGENT_COUNT_KEY] = len(spec.agent_models)
     for i, model in enumerate(spec.agent_models):
         if is_tiny_model_name(model):

@@ -30,6 +30,7 @@ from comlrl_lab.engine.manager import Progress
 from comlrl_lab.engine.run import SPEC_FILE, STORE_FILE
 from comlrl_lab.store import QueryExecutionError, ReadOnlyQueryError, RunStore
 from comlrl_lab.store.importer import ImportReport
+from comlrl_lab.trainers.preference.algorithms import algorithm
 
 # Pages import only ``comlrl_lab.ui``; these are the engine and store names they need.
 __all__ = [
@@ -71,7 +72,7 @@ class RunView:
 
     @property
     def iterative(self) -> bool:
-        return self.spec is not None and self.spec.algorithm.endswith("Iter")
+        return self.spec is not None and algorithm(self.spec.algorithm).iterative
 
     def config(self) -> Any | None:
         """The validated config object of an engine run (CoMLRL's defaults filled in)."""
