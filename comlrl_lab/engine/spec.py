@@ -17,13 +17,12 @@ from comlrl_lab.data.user_tasks import load_user_task
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
 from comlrl_lab.trainers import preference
 from comlrl_lab.trainers.preference.algorithms import ALGORITHM_TABLE, algorithm
+from comlrl_lab.trainers.preference.config import SECRET_FIELDS
 
 #: algorithm name -> (config class, trainer class), resolved from the algorithm table.
 ALGORITHMS: dict[str, tuple[type, type | None]] = {
     name: (row.config_class, getattr(preference, row.trainer_class_name, None)) for name, row in ALGORITHM_TABLE.items()
 }
-
-SECRET_FIELDS = ("comparator_api_key",)
 
 
 @dataclass
