@@ -169,6 +169,7 @@ SCANNED = [
     "comlrl_lab/trainers/preference/config.py",
     "comlrl_lab/trainers/preference/comparators/api.py",
     "comlrl_lab/ui/forms.py",
+    "comlrl_lab/trainers/preference/replay.py",
     "scripts/gen_config_reference.py",
 ]
 
