@@ -65,7 +65,9 @@ def _load_file() -> None:
             spec = services.ExperimentSpec.from_dict(data)
             notes = forms.load_spec_into_state(spec)
         else:  # a bare config (CoMLRL field names) for the algorithm chosen now
-            algorithm = f"{st.session_state.get(state.SETUP_FAMILY, 'MADPO')}{'Iter' if st.session_state.get(state.SETUP_ITERATIVE, True) else ''}"
+            algorithm = forms.algorithm_name(
+                st.session_state.get(state.SETUP_FAMILY, forms.FAMILIES[0]), st.session_state.get(state.SETUP_ITERATIVE, True)
+            )
             notes = forms.load_config_into_state(algorithm, data)
     except Exception as error:
         st.session_state[state.SETUP_NOTICE] = ("error", f"Could not load {uploaded.name}: {components.format_exception(error)}")
@@ -113,7 +115,7 @@ config_class = forms.config_class(algorithm)
 values, parse_error = forms.current_values(algorithm)
 config, error = forms.validate(algorithm, forms.overrides(algorithm, values), len(models))
 error = parse_error or error
-iterative = algorithm.endswith("Iter")
+iterative = forms.algorithm_row(algorithm).iterative
 st.caption(config_class.__doc__.strip().splitlines()[0] if config_class.__doc__ else "")
 forms.render_fields(algorithm, forms.ESSENTIALS, error, columns=5)
 

@@ -1,7 +1,8 @@
 """Write docs/config_reference.md: every field of the four preference configs, from the dataclasses themselves.
 
 Name, type and default come from ``dataclasses.fields``; the text is ``field_help()``, the same string the
-workbench shows as a tooltip and the CLI as help. Fields are grouped by the class that declares them, so a field
+workbench shows as a tooltip and the CLI as help, followed by the allowed values and aliases of the field's
+``metadata["choices"]`` and ``["aliases"]``. Fields are grouped by the class that declares them, so a field
 shared by all four configs is described once. The Origin column tells CoMLRL's fields from our own keyword-only
 ones, and flags CoMLRL fields whose behaviour differs (those named in docs/differences_from_comlrl.md).
 
@@ -31,6 +32,8 @@ from comlrl_lab.trainers.preference.config import (  # noqa: E402
     MARLHFConfig,
     MARLHFIterConfig,
     _IterativePreferenceConfig,
+    field_aliases,
+    field_choices,
 )
 
 # Sections in reading order: the declaring class, its heading, and one sentence on where its fields apply.
@@ -57,6 +60,7 @@ SECTIONS: list[tuple[type, str, str]] = [
 ORIGIN_COMLRL = "CoMLRL"
 ORIGIN_DIFFERS = "CoMLRL, [differs](differences_from_comlrl.md)"
 ORIGIN_OURS = "comlrl-lab"
+EMPTY = "''"
 
 
 def escape(text: str) -> str:
@@ -99,6 +103,24 @@ def fields_named_in_differences(names: set[str]) -> set[str]:
     return names & quoted
 
 
+def choices_text(owner: type, name: str) -> str:
+    """The allowed values and aliases from the field's metadata, or "" for a free field."""
+    choices = field_choices(owner, name)
+    if not choices:
+        return ""
+    text = "<br>Choices: " + ", ".join(f"`{c}`" for c in choices) + "."
+    aliases = field_aliases(owner, name)
+    if aliases:
+        # The empty spelling (parallel_training's None) would vanish between backticks.
+        text += " Aliases: " + ", ".join(f"`{alias or EMPTY}` -> `{c}`" for alias, c in aliases.items()) + "."
+    metadata = owner.__dataclass_fields__[name].metadata
+    if metadata.get("fallback") is not None:
+        text += f" Any other name means `{metadata['fallback']}`."
+    elif metadata.get("checked") is False:
+        text += " Other names are kept as given (not checked)."
+    return text
+
+
 def origin(f: Field, differing: set[str]) -> str:
     if f.kw_only:
         return ORIGIN_OURS
@@ -120,7 +142,8 @@ def section_rows(declarer: type, differing: set[str]) -> list[str]:
             inherited = next(g for g in _fields_of(parent) if g.name == f.name)
             default += f" (`{parent.__name__}`: {default_text(inherited)})"
         rows.append(
-            f"| `{f.name}` | `{escape(str(f.type))}` | {default} | {origin(f, differing)} | {escape(helps[f.name])} |"
+            f"| `{f.name}` | `{escape(str(f.type))}` | {default} | {origin(f, differing)} | "
+            f"{escape(helps[f.name])}{choices_text(owner, f.name)} |"
         )
     return rows
 

@@ -15,26 +15,14 @@ from typing import Any
 from comlrl_lab.data.tasks import get_task
 from comlrl_lab.data.user_tasks import load_user_task
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
-from comlrl_lab.trainers.preference import (
-    MADPOConfig,
-    MADPOIterConfig,
-    MADPOIterTrainer,
-    MADPOTrainer,
-    MARLHFConfig,
-    MARLHFIterConfig,
-    MARLHFIterTrainer,
-    MARLHFTrainer,
-)
+from comlrl_lab.trainers import preference
+from comlrl_lab.trainers.preference.algorithms import ALGORITHM_TABLE, algorithm
+from comlrl_lab.trainers.preference.config import SECRET_FIELDS
 
-#: algorithm name -> (config class, trainer class). The one table that resolves an algorithm choice.
+#: algorithm name -> (config class, trainer class), resolved from the algorithm table.
 ALGORITHMS: dict[str, tuple[type, type]] = {
-    "MADPO": (MADPOConfig, MADPOTrainer),
-    "MADPOIter": (MADPOIterConfig, MADPOIterTrainer),
-    "MARLHF": (MARLHFConfig, MARLHFTrainer),
-    "MARLHFIter": (MARLHFIterConfig, MARLHFIterTrainer),
+    name: (row.config_class, getattr(preference, row.trainer_class_name)) for name, row in ALGORITHM_TABLE.items()
 }
-
-SECRET_FIELDS = ("comparator_api_key",)
 
 
 @dataclass
@@ -55,8 +43,7 @@ class ExperimentSpec:
     max_eval_items: int | None = None
 
     def __post_init__(self) -> None:
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm must be one of: {', '.join(ALGORITHMS)}; got {self.algorithm!r}")
+        algorithm(self.algorithm)
         if not self.agent_models:
             raise ValueError("agent_models must name at least one model.")
         for name in ("max_train_items", "max_eval_items"):

@@ -12,11 +12,11 @@ from datetime import datetime, timezone
 
 import duckdb
 
+from comlrl_lab.data.phases import PHASES as PHASES  # re-exported: the store names phases too
+
 #: Bump when the DDL changes, and add a step to ``MIGRATIONS`` that brings version - 1 up to it.
 SCHEMA_VERSION = 1
 
-#: The phases of one round, in order (``comlrl_lab.trainers.preference.sink.PHASES`` uses the same names).
-PHASES: tuple[str, ...] = ("collect", "select", "train", "evaluate")
 
 #: Tables whose rows belong to one committed (run, round, phase) and are replaced when it is committed again.
 PHASE_TABLES: tuple[str, ...] = ("candidates", "pairs", "replay", "metrics", "events")

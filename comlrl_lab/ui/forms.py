@@ -1,8 +1,9 @@
 """The Setup form: widgets generated from the config dataclasses, and validation by building the config.
 
 Every config field becomes a widget chosen from its type (toggle, number, choice, text, device list, JSON), with
-the field name as label and its ``metadata["help"]`` plus the default as tooltip, so the form follows the
-configs without a list of its own to keep in step. A config is checked the one way the Python API checks it:
+the field name as label and its ``metadata["help"]`` plus the default as tooltip; the options of a choice
+field and the section a field sits in are its ``metadata["choices"]``, ``["aliases"]`` and ``["group"]``. So the
+form follows the configs without a list of its own to keep in step. A config is checked the one way the Python API checks it:
 by constructing it. The ``ValueError`` is shown next to the field its message names (CoMLRL's messages start
 with the field). Widget values persist for the session (``persist_state="session"``), so leaving the page
 loses nothing. This module draws widgets and builds specs; it never starts a run or loads a model.
@@ -15,7 +16,7 @@ import math
 import re
 import typing
 from collections.abc import Iterable, Sequence
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,8 @@ from comlrl_lab.engine import ALGORITHMS, ExperimentSpec
 from comlrl_lab.engine.spec import resolve_task
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME, is_tiny_model_name
 from comlrl_lab.trainers.preference import config as config_module
+from comlrl_lab.trainers.preference.algorithms import FAMILIES, algorithm_name
+from comlrl_lab.trainers.preference.algorithms import algorithm as algorithm_row
 from comlrl_lab.ui import state
 
 PERSIST = "session"
@@ -33,87 +36,40 @@ PERSIST = "session"
 # ------------------------------------------------------------------------------------------------------------
 # Fields: kinds, choices, groups
 
-#: Canonical choices of the string fields that take one of a few names (the config also accepts aliases).
-CHOICES: dict[str, tuple[str, ...]] = {
-    "comparator_policy": tuple(config_module.COMPARATOR_POLICY_ALIASES),
-    "comparator_generation_mode": tuple(config_module.COMPARATOR_GENERATION_MODE_ALIASES),
-    "preference_replay_mode": tuple(config_module.PREFERENCE_REPLAY_MODE_ALIASES),
-    "preference_scoring_reward": tuple(config_module.PREFERENCE_SCORING_REWARD_ALIASES),
-    "comparator_api_format": tuple(config_module.COMPARATOR_API_FORMAT_ALIASES),
-    "rl_algorithm": tuple(config_module.RL_ALGORITHM_ALIASES),
-    "collaboration_mode": ("decentralized", "centralized"),
-    "parallel_training": ("none", "mp"),
-    "critic_type": ("v", "q"),
-    "advantage_mode": ("mean", "raw", "max", "rloo"),
-}
-ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
-    "comparator_policy": config_module.COMPARATOR_POLICY_ALIASES,
-    "comparator_generation_mode": config_module.COMPARATOR_GENERATION_MODE_ALIASES,
-    "preference_replay_mode": config_module.PREFERENCE_REPLAY_MODE_ALIASES,
-    "preference_scoring_reward": config_module.PREFERENCE_SCORING_REWARD_ALIASES,
-    "comparator_api_format": config_module.COMPARATOR_API_FORMAT_ALIASES,
-    "rl_algorithm": config_module.RL_ALGORITHM_ALIASES,
-}
-
 #: Fields the form does not draw: the literal API key (never typed into a browser, never saved: name its
 #: environment variable in comparator_api_key_env), the run folder (the engine sets it) and the agent count
 #: (the Agents section sets it).
-HIDDEN_FIELDS = frozenset({"comparator_api_key", "output_dir", "num_agents"})
+HIDDEN_FIELDS = frozenset(config_module.SECRET_FIELDS | {"output_dir", "num_agents"})
 
-ESSENTIALS = ("num_iterations", "num_train_epochs", "preference_num_candidates", "max_new_tokens", "seed")
-COMPARATOR_FIELDS = (
-    "comparator_policy", "comparator_generation_mode", "comparator_num_candidates", "comparator_centralized_agent_index",
-    "comparator_model_name", "comparator_agents", "comparator_devices", "comparator_history_k", "policy_checkpoint_dir",
-)  # fmt: skip
-API_FIELDS = (
-    "comparator_api_format", "comparator_api_url", "comparator_api_model", "comparator_api_key_env",
-    "comparator_api_key_header", "comparator_api_key_prefix", "comparator_api_response_field",
-    "comparator_api_max_n_per_request", "comparator_api_timeout", "comparator_api_headers", "comparator_api_extra_body",
-    "comparator_api_max_concurrency", "comparator_api_max_retries", "comparator_api_backoff_base",
-)  # fmt: skip
-REPLAY_FIELDS = (
-    "preference_replay_mode", "preference_replay_k", "preference_replay_lambda", "preference_replay_sample_size",
-    "preference_replay_dir",
-)  # fmt: skip
 
-#: The remaining fields, in the expanders of "Algorithm settings". Fields no group names land in "Other".
-GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("Training", "Optimiser, DPO loss and seeding.", (
-        "agent_learning_rate", "train_batch_size", "dpo_beta", "max_grad_norm", "logging_steps",
-        "use_environment_step", "environment_steps_per_pair", "disable_dropout", "score_final_token",
-        "scoring_batch_size",
-    )),
-    ("Generation", "How every agent samples its candidates.", (
-        "temperature", "top_p", "top_k", "generation_batch_size", "batch_invariant_sampling",
-    )),
-    ("Preference pairs", "Which joint responses become pairs, and the oracle that scores them.", (
-        "preference_pairs_per_sample", "pair_selection", "preference_scoring_reward", "log_reward_distribution",
-    )),
-    ("Evaluation", "Fresh samples from the current policy, scored by the task reward.", (
-        "eval_interval", "eval_num_samples", "eval_batch_size",
-    )),
-    ("Reward model (MARLHF)", "The Bradley-Terry reward model fitted on the pairs.", (
-        "reward_model_name", "reward_model_device", "reward_learning_rate", "reward_num_train_epochs",
-        "reward_train_batch_size", "reward_max_length", "reward_freeze_backbone", "bt_validation_fraction",
-    )),
-    ("Policy learning (MARLHF)", "Online multi-agent RL against the frozen reward model.", (
-        "rl_algorithm", "num_generations", "rollout_buffer_size", "advantage_normalization", "advantage_mode",
-        "critic_model_name", "critic_learning_rate", "critic_devices", "use_separate_critic", "critic_type",
-        "value_loss_coef", "value_clip_range", "critic_value_head_hidden_dim", "value_head_hidden_dim", "discount",
-    )),
-    ("Reference KL", "A fixed-reference KL penalty in MARLHF policy learning (no effect on the MADPO loss).", (
-        "reference_kl_enabled", "reference_kl_coef", "reference_devices",
-    )),
-    ("Devices and collaboration", "Where the agents live and how they work together.", (
-        "collaboration_mode", "parallel_training", "agent_devices",
-    )),
-    ("Large models", "LoRA adapters (peft) and gradient checkpointing.", (
-        "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "gradient_checkpointing",
-    )),
-    ("Multi-turn (fixed for preference training)", "Preference training supports one turn with aligned joint responses.", (
-        "num_turns", "joint_mode", "early_termination_threshold", "external_prompt_passthrough",
-    )),
-)  # fmt: skip
+def _fields_in_group(group: str) -> tuple[str, ...]:
+    """Every config field whose ``metadata["group"]`` is ``group``, in declaration order across the configs."""
+    names: dict[str, None] = {}
+    for cls in config_module.CONFIG_CLASSES.values():
+        names.update((f.name, None) for f in fields(cls) if f.metadata["group"] == group)
+    return tuple(names)
+
+
+# Groups the Setup page lays out by hand; every other group is an expander of "Algorithm settings".
+ESSENTIALS = _fields_in_group("Essentials")
+COMPARATOR_FIELDS = _fields_in_group("Comparator")
+API_FIELDS = _fields_in_group("API comparator")
+REPLAY_FIELDS = _fields_in_group("Replay buffer")
+
+#: The expanders of "Algorithm settings", in page order: a field's group (its metadata) -> the expander caption.
+#: A group without a caption here lands after these, under its own name.
+GROUP_CAPTIONS: dict[str, str] = {
+    "Training": "Optimiser, DPO loss and seeding.",
+    "Generation": "How every agent samples its candidates.",
+    "Preference pairs": "Which joint responses become pairs, and the oracle that scores them.",
+    "Evaluation": "Fresh samples from the current policy, scored by the task reward.",
+    "Reward model (MARLHF)": "The Bradley-Terry reward model fitted on the pairs.",
+    "Policy learning (MARLHF)": "Online multi-agent RL against the frozen reward model.",
+    "Reference KL": "A fixed-reference KL penalty in MARLHF policy learning (no effect on the MADPO loss).",
+    "Devices and collaboration": "Where the agents live and how they work together.",
+    "Large models": "LoRA adapters (peft) and gradient checkpointing.",
+    "Multi-turn (fixed for preference training)": "Preference training supports one turn with aligned joint responses.",
+}
 
 
 @dataclass(frozen=True)
@@ -126,6 +82,8 @@ class FieldSpec:
     default: Any
     help: str
     choices: tuple[str, ...] = ()
+    aliases: dict[str, str] = field(default_factory=dict, hash=False)
+    group: str = ""
 
 
 @dataclass(frozen=True)
@@ -139,7 +97,7 @@ class FieldError:
 def _kind(hint: Any, name: str, config_class: type) -> tuple[str, bool]:
     args = typing.get_args(hint)
     optional = type(None) in args
-    if name in CHOICES or name == "pair_selection":
+    if config_module.field_choices(config_class, name):
         return "choice", optional
     if hint is bool:
         return "bool", False
@@ -163,11 +121,11 @@ def field_specs(config_class: type) -> dict[str, FieldSpec]:
     for f in fields(config_class):
         kind, optional = _kind(hints[f.name], f.name, config_class)
         default = f.default if f.default is not MISSING else (f.default_factory() if f.default_factory is not MISSING else None)  # type: ignore[misc]
-        if f.name == "pair_selection":
-            choices = tuple(config_class._pair_selection_modes)
-        else:
-            choices = CHOICES.get(f.name, ())
-        specs[f.name] = FieldSpec(f.name, kind, optional, default, f.metadata.get("help", ""), choices)
+        specs[f.name] = FieldSpec(
+            f.name, kind, optional, default, f.metadata.get("help", ""),
+            config_module.field_choices(config_class, f.name), config_module.field_aliases(config_class, f.name),
+            f.metadata["group"],
+        )  # fmt: skip
     return specs
 
 
@@ -179,15 +137,12 @@ def config_class(algorithm: str) -> type:
 # Raw widget values <-> config values
 
 
-def canonical_choice(name: str, value: Any) -> Any:
-    table = ALIASES.get(name)
-    if table is None or not isinstance(value, str):
+def canonical_choice(spec: FieldSpec, value: Any) -> Any:
+    """The canonical name a choice field's value spells; any other value as it is, for the caller to flag."""
+    if not isinstance(value, str):
         return value
     key = value.strip().lower()
-    for canonical, spellings in table.items():
-        if key in spellings:
-            return canonical
-    return value
+    return key if key in spec.choices else spec.aliases.get(key, value)
 
 
 def to_raw(spec: FieldSpec, value: Any) -> Any:
@@ -203,7 +158,7 @@ def to_raw(spec: FieldSpec, value: Any) -> Any:
     if spec.kind == "json":
         return "" if value is None else json.dumps(value, ensure_ascii=False)
     if spec.kind == "choice":
-        return canonical_choice(spec.name, value)
+        return canonical_choice(spec, value)
     if spec.kind == "float" and value is not None and not isinstance(value, bool):
         return float(value)
     if spec.kind == "int" and isinstance(value, float) and value.is_integer():
@@ -383,17 +338,11 @@ def grouped_fields(algorithm: str) -> list[tuple[str, str, list[str]]]:
     """The "Algorithm settings" groups that apply to ``algorithm`` (fields shown elsewhere left out)."""
     specs = field_specs(config_class(algorithm))
     shown_elsewhere = set(ESSENTIALS) | set(COMPARATOR_FIELDS) | set(API_FIELDS) | set(REPLAY_FIELDS) | HIDDEN_FIELDS
-    groups = []
-    placed: set[str] = set()
-    for title, caption, names in GROUPS:
-        present = [n for n in names if n in specs and n not in shown_elsewhere]
-        placed.update(names)
-        if present:
-            groups.append((title, caption, present))
-    rest = [n for n in specs if n not in placed and n not in shown_elsewhere]
-    if rest:
-        groups.append(("Other", "Fields without a group of their own.", rest))
-    return groups
+    by_group: dict[str, list[str]] = {title: [] for title in GROUP_CAPTIONS}
+    for name, spec in specs.items():
+        if name not in shown_elsewhere:
+            by_group.setdefault(spec.group, []).append(name)
+    return [(title, GROUP_CAPTIONS.get(title, ""), names) for title, names in by_group.items() if names]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -401,7 +350,6 @@ def grouped_fields(algorithm: str) -> list[tuple[str, str, list[str]]]:
 
 AGENT_SOURCES = ("Embedded tiny model", "Local path", "Hub id")
 TASK_KINDS = ("Built-in task", "Your own task module")
-FAMILIES = ("MADPO", "MARLHF")
 
 
 def _fresh(key: str, **value: Any) -> dict[str, Any]:
@@ -535,14 +483,14 @@ def algorithm_section() -> str:
             help="MADPOIter / MARLHFIter repeat collect -> select -> train -> evaluate for num_iterations rounds.",
             **_fresh(state.SETUP_ITERATIVE, value=True),
         )  # fmt: skip
-    return f"{family}{'Iter' if iterative else ''}"
+    return algorithm_name(family, iterative)
 
 
 def load_spec_into_state(spec: ExperimentSpec) -> list[str]:
     """Fill every Setup widget from a spec (a loaded file or a past run); returns notes about skipped values."""
-    family = "MARLHF" if spec.algorithm.startswith("MARLHF") else "MADPO"
-    st.session_state[state.SETUP_FAMILY] = family
-    st.session_state[state.SETUP_ITERATIVE] = spec.algorithm.endswith("Iter")
+    row = algorithm_row(spec.algorithm)
+    st.session_state[state.SETUP_FAMILY] = row.family
+    st.session_state[state.SETUP_ITERATIVE] = row.iterative
     st.session_state[state.SETUP_NUM_AGENTS] = len(spec.agent_models)
     for i, model in enumerate(spec.agent_models):
         if is_tiny_model_name(model):

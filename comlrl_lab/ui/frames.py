@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 
 from comlrl_lab.data import metric_names
+from comlrl_lab.data.phases import PHASES
 from comlrl_lab.trainers.preference.replay import REPLAY_MODES, lambda_decay_weights, replay_weights
-from comlrl_lab.trainers.preference.sink import PHASES
 
 PHASE_LABELS = {"collect": "Collect", "select": "Select replay sample", "train": "Train", "evaluate": "Evaluate"}
 

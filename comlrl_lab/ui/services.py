@@ -38,6 +38,7 @@ from comlrl_lab.store import (
     import_pair_files,
     import_replay_dir,
 )
+from comlrl_lab.trainers.preference.algorithms import algorithm
 
 # Pages import only ``comlrl_lab.ui``; these are the engine and store names they need.
 __all__ = [
@@ -75,7 +76,7 @@ class RunView:
 
     @property
     def iterative(self) -> bool:
-        return self.spec is not None and self.spec.algorithm.endswith("Iter")
+        return self.spec is not None and algorithm(self.spec.algorithm).iterative
 
     def config(self) -> Any | None:
         """The validated config object of an engine run (CoMLRL's defaults filled in)."""

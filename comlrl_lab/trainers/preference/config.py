@@ -2,8 +2,13 @@
 
 ``MADPOConfig`` holds everything the trainers share, ``MARLHFConfig`` adds reward-model and online-RL
 fields, and ``_IterativePreferenceConfig`` adds the comparator and replay-buffer fields of the two Iter
-configs. Every field carries ``metadata["help"]``, the one text shown as UI tooltip, CLI help and docs.
-All validation and alias normalisation happens in ``__post_init__`` and raises ``ValueError``.
+configs. Every field carries ``metadata["help"]``, the one text shown as UI tooltip, CLI help and docs, and
+``metadata["group"]``, the section the Setup form and the docs put it in. A field that takes one of a few names
+also carries ``"choices"`` (the canonical values), ``"aliases"`` (other spelling -> canonical value) and, where
+CoMLRL maps unknown names to a default instead of failing, ``"fallback"``. These are the only lists of allowed
+values: validation, the API client, the Setup form and docs/config_reference.md all read them
+(``field_choices``, ``field_aliases``, ``resolve_choice``). All validation and alias normalisation happens in
+``__post_init__`` and raises ``ValueError``.
 
 This module does not import torch, resolve devices, read the environment or touch the file system: a
 config can be built, checked and serialised anywhere (the Streamlit form, the CLI, a notebook).
@@ -18,7 +23,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from typing import Any
 
 __all__ = [
     "CONFIG_CLASSES",
@@ -27,45 +32,11 @@ __all__ = [
     "MARLHFConfig",
     "MARLHFIterConfig",
     "SECRET_FIELDS",
+    "field_aliases",
+    "field_choices",
+    "resolve_choice",
 ]
 
-# One table per choice of name: canonical value -> every accepted spelling (compared lower-cased, trimmed).
-COMPARATOR_POLICY_ALIASES: dict[str, tuple[str, ...]] = {
-    "current": ("current", "self", "online"),
-    "current_copy": ("current_copy", "copy", "online_copy", "current-offload", "current_offload"),
-    "model": ("model", "external", "comparator", "reference", "ref"),
-    "history": ("history", "checkpoint", "previous", "previous_iteration"),
-    "api": ("api", "http", "endpoint"),
-}
-COMPARATOR_GENERATION_MODE_ALIASES: dict[str, tuple[str, ...]] = {
-    "decentralized": ("decentralized", "decentralised", "multi_agent", "multi-agent"),
-    "centralized": ("centralized", "centralised", "single_agent", "single-agent"),
-}
-PREFERENCE_REPLAY_MODE_ALIASES: dict[str, tuple[str, ...]] = {
-    "current": ("current", "latest", "new"),
-    "nearest_k": ("nearest_k", "recent_k", "last_k", "k"),
-    "all_history": ("all_history",),
-    "lambda_decay": ("lambda", "lambda_decay", "td_lambda", "td-lambda"),
-}
-PREFERENCE_SCORING_REWARD_ALIASES: dict[str, tuple[str, ...]] = {
-    "task": ("task", "oracle", "environment", "env"),
-    "reward_model": ("reward_model", "model", "learned"),
-}
-# CoMLRL resolves these at request time and treats anything unknown as "generic"; we do it here, once.
-COMPARATOR_API_FORMAT_ALIASES: dict[str, tuple[str, ...]] = {
-    "generic": ("generic",),
-    "openai": ("openai", "openai_chat", "chat"),
-    "anthropic": ("anthropic", "anthropic_messages", "messages"),
-    "openai_responses": ("openai_responses", "responses", "codex"),
-}
-RL_ALGORITHM_ALIASES: dict[str, tuple[str, ...]] = {
-    "magrpo": ("magrpo",),
-    "mareinforce": ("mareinforce", "mareforce"),
-    "maremax": ("maremax",),
-    "marloo": ("marloo",),
-    "maac": ("maac",),
-    "iac": ("iac",),
-}
 # rl_algorithm decides the advantage baseline of the MAGRPO family; actor-critic leaves advantage_mode alone.
 MAGRPO_FAMILY_ADVANTAGE_MODE: dict[str, str] = {
     "magrpo": "mean",
@@ -73,7 +44,6 @@ MAGRPO_FAMILY_ADVANTAGE_MODE: dict[str, str] = {
     "maremax": "max",
     "marloo": "rloo",
 }
-ACTOR_CRITIC_ALGORITHMS: tuple[str, ...] = ("maac", "iac")
 
 SECRET_FIELDS: frozenset[str] = frozenset({"comparator_api_key"})
 # Header names that carry credentials: dropped from to_dict and pickles, masked in repr, like the key itself.
@@ -85,12 +55,32 @@ def _clean(value: Any) -> str:
     return "" if value is None else str(value).strip().lower()
 
 
-def _canonical(value: Any, table: dict[str, tuple[str, ...]]) -> str | None:
+def field_choices(config_class: type, name: str) -> tuple[str, ...]:
+    """The canonical values of field ``name`` in ``config_class`` (``metadata["choices"]``); () for a free field."""
+    return tuple(config_class.__dataclass_fields__[name].metadata.get("choices", ()))
+
+
+def field_aliases(config_class: type, name: str) -> dict[str, str]:
+    """Alias -> canonical value of field ``name`` (``metadata["aliases"]``); the canonical names are not repeated."""
+    return dict(config_class.__dataclass_fields__[name].metadata.get("aliases", {}))
+
+
+def resolve_choice(config_class: type, name: str, value: Any) -> str | None:
+    """The canonical value ``value`` spells (lower-cased and trimmed), else the field's fallback, else None."""
+    metadata = config_class.__dataclass_fields__[name].metadata
     key = _clean(value)
-    for canonical, spellings in table.items():
-        if key in spellings:
-            return canonical
-    return None
+    if key in metadata["choices"]:
+        return key
+    return metadata.get("aliases", {}).get(key, metadata.get("fallback"))
+
+
+def _choose(config: Any, name: str) -> str:
+    """Resolve field ``name`` of ``config`` in place, with CoMLRL's "must be one of" message for unknown names."""
+    canonical = resolve_choice(type(config), name, getattr(config, name))
+    if canonical is None:
+        raise ValueError(f"{name} must be one of: {', '.join(field_choices(type(config), name))}.")
+    setattr(config, name, canonical)
+    return canonical
 
 
 def _is_int(value: Any) -> bool:
@@ -146,208 +136,234 @@ class MADPOConfig:
     num_train_epochs: int = field(
         default=20,
         metadata={
-            "help": "MADPO: passes of DPO over the pair set (per round in MADPOIter). MARLHF: online-RL epochs over the train dataset."
+            "help": "MADPO: passes of DPO over the pair set (per round in MADPOIter). MARLHF: online-RL epochs over the train dataset.",
+            "group": "Essentials"
         },
     )
     agent_learning_rate: float = field(
-        default=5e-6, metadata={"help": "Learning rate of each agent's AdamW optimiser (weight decay 0.01)."}
+        default=5e-6, metadata={"help": "Learning rate of each agent's AdamW optimiser (weight decay 0.01).", "group": "Training"}
     )
     logging_steps: int = field(
-        default=50, metadata={"help": "Minimum gap in environment steps between two training-metric logs."}
+        default=50, metadata={"help": "Minimum gap in environment steps between two training-metric logs.", "group": "Training"}
     )
     num_agents: int = field(
         default=2,
         metadata={
-            "help": "Number of agent roles. Centralized collaboration requires it to equal the trainer's num_agents."
+            "help": "Number of agent roles. Centralized collaboration requires it to equal the trainer's num_agents.",
+            "group": "Devices and collaboration"
         },
     )
+    # CoMLRL compares collaboration_mode exactly: no aliases, no case folding.
     collaboration_mode: str = field(
         default="decentralized",
         metadata={
-            "help": "'decentralized' (one model per agent) or 'centralized' (one model writes every role's output)."
+            "help": "'decentralized' (one model per agent) or 'centralized' (one model writes every role's output).",
+            "choices": ("decentralized", "centralized"),
+            "group": "Devices and collaboration",
         },
     )
     parallel_training: str = field(
         default="none",
         metadata={
-            "help": "'none' or 'mp' (one worker thread per agent when agents sit on different devices; needs agent_devices). 'null' means none."
+            "help": "'none' or 'mp' (one worker thread per agent when agents sit on different devices; needs agent_devices). 'null' means none.",
+            "choices": ("none", "mp"),
+            "aliases": {"null": "none", "": "none"},
+            "group": "Devices and collaboration",
         },
     )
     agent_devices: str | list[str] | None = field(
         default=None,
         metadata={
-            "help": "Agent devices: None or 'auto' (cuda:i per agent if enough GPUs, else cuda:0, else cpu), one device for all, or a list of 1 or num_agents devices."
+            "help": "Agent devices: None or 'auto' (cuda:i per agent if enough GPUs, else cuda:0, else cpu), one device for all, or a list of 1 or num_agents devices.",
+            "group": "Devices and collaboration"
         },
     )
     max_new_tokens: int = field(
         default=256,
-        metadata={"help": "Maximum number of generated tokens per response (also sent to the comparator API)."},
+        metadata={"help": "Maximum number of generated tokens per response (also sent to the comparator API).", "group": "Essentials"},
     )
     temperature: float = field(
-        default=0.6, metadata={"help": "Sampling temperature (generation always samples, one beam)."}
+        default=0.6, metadata={"help": "Sampling temperature (generation always samples, one beam).", "group": "Generation"}
     )
-    top_p: float = field(default=0.6, metadata={"help": "Nucleus-sampling probability mass."})
-    top_k: int | None = field(default=50, metadata={"help": "Top-k sampling cut-off; None disables it."})
+    top_p: float = field(default=0.6, metadata={"help": "Nucleus-sampling probability mass.", "group": "Generation"})
+    top_k: int | None = field(default=50, metadata={"help": "Top-k sampling cut-off; None disables it.", "group": "Generation"})
     num_turns: int = field(
-        default=1, metadata={"help": "Dialogue turns per episode; preference training supports exactly 1."}
+        default=1, metadata={"help": "Dialogue turns per episode; preference training supports exactly 1.", "group": "Multi-turn (fixed for preference training)"}
     )
     discount: float = field(
         default=1.0,
-        metadata={"help": "Return discount; unused by preference training, passed on to MARLHF actor-critic."},
+        metadata={"help": "Return discount; unused by preference training, passed on to MARLHF actor-critic.", "group": "Policy learning (MARLHF)"},
     )
     joint_mode: str = field(
         default="aligned",
         metadata={
-            "help": "How candidates of different agents form joint responses; preference training requires 'aligned' (checked when training)."
+            "help": "How candidates of different agents form joint responses; preference training requires 'aligned' (checked when training).",
+            "group": "Multi-turn (fixed for preference training)"
         },
     )
     early_termination_threshold: float | None = field(
-        default=None, metadata={"help": "Multi-turn early-termination reward threshold; unused with one turn."}
+        default=None, metadata={"help": "Multi-turn early-termination reward threshold; unused with one turn.", "group": "Multi-turn (fixed for preference training)"}
     )
     external_prompt_passthrough: bool = field(
-        default=False, metadata={"help": "Multi-turn prompt passthrough; unused with one turn."}
+        default=False, metadata={"help": "Multi-turn prompt passthrough; unused with one turn.", "group": "Multi-turn (fixed for preference training)"}
     )
     eval_interval: int = field(
         default=16,
         metadata={
-            "help": "MADPO: evaluate before an update when updates_seen % eval_interval == 0. MARLHF RL: every eval_interval prompts. 0 disables."
+            "help": "MADPO: evaluate before an update when updates_seen % eval_interval == 0. MARLHF RL: every eval_interval prompts. 0 disables.",
+            "group": "Evaluation"
         },
     )
-    eval_num_samples: int = field(default=4, metadata={"help": "Number of eval items per evaluation."})
-    eval_batch_size: int = field(default=1, metadata={"help": "Eval items per evaluation batch."})
+    eval_num_samples: int = field(default=4, metadata={"help": "Number of eval items per evaluation.", "group": "Evaluation"})
+    eval_batch_size: int = field(default=1, metadata={"help": "Eval items per evaluation batch.", "group": "Evaluation"})
     rollout_buffer_size: int = field(
-        default=2, metadata={"help": "MARLHF RL: prompts buffered per agent before an update."}
+        default=2, metadata={"help": "MARLHF RL: prompts buffered per agent before an update.", "group": "Policy learning (MARLHF)"}
     )
     train_batch_size: int | None = field(
         default=None,
-        metadata={"help": "MADPO: pairs per optimiser step. MARLHF RL: samples per step. None -> rollout_buffer_size."},
+        metadata={"help": "MADPO: pairs per optimiser step. MARLHF RL: samples per step. None -> rollout_buffer_size.", "group": "Training"},
     )
     advantage_normalization: bool = field(
-        default=True, metadata={"help": "MARLHF RL: normalise advantages within each group."}
+        default=True, metadata={"help": "MARLHF RL: normalise advantages within each group.", "group": "Policy learning (MARLHF)"}
     )
+    # CoMLRL never checks advantage_mode (MARLHF configs overwrite it), so an unknown name is kept as given.
     advantage_mode: str = field(
         default="mean",
         metadata={
-            "help": "Advantage baseline of MARLHF's MAGRPO family; MARLHF configs overwrite it from rl_algorithm."
+            "help": "Advantage baseline of MARLHF's MAGRPO family; MARLHF configs overwrite it from rl_algorithm.",
+            "choices": tuple(MAGRPO_FAMILY_ADVANTAGE_MODE.values()),
+            "checked": False,
+            "group": "Policy learning (MARLHF)",
         },
     )
     reference_kl_enabled: bool = field(
         default=False,
         metadata={
-            "help": "Load frozen reference models and subtract a sampled KL penalty from MARLHF policy-learning rewards. No effect on the MADPO loss."
+            "help": "Load frozen reference models and subtract a sampled KL penalty from MARLHF policy-learning rewards. No effect on the MADPO loss.",
+            "group": "Reference KL"
         },
     )
-    reference_kl_coef: float = field(default=0.1, metadata={"help": "Coefficient of the reference KL penalty (>= 0)."})
+    reference_kl_coef: float = field(default=0.1, metadata={"help": "Coefficient of the reference KL penalty (>= 0).", "group": "Reference KL"})
     reference_devices: str | list[str] | None = field(
         default=None,
         metadata={
-            "help": "Devices of the reference models: None (the agent devices), one device, or a list of 1 or num_agents devices."
+            "help": "Devices of the reference models: None (the agent devices), one device, or a list of 1 or num_agents devices.",
+            "group": "Reference KL"
         },
     )
     preference_num_candidates: int = field(
-        default=80, metadata={"help": "N: candidates sampled per agent per prompt (>= 2)."}
+        default=80, metadata={"help": "N: candidates sampled per agent per prompt (>= 2).", "group": "Essentials"}
     )
     preference_pairs_per_sample: int | None = field(
         default=16,
-        metadata={"help": "Cap on pairs kept per task item; None keeps all (required with pair_selection='all')."},
+        metadata={"help": "Cap on pairs kept per task item; None keeps all (required with pair_selection='all').", "group": "Preference pairs"},
     )
     pair_selection: str = field(
         default="reward_gap",
         metadata={
-            "help": "Which pairs to keep: 'reward_gap' (largest gaps first), 'all' or 'random'; Iter configs add 'comparator_reward'."
+            "help": "Which pairs to keep: 'reward_gap' (largest gaps first), 'all' or 'random'; Iter configs add 'comparator_reward'.",
+            "choices": ("reward_gap", "all", "random"),
+            "group": "Preference pairs",
         },
     )
     dpo_beta: float = field(
-        default=0.1, metadata={"help": "eta in the joint-margin DPO loss -log sigma(eta * sum_i Delta_i) (> 0)."}
+        default=0.1, metadata={"help": "eta in the joint-margin DPO loss -log sigma(eta * sum_i Delta_i) (> 0).", "group": "Training"}
     )
     use_environment_step: bool = field(
-        default=True, metadata={"help": "Whether DPO updates advance the environment-step counter."}
+        default=True, metadata={"help": "Whether DPO updates advance the environment-step counter.", "group": "Training"}
     )
     environment_steps_per_pair: int = field(
-        default=2, metadata={"help": "Environment steps added per pair in each DPO update."}
+        default=2, metadata={"help": "Environment steps added per pair in each DPO update.", "group": "Training"}
     )
     # Differs from CoMLRL: fields of our own (see the help texts), keyword-only so CoMLRL's positional order holds.
     seed: int = field(
         default=42,
         kw_only=True,
         metadata={
-            "help": "Seed of every random stream (generation, pairing, replay sampling, comparator). Same seed, same pairs. CoMLRL is unseeded."
+            "help": "Seed of every random stream (generation, pairing, replay sampling, comparator). Same seed, same pairs. CoMLRL is unseeded.",
+            "group": "Essentials"
         },
     )
     disable_dropout: bool = field(
         default=True,
         kw_only=True,
         metadata={
-            "help": "Turn dropout off in every model while generating and scoring. CoMLRL scores in train mode, with dropout noise."
+            "help": "Turn dropout off in every model while generating and scoring. CoMLRL scores in train mode, with dropout noise.",
+            "group": "Training"
         },
     )
     score_final_token: bool = field(
         default=False,
         kw_only=True,
         metadata={
-            "help": "Decentralized MADPO: also score the last completion token, including the EOS that ended it. False scores as CoMLRL (last token dropped)."
+            "help": "Decentralized MADPO: also score the last completion token, including the EOS that ended it. False scores as CoMLRL (last token dropped).",
+            "group": "Training"
         },
     )
     generation_batch_size: int = field(
-        default=64, kw_only=True, metadata={"help": "Sequences per generate call when sampling candidates (>= 1)."}
+        default=64, kw_only=True, metadata={"help": "Sequences per generate call when sampling candidates (>= 1).", "group": "Generation"}
     )
     scoring_batch_size: int = field(
         default=16,
         kw_only=True,
-        metadata={"help": "Pairs per scoring micro-batch (winner and loser in one forward; >= 1)."},
+        metadata={"help": "Pairs per scoring micro-batch (winner and loser in one forward; >= 1).", "group": "Training"},
     )
     output_dir: str | None = field(
         default=None,
         kw_only=True,
         metadata={
-            "help": "Run directory for replay files, checkpoints and the store; None -> ./runs/<run id>. A run never overwrites another run's files."
+            "help": "Run directory for replay files, checkpoints and the store; None -> ./runs/<run id>. A run never overwrites another run's files.",
+            "group": "Training"
         },
     )
     max_grad_norm: float | None = field(
         default=None,
         kw_only=True,
-        metadata={"help": "Clip each agent's gradient norm to this value (> 0); None = no clipping, as CoMLRL."},
+        metadata={"help": "Clip each agent's gradient norm to this value (> 0); None = no clipping, as CoMLRL.", "group": "Training"},
     )
     batch_invariant_sampling: bool = field(
         default=True,
         kw_only=True,
         metadata={
-            "help": "Sample every (round, item, agent, candidate) row from its own seed, so batch size, batching order and the number of torchrun ranks never change a row's random draws (nor its tokens, unless the logits themselves shift with the batch shape). False samples each agent's rows from one stream, so the tokens depend on the batching."
+            "help": "Sample every (round, item, agent, candidate) row from its own seed, so batch size, batching order and the number of torchrun ranks never change a row's random draws (nor its tokens, unless the logits themselves shift with the batch shape). False samples each agent's rows from one stream, so the tokens depend on the batching.",
+            "group": "Generation"
         },
     )
     lora_r: int | None = field(
         default=None,
         kw_only=True,
         metadata={
-            "help": "LoRA rank (>= 1): train peft LoRA adapters on each agent instead of all weights; checkpoints, snapshots and save_model keep adapters only. None trains every weight (needs peft)."
+            "help": "LoRA rank (>= 1): train peft LoRA adapters on each agent instead of all weights; checkpoints, snapshots and save_model keep adapters only. None trains every weight (needs peft).",
+            "group": "Large models"
         },
     )
     lora_alpha: float = field(
-        default=16.0, kw_only=True, metadata={"help": "LoRA scaling alpha (> 0); used when lora_r is set."}
+        default=16.0, kw_only=True, metadata={"help": "LoRA scaling alpha (> 0); used when lora_r is set.", "group": "Large models"}
     )
     lora_dropout: float = field(
-        default=0.0, kw_only=True, metadata={"help": "Dropout on the LoRA input, in [0, 1); used when lora_r is set."}
+        default=0.0, kw_only=True, metadata={"help": "Dropout on the LoRA input, in [0, 1); used when lora_r is set.", "group": "Large models"}
     )
     lora_target_modules: str | list[str] | None = field(
         default=None,
         kw_only=True,
         metadata={
-            "help": "Module names that get LoRA adapters (e.g. ['q_proj', 'v_proj'] or 'all-linear'); None lets peft choose for the architecture."
+            "help": "Module names that get LoRA adapters (e.g. ['q_proj', 'v_proj'] or 'all-linear'); None lets peft choose for the architecture.",
+            "group": "Large models"
         },
     )
     gradient_checkpointing: bool = field(
         default=False,
         kw_only=True,
         metadata={
-            "help": "Recompute each agent's activations in its backward pass (DPO and RL updates) to save memory, at about a third more compute."
+            "help": "Recompute each agent's activations in its backward pass (DPO and RL updates) to save memory, at about a third more compute.",
+            "group": "Large models"
         },
     )
 
-    _pair_selection_modes: ClassVar[tuple[str, ...]] = ("reward_gap", "all", "random")
-
     def __post_init__(self) -> None:
-        if self.collaboration_mode not in ("decentralized", "centralized"):
-            raise ValueError("collaboration_mode must be decentralized or centralized.")
+        modes = field_choices(type(self), "collaboration_mode")
+        if self.collaboration_mode not in modes:
+            raise ValueError(f"collaboration_mode must be {' or '.join(modes)}.")
         if self.collaboration_mode == "centralized":
             # Only the Iter configs have comparator fields; a centralized run has a single actor, index 0.
             if getattr(self, "comparator_centralized_agent_index", 0) != 0:
@@ -368,10 +384,9 @@ class MADPOConfig:
             self.train_batch_size = self.rollout_buffer_size
         _check_int_at_least("train_batch_size", self.train_batch_size, 1)
 
-        parallel = _clean(self.parallel_training)
-        parallel = "none" if parallel in ("", "null") else parallel
-        if parallel not in ("none", "mp"):
-            raise ValueError("parallel_training only supports: none, mp.")
+        parallel = resolve_choice(type(self), "parallel_training", self.parallel_training)
+        if parallel is None:
+            raise ValueError(f"parallel_training only supports: {', '.join(field_choices(type(self), 'parallel_training'))}.")
         self.parallel_training = parallel
         if parallel == "mp" and self.agent_devices is None:
             raise ValueError("parallel_training='mp' requires explicit agent_devices.")
@@ -393,10 +408,7 @@ class MADPOConfig:
         _check_positive("dpo_beta", self.dpo_beta)
         _check_int_at_least("environment_steps_per_pair", self.environment_steps_per_pair, 1)
 
-        selection = _clean(self.pair_selection)
-        if selection not in self._pair_selection_modes:
-            raise ValueError(f"pair_selection must be one of: {', '.join(self._pair_selection_modes)}.")
-        self.pair_selection = selection
+        selection = _choose(self, "pair_selection")
         if selection == "all" and self.preference_pairs_per_sample is not None:
             raise ValueError("preference_pairs_per_sample must be null when pair_selection='all'.")
 
@@ -506,78 +518,84 @@ class MARLHFConfig(MADPOConfig):
     rl_algorithm: str = field(
         default="magrpo",
         metadata={
-            "help": "Policy-learning algorithm: magrpo (group-mean baseline), mareinforce (alias mareforce; raw reward), maremax (group max), marloo (leave-one-out), maac (central critic) or iac (independent critics)."
+            "help": "Policy-learning algorithm: magrpo (group-mean baseline), mareinforce (alias mareforce; raw reward), maremax (group max), marloo (leave-one-out), maac (central critic) or iac (independent critics).",
+            "choices": ("magrpo", "mareinforce", "maremax", "marloo", "maac", "iac"),
+            "aliases": {"mareforce": "mareinforce"},
+            "group": "Policy learning (MARLHF)",
         },
     )
     num_generations: int = field(
         default=4,
-        metadata={"help": "G: samples per prompt in online RL (>= 2 for the MAGRPO family, >= 1 for maac/iac)."},
+        metadata={"help": "G: samples per prompt in online RL (>= 2 for the MAGRPO family, >= 1 for maac/iac).", "group": "Policy learning (MARLHF)"},
     )
     reward_model_name: str | None = field(
         default=None,
         metadata={
-            "help": "Hugging Face id or path of the reward-model backbone; None uses the agents' model id (required when agents are model objects)."
+            "help": "Hugging Face id or path of the reward-model backbone; None uses the agents' model id (required when agents are model objects).",
+            "group": "Reward model (MARLHF)"
         },
     )
     # Differs from CoMLRL: its default is "cuda:0", which fails on CPU-only hosts.
     reward_model_device: str | None = field(
         default=None,
         metadata={
-            "help": "Device of the reward model; None follows the first agent device (CoMLRL defaults to 'cuda:0')."
+            "help": "Device of the reward model; None follows the first agent device (CoMLRL defaults to 'cuda:0').",
+            "group": "Reward model (MARLHF)"
         },
     )
     reward_learning_rate: float = field(
-        default=1e-5, metadata={"help": "AdamW learning rate of the reward model (> 0)."}
+        default=1e-5, metadata={"help": "AdamW learning rate of the reward model (> 0).", "group": "Reward model (MARLHF)"}
     )
-    reward_num_train_epochs: int = field(default=1, metadata={"help": "Bradley-Terry training epochs over the pairs."})
-    reward_train_batch_size: int = field(default=1, metadata={"help": "Pairs per Bradley-Terry optimiser step."})
+    reward_num_train_epochs: int = field(default=1, metadata={"help": "Bradley-Terry training epochs over the pairs.", "group": "Reward model (MARLHF)"})
+    reward_train_batch_size: int = field(default=1, metadata={"help": "Pairs per Bradley-Terry optimiser step.", "group": "Reward model (MARLHF)"})
     reward_max_length: int | None = field(
         default=None,
-        metadata={"help": "Token truncation length of reward-model inputs; None = the tokenizer's model maximum."},
+        metadata={"help": "Token truncation length of reward-model inputs; None = the tokenizer's model maximum.", "group": "Reward model (MARLHF)"},
     )
-    reward_freeze_backbone: bool = field(default=False, metadata={"help": "Train only the reward model's scalar head."})
+    reward_freeze_backbone: bool = field(default=False, metadata={"help": "Train only the reward model's scalar head.", "group": "Reward model (MARLHF)"})
     critic_model_name: str | None = field(
         default=None,
         metadata={
-            "help": "Critic backbone for maac/iac; None uses the agents' model id (required when agents are model objects)."
+            "help": "Critic backbone for maac/iac; None uses the agents' model id (required when agents are model objects).",
+            "group": "Policy learning (MARLHF)"
         },
     )
     critic_learning_rate: float | None = field(
-        default=None, metadata={"help": "Critic learning rate (> 0); None = agent_learning_rate."}
+        default=None, metadata={"help": "Critic learning rate (> 0); None = agent_learning_rate.", "group": "Policy learning (MARLHF)"}
     )
     critic_devices: str | list[str] | None = field(
         default=None,
-        metadata={"help": "Critic devices for maac/iac; None = automatic (agent_devices with parallel_training='mp')."},
+        metadata={"help": "Critic devices for maac/iac; None = automatic (agent_devices with parallel_training='mp').", "group": "Policy learning (MARLHF)"},
     )
     use_separate_critic: bool = field(
-        default=True, metadata={"help": "iac: separate critic models (True) or value heads on the actors (False)."}
+        default=True, metadata={"help": "iac: separate critic models (True) or value heads on the actors (False).", "group": "Policy learning (MARLHF)"}
     )
-    critic_type: str = field(default="v", metadata={"help": "'v' = V(prompt) or 'q' = Q(prompt + response)."})
-    value_loss_coef: float = field(default=0.6, metadata={"help": "Weight of the critic loss (> 0)."})
+    critic_type: str = field(
+        default="v", metadata={"help": "'v' = V(prompt) or 'q' = Q(prompt + response).", "choices": ("v", "q"), "group": "Policy learning (MARLHF)"}
+    )
+    value_loss_coef: float = field(default=0.6, metadata={"help": "Weight of the critic loss (> 0).", "group": "Policy learning (MARLHF)"})
     value_clip_range: float | None = field(
-        default=0.2, metadata={"help": "iac value clipping range (> 0), used without a separate critic; None disables."}
+        default=0.2, metadata={"help": "iac value clipping range (> 0), used without a separate critic; None disables.", "group": "Policy learning (MARLHF)"}
     )
     critic_value_head_hidden_dim: int | None = field(
-        default=None, metadata={"help": "Hidden width of the iac critic's value head; None = a linear head."}
+        default=None, metadata={"help": "Hidden width of the iac critic's value head; None = a linear head.", "group": "Policy learning (MARLHF)"}
     )
     value_head_hidden_dim: int | None = field(
-        default=None, metadata={"help": "Hidden width of the value head on iac actors; None = a linear head."}
+        default=None, metadata={"help": "Hidden width of the value head on iac actors; None = a linear head.", "group": "Policy learning (MARLHF)"}
     )
     # Differs from CoMLRL: it reports nothing about Bradley-Terry fitting.
     bt_validation_fraction: float = field(
         default=0.1,
         kw_only=True,
         metadata={
-            "help": "Share of preference pairs held out from Bradley-Terry fitting to report its validation loss and accuracy, in [0, 0.5). 0 fits on every pair."
+            "help": "Share of preference pairs held out from Bradley-Terry fitting to report its validation loss and accuracy, in [0, 0.5). 0 fits on every pair.",
+            "group": "Reward model (MARLHF)"
         },
     )
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        algorithm = _canonical(self.rl_algorithm, RL_ALGORITHM_ALIASES)
-        if algorithm is None:
-            raise ValueError("rl_algorithm must be one of: magrpo, mareinforce, maremax, marloo, maac, iac.")
-        self.rl_algorithm = algorithm
+        algorithm = _choose(self, "rl_algorithm")
         if algorithm in MAGRPO_FAMILY_ADVANTAGE_MODE:
             if not _is_int(self.num_generations) or self.num_generations < 2:
                 raise ValueError("num_generations must be >= 2 for MAGRPO-family MARLHF backends.")
@@ -588,10 +606,7 @@ class MARLHFConfig(MADPOConfig):
         _check_int_at_least("reward_train_batch_size", self.reward_train_batch_size, 1)
         _check_int_at_least("reward_max_length", self.reward_max_length, 1, optional=True)
         _check_positive("critic_learning_rate", self.critic_learning_rate, optional=True)
-        critic_type = _clean(self.critic_type)
-        if critic_type not in ("v", "q"):
-            raise ValueError("critic_type must be one of: v, q.")
-        self.critic_type = critic_type
+        _choose(self, "critic_type")
         _check_positive("value_loss_coef", self.value_loss_coef)
         _check_positive("value_clip_range", self.value_clip_range, optional=True)
         if not _is_number(self.bt_validation_fraction) or not 0 <= self.bt_validation_fraction < 0.5:
@@ -607,171 +622,209 @@ class _IterativePreferenceConfig:
     Listed first among the bases, so its ``__post_init__`` runs the base config's checks before its own.
     """
 
-    num_iterations: int = field(default=6, metadata={"help": "Rounds of collect -> replay sample -> train."})
+    num_iterations: int = field(default=6, metadata={"help": "Rounds of collect -> replay sample -> train.", "group": "Essentials"})
     # Defaults both iterative configs override (CoMLRL's values); declared here once.
     preference_num_candidates: int = field(
-        default=20, metadata={"help": "N: candidates sampled per agent per prompt (>= 2)."}
+        default=20, metadata={"help": "N: candidates sampled per agent per prompt (>= 2).", "group": "Essentials"}
     )
     preference_pairs_per_sample: int | None = field(
         default=4,
-        metadata={"help": "Cap on pairs kept per task item; None keeps all (required with pair_selection='all')."},
+        metadata={"help": "Cap on pairs kept per task item; None keeps all (required with pair_selection='all').", "group": "Preference pairs"},
     )
     pair_selection: str = field(
         default="comparator_reward",
         metadata={
-            "help": "Which current-vs-comparator pairs to keep: 'comparator_reward', 'reward_gap', 'all' or 'random'."
+            "help": "Which current-vs-comparator pairs to keep: 'comparator_reward', 'reward_gap', 'all' or 'random'.",
+            "choices": ("reward_gap", "all", "random", "comparator_reward"),
+            "group": "Preference pairs",
         },
     )
     preference_replay_mode: str = field(
         default="current",
         metadata={
-            "help": "Training set per round: current (this round's pairs; aliases latest, new), nearest_k (the k most recent non-empty rounds; recent_k, last_k, k), all_history, or lambda_decay (weight (1-l)l^a/(1-l^K) for age a; lambda, td_lambda)."
+            "help": "Training set per round: current (this round's pairs; aliases latest, new), nearest_k (the k most recent non-empty rounds; recent_k, last_k, k), all_history, or lambda_decay (weight (1-l)l^a/(1-l^K) for age a; lambda, td_lambda).",
+            "choices": ("current", "nearest_k", "all_history", "lambda_decay"),
+            "aliases": {
+                "latest": "current", "new": "current",
+                "recent_k": "nearest_k", "last_k": "nearest_k", "k": "nearest_k",
+                "lambda": "lambda_decay", "td_lambda": "lambda_decay", "td-lambda": "lambda_decay",
+            },
+            "group": "Replay buffer",
         },
     )
     preference_replay_k: int | None = field(
         default=None,
         metadata={
-            "help": "nearest_k: number of most recent non-empty round datasets (required, >= 1). current accepts only None or 1."
+            "help": "nearest_k: number of most recent non-empty round datasets (required, >= 1). current accepts only None or 1.",
+            "group": "Replay buffer"
         },
     )
     preference_replay_lambda: float | None = field(
         default=None,
         metadata={
-            "help": "lambda_decay: lambda in [0, 1] (required); 0 keeps the newest round only, 1 weights all equally."
+            "help": "lambda_decay: lambda in [0, 1] (required); 0 keeps the newest round only, 1 weights all equally.",
+            "group": "Replay buffer"
         },
     )
     preference_replay_sample_size: int | None = field(
         default=None,
         metadata={
-            "help": "Pairs drawn per round in nearest_k, all_history and lambda_decay (>= 1); None = this round's pair count, or the latest non-empty dataset's size."
+            "help": "Pairs drawn per round in nearest_k, all_history and lambda_decay (>= 1); None = this round's pair count, or the latest non-empty dataset's size.",
+            "group": "Replay buffer"
         },
     )
     preference_replay_dir: str | None = field(
         default=None,
-        metadata={"help": "Directory of the iteration_NNNN.json round files; None = <output_dir>/preference_replay."},
+        metadata={"help": "Directory of the iteration_NNNN.json round files; None = <output_dir>/preference_replay.", "group": "Replay buffer"},
     )
     log_reward_distribution: bool = field(
         default=False,
-        metadata={"help": "Record candidate and selected reward histograms (needs reward_func.reward_range)."},
+        metadata={"help": "Record candidate and selected reward histograms (needs reward_func.reward_range).", "group": "Preference pairs"},
     )
     policy_checkpoint_dir: str | None = field(
         default=None,
         metadata={
-            "help": "Where to save the policies at the start and after every round; set automatically for the history comparator."
+            "help": "Where to save the policies at the start and after every round; set automatically for the history comparator.",
+            "group": "Comparator"
         },
     )
     comparator_policy: str = field(
         default="current",
         metadata={
-            "help": "Opponent of the current agents: current (live weights, own RNG stream), current_copy (a copy on comparator_devices), model (comparator_model_name or comparator_agents), history (checkpoint comparator_history_k rounds back) or api (remote endpoint)."
+            "help": "Opponent of the current agents: current (live weights, own RNG stream), current_copy (a copy on comparator_devices), model (comparator_model_name or comparator_agents), history (checkpoint comparator_history_k rounds back) or api (remote endpoint).",
+            "choices": ("current", "current_copy", "model", "history", "api"),
+            "aliases": {
+                "self": "current", "online": "current",
+                "copy": "current_copy", "online_copy": "current_copy", "current-offload": "current_copy",
+                "current_offload": "current_copy",
+                "external": "model", "comparator": "model", "reference": "model", "ref": "model",
+                "checkpoint": "history", "previous": "history", "previous_iteration": "history",
+                "http": "api", "endpoint": "api",
+            },
+            "group": "Comparator",
         },
     )
     comparator_generation_mode: str = field(
         default="decentralized",
         metadata={
-            "help": "'decentralized' (one comparator per agent) or 'centralized' (one comparator model writes all roles in one joint response). Forced to centralized by centralized collaboration."
+            "help": "'decentralized' (one comparator per agent) or 'centralized' (one comparator model writes all roles in one joint response). Forced to centralized by centralized collaboration.",
+            "choices": ("decentralized", "centralized"),
+            "aliases": {
+                "decentralised": "decentralized", "multi_agent": "decentralized", "multi-agent": "decentralized",
+                "centralised": "centralized", "single_agent": "centralized", "single-agent": "centralized",
+            },
+            "group": "Comparator",
         },
     )
     comparator_centralized_agent_index: int = field(
         default=0,
         metadata={
-            "help": "Centralized comparator: index of the agent whose model (and tokenizer) writes the joint response."
+            "help": "Centralized comparator: index of the agent whose model (and tokenizer) writes the joint response.",
+            "group": "Comparator"
         },
     )
     comparator_model_name: str | None = field(
-        default=None, metadata={"help": "model comparator: Hugging Face id or path used for every agent."}
+        default=None, metadata={"help": "model comparator: Hugging Face id or path used for every agent.", "group": "Comparator"}
     )
     comparator_agents: list[Any] | None = field(
-        default=None, metadata={"help": "model comparator: one id/path or model object per agent."}
+        default=None, metadata={"help": "model comparator: one id/path or model object per agent.", "group": "Comparator"}
     )
     comparator_devices: str | list[str] | None = field(
-        default=None, metadata={"help": "Comparator devices: None (agent_devices, else auto), one device, or a list."}
+        default=None, metadata={"help": "Comparator devices: None (agent_devices, else auto), one device, or a list.", "group": "Comparator"}
     )
     comparator_num_candidates: int | None = field(
         default=None,
-        metadata={"help": "M: comparator candidates per agent per prompt (>= 1); None = preference_num_candidates."},
+        metadata={"help": "M: comparator candidates per agent per prompt (>= 1); None = preference_num_candidates.", "group": "Comparator"},
     )
     comparator_history_k: int | None = field(
         default=None,
-        metadata={"help": "history comparator: rounds back (>= 1; None -> 1, which equals the current policy)."},
+        metadata={"help": "history comparator: rounds back (>= 1; None -> 1, which equals the current policy).", "group": "Comparator"},
     )
-    comparator_api_url: str | None = field(default=None, metadata={"help": "api comparator: endpoint URL (required)."})
+    comparator_api_url: str | None = field(default=None, metadata={"help": "api comparator: endpoint URL (required).", "group": "API comparator"})
     comparator_api_format: str = field(
         default="generic",
         metadata={
-            "help": "api comparator request format: generic, openai (openai_chat, chat), anthropic (anthropic_messages, messages) or openai_responses (responses, codex). Unknown values mean generic."
+            "help": "api comparator request format: generic, openai (openai_chat, chat), anthropic (anthropic_messages, messages) or openai_responses (responses, codex). Unknown values mean generic.",
+            "choices": ("generic", "openai", "anthropic", "openai_responses"),
+            "aliases": {
+                "openai_chat": "openai", "chat": "openai",
+                "anthropic_messages": "anthropic", "messages": "anthropic",
+                "responses": "openai_responses", "codex": "openai_responses",
+            },
+            # CoMLRL sends any other name as the generic format rather than failing.
+            "fallback": "generic",
+            "group": "API comparator",
         },
     )
     comparator_api_model: str | None = field(
-        default=None, metadata={"help": "api comparator: 'model' field of each request."}
+        default=None, metadata={"help": "api comparator: 'model' field of each request.", "group": "API comparator"}
     )
     comparator_api_max_n_per_request: int | None = field(
         default=None,
         metadata={
-            "help": "openai format: cap on n per request (>= 1); None = all candidates at once (1 for DeepSeek)."
+            "help": "openai format: cap on n per request (>= 1); None = all candidates at once (1 for DeepSeek).",
+            "group": "API comparator"
         },
     )
     comparator_api_timeout: float = field(
-        default=120.0, metadata={"help": "api comparator: seconds per HTTP request (> 0)."}
+        default=120.0, metadata={"help": "api comparator: seconds per HTTP request (> 0).", "group": "API comparator"}
     )
     comparator_api_headers: dict[str, str] | None = field(
-        default=None, metadata={"help": "api comparator: extra HTTP headers. Credential headers are never saved."}
+        default=None, metadata={"help": "api comparator: extra HTTP headers. Credential headers are never saved.", "group": "API comparator"}
     )
     comparator_api_key: str | None = field(
         default=None,
         metadata={
-            "help": "api comparator: literal key, kept in memory only (never saved, unlike CoMLRL). Prefer comparator_api_key_env."
+            "help": "api comparator: literal key, kept in memory only (never saved, unlike CoMLRL). Prefer comparator_api_key_env.",
+            "group": "API comparator"
         },
     )
     comparator_api_key_env: str | None = field(
         default=None,
         metadata={
-            "help": "api comparator: environment variable holding the key, read when comparator_api_key is empty."
+            "help": "api comparator: environment variable holding the key, read when comparator_api_key is empty.",
+            "group": "API comparator"
         },
     )
     comparator_api_key_header: str = field(
-        default="Authorization", metadata={"help": "api comparator: header that carries the key."}
+        default="Authorization", metadata={"help": "api comparator: header that carries the key.", "group": "API comparator"}
     )
     comparator_api_key_prefix: str = field(
         default="Bearer",
-        metadata={"help": "api comparator: prefix joined to the key with one space; empty sends the key alone."},
+        metadata={"help": "api comparator: prefix joined to the key with one space; empty sends the key alone.", "group": "API comparator"},
     )
     comparator_api_response_field: str = field(
-        default="completions", metadata={"help": "generic format: dotted path of the completions in the response JSON."}
+        default="completions", metadata={"help": "generic format: dotted path of the completions in the response JSON.", "group": "API comparator"}
     )
     comparator_api_extra_body: dict[str, Any] | None = field(
-        default=None, metadata={"help": "api comparator: merged last into every request body (overrides)."}
+        default=None, metadata={"help": "api comparator: merged last into every request body (overrides).", "group": "API comparator"}
     )
     # Differs from CoMLRL: it sends requests one at a time and never retries.
     comparator_api_max_concurrency: int = field(
         default=8,
         kw_only=True,
-        metadata={"help": "api comparator: requests in flight at once (>= 1). CoMLRL sends one at a time."},
+        metadata={"help": "api comparator: requests in flight at once (>= 1). CoMLRL sends one at a time.", "group": "API comparator"},
     )
     comparator_api_max_retries: int = field(
         default=3,
         kw_only=True,
         metadata={
-            "help": "api comparator: retries of a request after HTTP 429/5xx or a timeout (>= 0). CoMLRL never retries."
+            "help": "api comparator: retries of a request after HTTP 429/5xx or a timeout (>= 0). CoMLRL never retries.",
+            "group": "API comparator"
         },
     )
     comparator_api_backoff_base: float = field(
         default=0.5,
         kw_only=True,
-        metadata={"help": "api comparator: first retry delay in seconds, doubled on each retry (> 0)."},
+        metadata={"help": "api comparator: first retry delay in seconds, doubled on each retry (> 0).", "group": "API comparator"},
     )
-
-    _pair_selection_modes: ClassVar[tuple[str, ...]] = ("reward_gap", "all", "random", "comparator_reward")
 
     def __post_init__(self) -> None:
         super().__post_init__()  # type: ignore[misc]  # MADPOConfig or MARLHFConfig, next in the MRO
         _check_int_at_least("num_iterations", self.num_iterations, 1)
         self._check_replay()
 
-        mode = _canonical(self.comparator_generation_mode, COMPARATOR_GENERATION_MODE_ALIASES)
-        if mode is None:
-            raise ValueError("comparator_generation_mode must be one of: decentralized, centralized.")
-        self.comparator_generation_mode = mode
+        mode = _choose(self, "comparator_generation_mode")
         if mode == "centralized":
             index = self.comparator_centralized_agent_index
             if not _is_int(index) or not 0 <= index < self.num_agents:  # type: ignore[attr-defined]
@@ -782,7 +835,7 @@ class _IterativePreferenceConfig:
         self._check_comparator_policy()
 
         # Differs from CoMLRL: the format is resolved here (unknown -> generic), not at every request.
-        self.comparator_api_format = _canonical(self.comparator_api_format, COMPARATOR_API_FORMAT_ALIASES) or "generic"
+        _choose(self, "comparator_api_format")
         # Differs from CoMLRL: the timeout is checked here, not left to fail inside the HTTP client.
         _check_positive("comparator_api_timeout", self.comparator_api_timeout)
         _check_int_at_least("comparator_api_max_concurrency", self.comparator_api_max_concurrency, 1)
@@ -790,10 +843,7 @@ class _IterativePreferenceConfig:
         _check_positive("comparator_api_backoff_base", self.comparator_api_backoff_base)
 
     def _check_replay(self) -> None:
-        mode = _canonical(self.preference_replay_mode, PREFERENCE_REPLAY_MODE_ALIASES)
-        if mode is None:
-            raise ValueError("preference_replay_mode must be one of: current, nearest_k, all_history, lambda_decay.")
-        self.preference_replay_mode = mode
+        mode = _choose(self, "preference_replay_mode")
         k, lam, size = self.preference_replay_k, self.preference_replay_lambda, self.preference_replay_sample_size
         k_only_nearest = "preference_replay_k is only valid when preference_replay_mode='nearest_k'."
         lambda_only_decay = "preference_replay_lambda is only valid when preference_replay_mode='lambda_decay'."
@@ -825,10 +875,7 @@ class _IterativePreferenceConfig:
         _check_int_at_least("preference_replay_sample_size", size, 1, optional=True)
 
     def _check_comparator_policy(self) -> None:
-        policy = _canonical(self.comparator_policy, COMPARATOR_POLICY_ALIASES)
-        if policy is None:
-            raise ValueError("comparator_policy must be one of: current, current_copy, model, history, api.")
-        self.comparator_policy = policy
+        policy = _choose(self, "comparator_policy")
         has_model = self.comparator_model_name is not None or self.comparator_agents is not None
         model_only = "comparator_model_name and comparator_agents are only valid when comparator_policy='model'."
         history_only = "comparator_history_k is only valid when comparator_policy='history'."
@@ -858,28 +905,30 @@ class _IterativePreferenceConfig:
 class MADPOIterConfig(_IterativePreferenceConfig, MADPOConfig):
     """Config of ``MADPOIterTrainer``: MADPO repeated for num_iterations rounds against a comparator."""
 
-    num_train_epochs: int = field(default=1, metadata={"help": "DPO passes over each round's training set."})
+    num_train_epochs: int = field(default=1, metadata={"help": "DPO passes over each round's training set.", "group": "Essentials"})
 
 
 @dataclass(repr=False)
 class MARLHFIterConfig(_IterativePreferenceConfig, MARLHFConfig):
     """Config of ``MARLHFIterTrainer``: each round fits a fresh reward model, then learns the policies."""
 
-    num_train_epochs: int = field(default=2, metadata={"help": "Online-RL epochs per round."})
-    reward_num_train_epochs: int = field(default=2, metadata={"help": "Bradley-Terry training epochs per round."})
+    num_train_epochs: int = field(default=2, metadata={"help": "Online-RL epochs per round.", "group": "Essentials"})
+    reward_num_train_epochs: int = field(default=2, metadata={"help": "Bradley-Terry training epochs per round.", "group": "Reward model (MARLHF)"})
     preference_scoring_reward: str = field(
         default="task",
         metadata={
-            "help": "Oracle for new comparisons: 'task' (reward_func; aliases oracle, environment, env) or 'reward_model' (the latest fitted reward model, task reward until one exists; aliases model, learned)."
+            "help": "Oracle for new comparisons: 'task' (reward_func; aliases oracle, environment, env) or 'reward_model' (the latest fitted reward model, task reward until one exists; aliases model, learned).",
+            "choices": ("task", "reward_model"),
+            "aliases": {
+                "oracle": "task", "environment": "task", "env": "task", "model": "reward_model", "learned": "reward_model",
+            },
+            "group": "Preference pairs",
         },
     )
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        scoring = _canonical(self.preference_scoring_reward, PREFERENCE_SCORING_REWARD_ALIASES)
-        if scoring is None:
-            raise ValueError("preference_scoring_reward must be one of: task, reward_model.")
-        self.preference_scoring_reward = scoring
+        _choose(self, "preference_scoring_reward")
 
 
 CONFIG_CLASSES: dict[str, type[MADPOConfig]] = {

@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from comlrl_lab.data.records import PreferencePair, round_file_payload
+from comlrl_lab.trainers.preference.config import MADPOIterConfig, field_choices
 
-REPLAY_MODES: tuple[str, ...] = ("current", "nearest_k", "all_history", "lambda_decay")
+REPLAY_MODES: tuple[str, ...] = field_choices(MADPOIterConfig, "preference_replay_mode")
 #: File in a replay directory naming the run that owns it.
 RUN_MARKER = ".comlrl_lab_run"
 STATE_VERSION = 1

@@ -11,9 +11,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from comlrl_lab.data.phases import PHASES
 from comlrl_lab.data.records import JointCandidate, PreferencePair
 
-PHASES: tuple[str, ...] = ("collect", "select", "train", "evaluate")
+__all__ = ["PHASES", "MemorySink", "NullSink", "PhaseCancelled", "PhaseControl", "PhaseRecords", "RecordSink"]
 
 
 @dataclass

@@ -33,19 +33,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from comlrl_lab.trainers.preference.config import MADPOIterConfig, resolve_choice
+
 logger = logging.getLogger(__name__)
 
-API_FORMATS = ("generic", "openai", "anthropic", "openai_responses")
-_FORMAT_ALIASES = {
-    alias: canonical
-    for canonical, aliases in {
-        "generic": ("generic",),
-        "openai": ("openai", "openai_chat", "chat"),
-        "anthropic": ("anthropic", "anthropic_messages", "messages"),
-        "openai_responses": ("openai_responses", "responses", "codex"),
-    }.items()
-    for alias in aliases
-}
 DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "openai_responses": "OPENAI_API_KEY"}
 ANTHROPIC_VERSION = "2023-06-01"
 BODY_EXCERPT_CHARS = 300
@@ -54,15 +45,9 @@ _SENSITIVE_HEADER_WORDS = ("authorization", "key", "token", "secret", "cookie", 
 
 
 def normalize_api_format(value: str | None) -> str:
-    """Canonical format name for ``comparator_api_format`` (case-insensitive, trimmed; None -> generic)."""
-    # Differs from CoMLRL: an unknown name raises instead of silently meaning "generic".
-    if value is None:
-        return "generic"
-    key = str(value).strip().lower().replace("-", "_")
-    if key not in _FORMAT_ALIASES:
-        accepted = ", ".join(sorted(_FORMAT_ALIASES))
-        raise ValueError(f"comparator_api_format must be one of: {accepted}; got {value!r}.")
-    return _FORMAT_ALIASES[key]
+    """Canonical format name for ``comparator_api_format``, resolved as the config resolves it: case-insensitive,
+    trimmed, aliases from the field's metadata, and any other name (None included) means generic, as in CoMLRL."""
+    return resolve_choice(MADPOIterConfig, "comparator_api_format", value)  # type: ignore[return-value]
 
 
 class ComparatorApiError(RuntimeError):
