@@ -15,7 +15,6 @@ from comlrl_lab.data.rewards import RewardProcessors
 from comlrl_lab.trainers.preference.base import PreferenceTrainerBase
 from comlrl_lab.trainers.preference.config import MADPOConfig
 from comlrl_lab.trainers.preference.devices import DeviceLayout
-from comlrl_lab.trainers.preference.madpo import MADPOTrainer
 
 # Module __getattr__/__dir__ (PEP 562): Python calls them for lazy exports.
 models.__getattr__
@@ -35,17 +34,14 @@ RewardProcessors.scale
 RewardProcessors.shift
 PreferenceTrainerBase.save_model
 
-# The phase machine calls getattr(self, f"_phase_{phase}").
-MADPOTrainer._phase_collect
-MADPOTrainer._phase_select
-PreferenceTrainerBase._phase_evaluate
-
 # CoMLRL config fields accepted for compatibility; the UI, CLI and docs read every field through fields().
 MADPOConfig.discount
 MADPOConfig.early_termination_threshold
 MADPOConfig.external_prompt_passthrough
+MADPOConfig.log_reward_distribution
 
 # Read by name through get("comparator_api_...") in ApiComparatorSettings.from_config.
+MADPOConfig.comparator_api_format
 MADPOConfig.comparator_api_headers
 MADPOConfig.comparator_api_response_field
 MADPOConfig.comparator_api_extra_body

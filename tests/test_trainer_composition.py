@@ -148,10 +148,3 @@ def test_metric_lookup_and_kinds():
     assert metric_names.kind_of("unknown") == "other"
     assert {m.kind for m in metric_names.METRICS} <= set(metric_names.KINDS)
     assert len({m.name for m in metric_names.METRICS}) == len(metric_names.METRICS)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):  # TEMP until conftest has it
-    from model_fixtures import build_tiny_model_dir
-
-    return str(build_tiny_model_dir(tmp_path_factory.mktemp("tiny")))

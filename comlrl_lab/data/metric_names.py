@@ -24,6 +24,10 @@ class Metric:
     help: str
     algorithms: str = "all"  # "all", "MADPO" (both MADPO trainers), "MARLHF" (both MARLHF trainers) or "iterative"
 
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"metric {self.name!r}: kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+
     @property
     def pattern(self) -> re.Pattern[str]:
         """A regex matching every concrete name of this template."""

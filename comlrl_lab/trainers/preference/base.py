@@ -316,6 +316,9 @@ class PreferenceTrainerBase:
         ``checkpoint_dir`` is given (or resumed from)."""
         if isinstance(checkpoint_interval, bool) or not isinstance(checkpoint_interval, int) or checkpoint_interval < 1:
             raise ValueError("checkpoint_interval must be a positive integer.")
+        # Differs from CoMLRL: it keeps a snapshot per save and prunes the oldest past the limit; one checkpoint,
+        # the state after the last finished phase, is kept here, so every limit is already met.
+        del checkpoint_total_limit
         generation_kwargs.pop("do_sample", None)
         self.generation_kwargs = generation_kwargs
         if resume_from_checkpoint is not None:

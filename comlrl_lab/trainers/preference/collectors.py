@@ -157,7 +157,6 @@ class ComparatorCollector(CurrentCollector):
             run_id=host.run_id,
             write_files=host.dist.is_main,
         )
-        self.last_selection = None
 
     @property
     def saves_policy_history(self) -> bool:
@@ -252,7 +251,6 @@ class ComparatorCollector(CurrentCollector):
         host = self.host
         host.control.begin(host.round_index, "select", 1)
         selection = self.replay.select(host.round_index, host.streams.python(REPLAY_STREAM))
-        self.last_selection = selection
         self.train_pairs = list(selection.pairs)
         mode = host.args.preference_replay_mode
         records.replay_rows = [

@@ -44,13 +44,6 @@ def check_finite(loss: Tensor, what: str) -> Tensor:
 
 
 # ------------------------------------------------------------------------------------------------- MADPO
-def joint_margin(margins: Sequence[Tensor]) -> Tensor:
-    """Δ = Σ_i Δ_i over agents; each Δ_i is (B,) = log π_i(w_i) - log π_i(l_i). Returns (B,)."""
-    if len(margins) == 0:
-        raise ValueError("joint_margin needs at least one agent's margins")
-    return torch.stack(list(margins), dim=0).sum(dim=0)  # (A, B) -> (B,)
-
-
 def madpo_agent_loss(own_margin: Tensor, others_margin: Tensor, beta: float) -> Tensor:
     """L_i = mean_p -log σ(β (Δ_i(p) + sg[Σ_{k≠i} Δ_k(p)])) for one agent; both inputs (B,).
 
@@ -149,9 +142,14 @@ def actor_critic_advantages(returns: Tensor, values: Tensor, normalize: bool) ->
     return advantages
 
 
-def policy_gradient_loss(sequence_logps: Tensor, advantages: Tensor) -> Tensor:
-    """REINFORCE with a baseline: mean_j -A_j · log π(y_j), with the advantages treated as constants. (N,) -> ()."""
-    return -(advantages.detach() * sequence_logps).mean()
+def policy_gradient_loss(sequence_logps: Tensor, advantages: Tensor, count: int | None = None) -> Tensor:
+    """REINFORCE with a baseline: -Σ_j A_j · log π(y_j) / count, with the advantages treated as constants. (N,) -> ().
+
+    ``count`` defaults to N (the mean). A micro-batch of a larger update passes the update's size, so the
+    micro-batch losses add up to the update's mean.
+    """
+    count = sequence_logps.numel() if count is None else count
+    return -(advantages.detach() * sequence_logps).sum() / count
 
 
 def value_loss(

@@ -210,9 +210,9 @@ class RLHFLearner:
                     losses.append(update[M.RL_LOSS])
                 tokens = sum(sum(c.token_counts) for row in rollout.candidates for c in row)
                 host.control.advance(1, tokens=tokens)
+        per_round = {M.RL_LOSS: losses, M.RL_REWARD_MODEL_MEAN: rewards}
         records.add_metrics(
-            host.updates_seen,
-            {M.round_summary(M.RL_LOSS): finite_mean(losses), M.round_summary(M.RL_REWARD_MODEL_MEAN): finite_mean(rewards)},
+            host.updates_seen, {M.round_summary(name): finite_mean(per_round[name]) for name in M.RL_ROUND_SUMMARY}
         )
 
     # state --------------------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from comlrl_lab.trainers.preference.losses import (
     group_advantages,
     kl_k3,
     kl_penalized_returns,
+    policy_gradient_loss,
     value_loss,
 )
 from comlrl_lab.trainers.preference.reward_model import ScalarHeadLM, hidden_size, pooled_hidden, scalar_head
@@ -415,7 +416,7 @@ class PolicyLearner:
                 # and skips the last real token; here every sampled token counts and padding never does.
                 logps = (token_logps * mask).sum(dim=-1)  # (b,) Σ_t log π over real tokens only
                 adv = advantages[start : start + len(part)].to(logps.device, logps.dtype)
-                loss = -(adv * logps).sum() / n  # mean_j -A_j log π(y_j) over the chunk
+                loss = policy_gradient_loss(logps, adv, count=n)  # mean_j -A_j log π(y_j) over the chunk
                 check_finite(loss, f"MARLHF policy loss of agent {i} (update)")
                 if loss.requires_grad:
                     loss.backward()
