@@ -71,6 +71,13 @@ def test_reference_is_up_to_date_with_its_generator():
     )
 
 
+def test_metrics_reference_is_up_to_date_with_metric_names():
+    generator = load_script("gen_metrics_reference")
+    assert (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8") == generator.render(), (
+        "docs/metrics.md is out of date: run python scripts/gen_metrics_reference.py"
+    )
+
+
 def test_readme_commands_are_the_ones_ci_runs():
     readme = README.read_text(encoding="utf-8")
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")

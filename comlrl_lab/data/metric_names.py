@@ -22,7 +22,8 @@ class Metric:
     name: str
     kind: str  # one of KINDS
     help: str
-    algorithms: str = "all"  # "all", "MADPO" (both MADPO trainers), "MARLHF" (both MARLHF trainers) or "iterative"
+    # "all", "MADPO" (both MADPO trainers), "MARLHF" (both MARLHF trainers), "iterative" or "single" (MADPO, MARLHF)
+    algorithms: str = "all"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -115,7 +116,7 @@ PHASE_SECONDS = "time/{phase}_seconds"
 METRICS: tuple[Metric, ...] = (
     Metric(REWARD_MEAN, "reward", "Mean processed task reward of the current agents' candidates (collect), of the batch's pairs (MADPO update) or reward-model score of the rollouts (MARLHF update), as CoMLRL logs it."),
     Metric(EXPECTED_RETURN, "reward", "CoMLRL's single-turn expected return: equal to turn_1/reward_mean except in MARLHF updates, where it is the KL-penalised return."),
-    Metric(COLLECTED_PAIRS, "count", "Non-tied preference pairs made in the collect phase.", "all"),
+    Metric(COLLECTED_PAIRS, "count", "Non-tied preference pairs made in the collect phase.", "single"),
     Metric(COLLECT_TOKENS_PER_SECOND, "other", "Sampled tokens per second of the collect phase (both sides)."),
     Metric(COMPARATOR_REWARD_MEAN, "reward", "Mean processed reward of the comparator's candidates.", "iterative"),
     Metric(UNPARSED_COMPARATOR_CANDIDATES, "count", "Comparator outputs that could not be parsed (centralized or API) and were skipped.", "iterative"),
