@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 import traceback
-import uuid
 from pathlib import Path
 from typing import Any
 
+from comlrl_lab.data.run_ids import new_run_id
 from comlrl_lab.engine.spec import ExperimentSpec, build_trainer
 from comlrl_lab.store import RunStore, snapshot_parquet
 from comlrl_lab.trainers.preference import checkpoint as ckpt
@@ -80,11 +79,6 @@ class StoreSink:
         )
         if self.snapshot_dir is not None:
             snapshot_parquet(self.store, self.run_id, self.snapshot_dir)
-
-
-def new_run_id(name: str | None = None) -> str:
-    stem = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in (name or "run")).strip("-") or "run"
-    return f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
 
 
 class Run:

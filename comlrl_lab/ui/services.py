@@ -13,10 +13,7 @@ import hashlib
 import io
 import json
 import os
-import re
 import threading
-import time
-import uuid
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +22,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from comlrl_lab.data.run_ids import new_run_id
 from comlrl_lab.engine import ExperimentSpec, RunManager
 from comlrl_lab.engine.manager import Progress
 from comlrl_lab.engine.run import SPEC_FILE, STORE_FILE
@@ -197,8 +195,7 @@ class Workspace:
 
     # Import / export -------------------------------------------------------------------------------------
     def _new_import_store(self, stem: str) -> tuple[str, Path, RunStore]:
-        clean = re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip("-.") or "pairs"
-        run_id = f"import-{clean}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+        run_id = new_run_id(stem, prefix="import", fallback="pairs")
         run_dir = self.root / run_id
         run_dir.mkdir(parents=True, exist_ok=False)
         return run_id, run_dir, RunStore(run_dir / STORE_FILE)
@@ -235,17 +232,15 @@ class Workspace:
             raise ValueError(f"unknown export format {fmt!r}")
         target = view.run_dir / EXPORTS_DIR
         target.mkdir(parents=True, exist_ok=True)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        suffix = _filter_suffix(filters)
         if fmt == "rounds":
-            folder = target / f"rounds-{stamp}-{uuid.uuid4().hex[:4]}"
+            folder = target / new_run_id("rounds")
             files = export_round_files(view.store, run_id, folder)
             archive = folder.with_suffix(".zip")
             with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zf:
                 for file in files:
                     zf.write(file, arcname=f"preference_replay/{file.name}")
             return archive, len(files)
-        dest = target / f"pairs{suffix}-{stamp}-{uuid.uuid4().hex[:4]}{EXPORT_FORMATS[fmt][1]}"
+        dest = target / (new_run_id("pairs" + _filter_suffix(filters)) + EXPORT_FORMATS[fmt][1])
         count = export_pairs(view.store, run_id, fmt, dest, **filters)
         return dest, count
 

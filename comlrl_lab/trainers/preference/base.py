@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,6 +22,7 @@ from comlrl_lab.data import metric_names as M
 from comlrl_lab.data.datasets import load_items
 from comlrl_lab.data.formatters import resolve_formatters
 from comlrl_lab.data.records import JointCandidate, PreferencePair
+from comlrl_lab.data.run_ids import new_run_id
 from comlrl_lab.models.generation import SamplingSettings
 from comlrl_lab.models.loading import load_agents
 from comlrl_lab.models.lora import (
@@ -174,7 +174,7 @@ class PreferenceTrainerBase:
         # Only the main rank commits records; the others compute the same phases and keep nothing.
         self.sink: RecordSink = sink if sink is not None and self.dist.is_main else NullSink()
         self.control = control if control is not None else PhaseControl()
-        self.run_id = self.dist.broadcast_object(run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6])
+        self.run_id = self.dist.broadcast_object(run_id or new_run_id(digits=6))
         self.output_dir = Path(self.args.output_dir) if self.args.output_dir else Path("runs") / self.run_id
         self.checkpoint_dir: Path | None = None
 

@@ -1,0 +1,64 @@
+"""One home per name: run ids, export formats, the store's run id and the phase order are each defined once.
+
+The format tests pin what the UI and the tests parse; the scans fail when a module grows a definition of its own.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from comlrl_lab.data.run_ids import new_run_id, random_hex, safe_stem
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "comlrl_lab"
+STAMP = r"\d{8}-\d{6}"
+
+
+def _modules(*, skip: tuple[str, ...] = ()) -> list[Path]:
+    return [p for p in sorted(PACKAGE.rglob("*.py")) if p.relative_to(PACKAGE).as_posix() not in skip]
+
+
+# -- run ids ---------------------------------------------------------------------------------------------------
+
+
+def test_run_id_formats():
+    assert re.fullmatch(rf"MADPOIter-{STAMP}-[0-9a-f]{{4}}", new_run_id("MADPOIter"))
+    assert re.fullmatch(rf"{STAMP}-[0-9a-f]{{6}}", new_run_id(digits=6))
+    assert re.fullmatch(rf"import-preference_replay-{STAMP}-[0-9a-f]{{4}}", new_run_id("preference_replay", prefix="import"))
+    assert re.fullmatch(rf"import-pairs-{STAMP}-[0-9a-f]{{4}}", new_run_id("?!", prefix="import", fallback="pairs"))
+    assert re.fullmatch(r"[0-9a-f]{12}", random_hex(12))
+
+
+def test_a_stem_is_one_safe_path_component():
+    assert safe_stem("my run / v2", "run") == "my-run-v2"
+    assert safe_stem("..hidden.", "run") == "hidden"
+    assert safe_stem("", "run") == safe_stem(None, "run") == "run"
+    assert safe_stem("pairs-r0001-current", "run") == "pairs-r0001-current"
+
+
+def _makes_ids(path: Path) -> list[str]:
+    """Lines that import uuid or format a time stamp: the ways a second run-id maker starts."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import) and any(a.name == "uuid" for a in node.names):
+            found.append(f"{path.name}:{node.lineno}: import uuid")
+        elif isinstance(node, ast.ImportFrom) and node.module == "uuid":
+            found.append(f"{path.name}:{node.lineno}: from uuid import")
+        elif isinstance(node, ast.Attribute) and node.attr == "strftime":
+            found.append(f"{path.name}:{node.lineno}: strftime")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "%Y%m%d" in node.value:
+            found.append(f"{path.name}:{node.lineno}: stamp format")
+    return found
+
+
+def test_only_the_run_id_module_makes_ids():
+    offenders = [hit for path in _modules(skip=("data/run_ids.py",)) for hit in _makes_ids(path)]
+    assert offenders == []
+
+
+def test_the_id_scan_finds_a_maker_of_its_own(tmp_path):
+    sneaky = tmp_path / "sneaky.py"
+    sneaky.write_text('import time\nimport uuid\nrun_id = time.strftime("%Y%m%d") + uuid.uuid4().hex\n')
+    assert len(_makes_ids(sneaky)) == 3
