@@ -9,6 +9,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 from comlrl_lab.data.run_ids import new_run_id, random_hex, safe_stem
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,3 +64,58 @@ def test_the_id_scan_finds_a_maker_of_its_own(tmp_path):
     sneaky = tmp_path / "sneaky.py"
     sneaky.write_text('import time\nimport uuid\nrun_id = time.strftime("%Y%m%d") + uuid.uuid4().hex\n')
     assert len(_makes_ids(sneaky)) == 3
+
+
+# -- export formats --------------------------------------------------------------------------------------------
+
+
+def test_cli_and_workbench_offer_the_store_table():
+    from comlrl_lab import cli
+    from comlrl_lab.store.export import EXPORT_FORMATS, PAIR_FORMATS, ROUND_FILES
+    from comlrl_lab.ui import services
+
+    assert services.EXPORT_FORMATS is EXPORT_FORMATS and services.ROUND_FILES == ROUND_FILES
+    parser = cli.build_parser()
+    for name in EXPORT_FORMATS:
+        assert parser.parse_args(["export", "run", "--dest", "out", "--format", name]).format == name
+    with pytest.raises(SystemExit):
+        parser.parse_args(["export", "run", "--dest", "out", "--format", "xml"])
+    assert [*PAIR_FORMATS, ROUND_FILES] == list(EXPORT_FORMATS)
+    assert all(spec.suffix.startswith(".") and spec.label and spec.mime for spec in EXPORT_FORMATS.values())
+
+
+def _lists_export_formats(path: Path) -> list[str]:
+    """Literal collections naming export formats, and the table's labels written out again.
+
+    Readers of data and of imports take json, jsonl and csv too, so a list counts only when it names a format
+    nothing but an export writes (parquet, rounds).
+    """
+    from comlrl_lab.store.export import EXPORT_FORMATS
+
+    export_only = {"parquet", "rounds"}
+    labels = {spec.label for spec in EXPORT_FORMATS.values()}
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)):
+            elts = node.keys if isinstance(node, ast.Dict) else node.elts
+            names = {e.value for e in elts if isinstance(e, ast.Constant) and e.value in EXPORT_FORMATS}
+            if len(names) >= 2 and names & export_only:
+                found.append(f"{path.name}:{node.lineno}: {sorted(names)}")
+        elif isinstance(node, ast.Constant) and node.value in labels:
+            found.append(f"{path.name}:{node.lineno}: {node.value!r}")
+    return found
+
+
+def test_no_module_lists_export_formats_outside_the_table():
+    paths = [*_modules(skip=("store/export.py",)), *sorted((ROOT / "pages").glob("*.py")), ROOT / "app.py"]
+    assert [hit for path in paths for hit in _lists_export_formats(path)] == []
+
+
+def test_the_format_scan_finds_a_table_of_its_own(tmp_path):
+    sneaky = tmp_path / "sneaky.py"
+    sneaky.write_text(
+        'FORMATS = ("json", "jsonl", "parquet", "csv", "rounds")\n'
+        'LABELS = {"csv": "CSV (records + provenance)"}\n'
+        'UPLOADS = ["jsonl", "json", "csv"]\n'
+    )
+    assert [line.split(":")[1] for line in _lists_export_formats(sneaky)] == ["1", "2"]

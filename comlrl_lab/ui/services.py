@@ -27,6 +27,8 @@ from comlrl_lab.engine import ExperimentSpec, RunManager
 from comlrl_lab.engine.manager import Progress
 from comlrl_lab.engine.run import SPEC_FILE, STORE_FILE
 from comlrl_lab.store import (
+    EXPORT_FORMATS,
+    ROUND_FILES,
     ImportReport,
     QueryExecutionError,
     ReadOnlyQueryError,
@@ -40,22 +42,13 @@ from comlrl_lab.trainers.preference.algorithms import algorithm
 
 # Pages import only ``comlrl_lab.ui``; these are the engine and store names they need.
 __all__ = [
-    "EXPORT_FORMATS", "ExperimentSpec", "QueryExecutionError", "ReadOnlyQueryError", "RunView", "Workspace",
+    "EXPORT_FORMATS", "ROUND_FILES", "ExperimentSpec", "QueryExecutionError", "ReadOnlyQueryError", "RunView", "Workspace",
     "close_all", "dataframe_csv", "past_runs", "runs_root", "workspace",
 ]  # fmt: skip
 
 RUNS_DIR_ENV = "COMLRL_LAB_RUNS_DIR"
 UPLOADS_DIR = "_uploads"
 EXPORTS_DIR = "exports"
-
-#: Export formats offered by the Data page: key -> (label, file suffix, MIME type).
-EXPORT_FORMATS: dict[str, tuple[str, str, str]] = {
-    "json": ("Seed JSON (one list of records)", ".json", "application/json"),
-    "jsonl": ("JSONL (one record per line)", ".jsonl", "application/jsonl"),
-    "parquet": ("Parquet (records + provenance)", ".parquet", "application/vnd.apache.parquet"),
-    "csv": ("CSV (records + provenance)", ".csv", "text/csv"),
-    "rounds": ("Iteration files (iteration_NNNN.json, zipped)", ".zip", "application/zip"),
-}
 
 
 def runs_root() -> Path:
@@ -232,15 +225,15 @@ class Workspace:
             raise ValueError(f"unknown export format {fmt!r}")
         target = view.run_dir / EXPORTS_DIR
         target.mkdir(parents=True, exist_ok=True)
-        if fmt == "rounds":
+        if fmt == ROUND_FILES:
             folder = target / new_run_id("rounds")
             files = export_round_files(view.store, run_id, folder)
-            archive = folder.with_suffix(".zip")
+            archive = folder.with_suffix(EXPORT_FORMATS[ROUND_FILES].suffix)
             with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zf:
                 for file in files:
                     zf.write(file, arcname=f"preference_replay/{file.name}")
             return archive, len(files)
-        dest = target / (new_run_id("pairs" + _filter_suffix(filters)) + EXPORT_FORMATS[fmt][1])
+        dest = target / (new_run_id("pairs" + _filter_suffix(filters)) + EXPORT_FORMATS[fmt].suffix)
         count = export_pairs(view.store, run_id, fmt, dest, **filters)
         return dest, count
 
