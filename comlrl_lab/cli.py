@@ -91,8 +91,10 @@ def _run(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     with RunStore(run_dir / STORE_FILE, read_only=True) as store:
-        runs = store.list_runs()
-        run_id = args.run_id or str(runs["run_id"].iloc[0])
+        run_id = args.run_id or store.first_run_id()
+        if run_id is None:
+            print(f"comlrl-lab export: {run_dir / STORE_FILE} holds no run", file=sys.stderr)
+            return 1
         filters = {k: v for k, v in {"round": args.round, "winner_side": args.winner_side}.items() if v is not None}
         started = time.perf_counter()
         if args.format == ROUND_FILES:

@@ -161,7 +161,7 @@ def test_kill_9_during_training_then_resume_keeps_every_committed_row_once(model
     assert resumed.returncode == 0, resumed.stderr[-2000:]
 
     with RunStore(run_dir / "run.duckdb", read_only=True) as store:
-        run_id = str(store.list_runs()["run_id"].iloc[0])
+        run_id = store.first_run_id()
         pairs = store.readonly_sql("select round, pair_index, count(*) as n from pairs group by all having n > 1")
         assert pairs.empty
         metrics = store.readonly_sql("select round, step, name, count(*) as n from metrics group by all having n > 1")

@@ -119,3 +119,29 @@ def test_the_format_scan_finds_a_table_of_its_own(tmp_path):
         'UPLOADS = ["jsonl", "json", "csv"]\n'
     )
     assert [line.split(":")[1] for line in _lists_export_formats(sneaky)] == ["1", "2"]
+
+
+# -- the run id a store holds ----------------------------------------------------------------------------------
+
+
+def test_first_run_id_is_the_oldest_run(tmp_path):
+    from comlrl_lab.store import RunStore
+
+    with RunStore(tmp_path / "run.duckdb") as store:
+        assert store.first_run_id() is None
+        store.create_run("a-first", trainer="MADPO")
+        store.create_run("b-second", trainer="MADPO")
+        assert store.first_run_id() == "a-first"
+
+
+def test_only_the_store_reads_a_run_id_out_of_it():
+    paths = [*_modules(), *sorted((ROOT / "pages").glob("*.py")), *sorted((ROOT / "tests").glob("*.py"))]
+    needles = ('["run_id"].iloc', "['run_id'].iloc", "SELECT run_id FROM runs")
+    offenders = [
+        f"{path.relative_to(ROOT)}: {needle}"
+        for path in paths
+        if path.name not in ("queries.py", "test_names.py")
+        for needle in needles
+        if needle in path.read_text(encoding="utf-8")
+    ]
+    assert offenders == []

@@ -115,8 +115,7 @@ class Run:
         if secrets:
             spec.config.update(secrets)
         store = RunStore(run_dir / STORE_FILE)
-        runs = store.list_runs()
-        run_id = str(runs["run_id"].iloc[0]) if len(runs) else run_dir.name
+        run_id = store.first_run_id() or run_dir.name
         return cls(run_dir, spec, run_id, store)
 
     @classmethod

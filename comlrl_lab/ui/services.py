@@ -113,8 +113,7 @@ class Workspace:
                     if view.run_dir == run_dir:
                         return view.run_id
                 store = RunStore(run_dir / STORE_FILE)
-                runs = store.list_runs()
-                run_id = str(runs["run_id"].iloc[0]) if len(runs) else run_dir.name
+                run_id = store.first_run_id() or run_dir.name
                 self._imported[run_id] = RunView(run_id, run_dir, store, None)
                 return run_id
         raise FileNotFoundError(f"{run_dir} is neither a comlrl-lab run (no {SPEC_FILE}) nor a pair store (no {STORE_FILE})")
