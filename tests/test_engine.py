@@ -78,6 +78,16 @@ def test_phase_out_of_order_is_refused_with_a_clear_message(model_dir, tmp_path)
     manager.close()
 
 
+def test_run_step_out_of_order_is_refused_by_the_trainer_and_logs_no_failure(model_dir, tmp_path):
+    manager = RunManager(tmp_path / "runs")
+    run = manager.run(manager.create(small_spec(model_dir)))
+    with pytest.raises(InvalidTransition, match="cannot run 'select' now: the next phase of round 1 is 'collect'"):
+        run.step("select")
+    assert run.last_error is None and run.store.events(run.run_id, level="error").empty
+    assert run.cursor() == (1, "collect")
+    manager.close()
+
+
 def test_invalid_config_is_refused_before_anything_is_written(model_dir, tmp_path):
     manager = RunManager(tmp_path / "runs")
     with pytest.raises(ValueError, match="preference_replay_lambda is only valid when preference_replay_mode='lambda_decay'."):

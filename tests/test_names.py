@@ -145,3 +145,25 @@ def test_only_the_store_reads_a_run_id_out_of_it():
         if needle in path.read_text(encoding="utf-8")
     ]
     assert offenders == []
+
+
+# -- the phase order -------------------------------------------------------------------------------------------
+
+
+def test_check_next_phase():
+    from comlrl_lab.data.phases import InvalidTransition, check_next_phase
+    from comlrl_lab.engine import InvalidTransition as EngineInvalidTransition
+
+    assert EngineInvalidTransition is InvalidTransition
+    check_next_phase("select", 2, "select")
+    with pytest.raises(InvalidTransition, match="^cannot run 'train' now: the next phase of round 2 is 'select'$"):
+        check_next_phase("train", 2, "select")
+
+
+def test_only_the_phase_module_checks_the_order():
+    offenders = [
+        path.relative_to(ROOT).as_posix()
+        for path in _modules(skip=("data/phases.py",))
+        if "cannot run '" in path.read_text(encoding="utf-8") or "class InvalidTransition" in path.read_text(encoding="utf-8")
+    ]
+    assert offenders == []

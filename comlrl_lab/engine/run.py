@@ -22,6 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from comlrl_lab.data.phases import InvalidTransition
 from comlrl_lab.data.run_ids import new_run_id
 from comlrl_lab.engine.spec import ExperimentSpec, build_trainer
 from comlrl_lab.store import RunStore, snapshot_parquet
@@ -52,10 +53,6 @@ def apply_torch_threads(spec: ExperimentSpec) -> None:
         torch.set_num_threads(int(setting))
     else:
         raise ValueError(f"COMLRL_LAB_TORCH_THREADS must be 'auto' or a positive integer, got {setting!r}")
-
-
-class InvalidTransition(RuntimeError):
-    """A phase was asked for out of order, or while another one runs."""
 
 
 class StoreSink:
@@ -166,13 +163,10 @@ class Run:
         trainer = self.ensure_trainer()
         if trainer.finished:
             raise InvalidTransition(f"run {self.run_id} has finished all {trainer.num_rounds} rounds")
-        if expected_phase is not None and expected_phase != trainer.next_phase:
-            raise InvalidTransition(
-                f"cannot run '{expected_phase}' now: the next phase of round {trainer.round_index} is "
-                f"'{trainer.next_phase}'"
-            )
         try:
-            records = trainer.step()
+            records = trainer.step(expected_phase)
+        except InvalidTransition:
+            raise  # refused before anything ran: there is no failure to log and nothing to restore
         except BaseException as error:
             self.record_failure(error)
             raise

@@ -21,6 +21,7 @@ import torch
 from comlrl_lab.data import metric_names as M
 from comlrl_lab.data.datasets import load_items
 from comlrl_lab.data.formatters import resolve_formatters
+from comlrl_lab.data.phases import check_next_phase
 from comlrl_lab.data.records import JointCandidate, PreferencePair
 from comlrl_lab.data.run_ids import new_run_id
 from comlrl_lab.models.generation import SamplingSettings
@@ -264,10 +265,15 @@ class PreferenceTrainerBase:
     def next_phase(self) -> str | None:
         return None if self.finished else PHASES[self.phase_index]
 
-    def step(self) -> PhaseRecords | None:
-        """Run the next phase, commit its records, checkpoint, and advance the cursor. None when finished."""
+    def step(self, phase: str | None = None) -> PhaseRecords | None:
+        """Run the next phase, commit its records, checkpoint, and advance the cursor. None when finished.
+
+        With ``phase``, raise ``InvalidTransition`` (and run nothing) unless it is the next phase.
+        """
         if self.finished:
             return None
+        if phase is not None:
+            check_next_phase(phase, self.round_index, self.next_phase)
         phase = PHASES[self.phase_index]
         records = PhaseRecords(round_index=self.round_index, phase=phase)
         started = time.monotonic()
