@@ -17,11 +17,9 @@ from pathlib import Path
 from comlrl_lab.engine import ExperimentSpec, RunManager
 from comlrl_lab.engine.run import STORE_FILE, run_data_parallel
 from comlrl_lab.store import RunStore
-from comlrl_lab.store.export import export_pairs, export_round_files
+from comlrl_lab.store.export import EXPORT_FORMATS, ROUND_FILES, export_pairs, export_round_files
 from comlrl_lab.store.importer import import_replay_dir
 from comlrl_lab.trainers.preference.distributed import DistContext
-
-EXPORT_FORMATS = ("json", "jsonl", "parquet", "csv", "rounds")
 
 
 def _run_ranks(args: argparse.Namespace, dist: DistContext) -> int:
@@ -93,11 +91,13 @@ def _run(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     with RunStore(run_dir / STORE_FILE, read_only=True) as store:
-        runs = store.list_runs()
-        run_id = args.run_id or str(runs["run_id"].iloc[0])
+        run_id = args.run_id or store.first_run_id()
+        if run_id is None:
+            print(f"comlrl-lab export: {run_dir / STORE_FILE} holds no run", file=sys.stderr)
+            return 1
         filters = {k: v for k, v in {"round": args.round, "winner_side": args.winner_side}.items() if v is not None}
         started = time.perf_counter()
-        if args.format == "rounds":
+        if args.format == ROUND_FILES:
             export_round_files(store, run_id, args.dest)
         else:
             export_pairs(store, run_id, args.format, args.dest, **filters)
@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     export = sub.add_parser("export", help="export a run's pairs or round files")
     export.add_argument("run_dir")
-    export.add_argument("--format", choices=EXPORT_FORMATS, default="jsonl")
+    export.add_argument("--format", choices=list(EXPORT_FORMATS), default="jsonl")
     export.add_argument("--dest", required=True, help="file (pairs) or directory (rounds)")
     export.add_argument("--run-id")
     export.add_argument("--round", type=int)

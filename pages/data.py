@@ -25,14 +25,14 @@ with export_tab:
         formats = list(services.EXPORT_FORMATS)
         fmt = st.radio(
             "Format", formats, key=state.EXPORT_FORMAT, horizontal=True,
-            format_func=lambda f: services.EXPORT_FORMATS[f][0],
+            format_func=lambda f: services.EXPORT_FORMATS[f].label,
             help="JSON and JSONL hold the seed's nine record fields exactly; Parquet and CSV add provenance columns "
             "(round, pair_index, item_index, candidate indices, winner_side, reward_gap). Iteration files are "
             "CoMLRL's iteration_NNNN.json, one per round.",
         )  # fmt: skip
         rounds = view.store.rounds(run_id)
         filters: dict = {}
-        if fmt != "rounds":
+        if fmt != services.ROUND_FILES:
             filters = components.pair_filters(rounds, state.EXPORT_FILTERS, heading="**Filters** (empty = all pairs)")
             count = view.store.pairs_count(run_id, **filters)
             st.markdown(f"**{count:,} pairs** will be exported.")
@@ -48,12 +48,12 @@ with export_tab:
         result = st.session_state.get(state.EXPORT_RESULT)
         if result and result.get("run_id") == run_id and Path(result["path"]).is_file():
             path = Path(result["path"])
-            what = "round files" if result["format"] == "rounds" else "pairs"
+            what = "round files" if result["format"] == services.ROUND_FILES else "pairs"
             with st.container(border=True, key=state.EXPORT_RESULT_BOX):
                 st.success(f"Built `{path.name}`: {result['count']:,} {what}, {path.stat().st_size:,} bytes.", icon=":material/check_circle:")
                 st.download_button(
                     f"Download {path.name}", data=path.read_bytes(), file_name=path.name,
-                    mime=services.EXPORT_FORMATS[result["format"]][2], on_click="ignore", type="primary",
+                    mime=services.EXPORT_FORMATS[result["format"]].mime, on_click="ignore", type="primary",
                     icon=":material/download:", key=state.EXPORT_DOWNLOAD,
                 )  # fmt: skip
                 st.caption(f"Written to `{path}`")

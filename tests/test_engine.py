@@ -78,6 +78,16 @@ def test_phase_out_of_order_is_refused_with_a_clear_message(model_dir, tmp_path)
     manager.close()
 
 
+def test_run_step_out_of_order_is_refused_by_the_trainer_and_logs_no_failure(model_dir, tmp_path):
+    manager = RunManager(tmp_path / "runs")
+    run = manager.run(manager.create(small_spec(model_dir)))
+    with pytest.raises(InvalidTransition, match="cannot run 'select' now: the next phase of round 1 is 'collect'"):
+        run.step("select")
+    assert run.last_error is None and run.store.events(run.run_id, level="error").empty
+    assert run.cursor() == (1, "collect")
+    manager.close()
+
+
 def test_invalid_config_is_refused_before_anything_is_written(model_dir, tmp_path):
     manager = RunManager(tmp_path / "runs")
     with pytest.raises(ValueError, match="preference_replay_lambda is only valid when preference_replay_mode='lambda_decay'."):
@@ -161,7 +171,7 @@ def test_kill_9_during_training_then_resume_keeps_every_committed_row_once(model
     assert resumed.returncode == 0, resumed.stderr[-2000:]
 
     with RunStore(run_dir / "run.duckdb", read_only=True) as store:
-        run_id = str(store.list_runs()["run_id"].iloc[0])
+        run_id = store.first_run_id()
         pairs = store.readonly_sql("select round, pair_index, count(*) as n from pairs group by all having n > 1")
         assert pairs.empty
         metrics = store.readonly_sql("select round, step, name, count(*) as n from metrics group by all having n > 1")

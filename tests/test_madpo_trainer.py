@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from comlrl_lab.data.phases import InvalidTransition
 from comlrl_lab.data.records import PreferencePair
 from comlrl_lab.data.rewards import batched_reward
 from comlrl_lab.data.tasks.length_ratio import length_ratio_reward
@@ -141,6 +142,15 @@ def test_madpo_update_matches_hand_computed_loss_and_gradients(model_dir, tmp_pa
         for got, manual in zip((p.grad for p in model.parameters()), grads[i]):
             assert got.dtype == torch.float64
             torch.testing.assert_close(got, manual, rtol=1e-9, atol=1e-12)
+
+
+def test_step_refuses_a_phase_out_of_order_and_runs_nothing(model_dir, tmp_path):
+    sink = MemorySink()
+    trainer = make_iter_trainer(model_dir, iter_config(tmp_path, num_iterations=1), sink=sink)
+    with pytest.raises(InvalidTransition, match="cannot run 'train' now: the next phase of round 1 is 'collect'"):
+        trainer.step("train")
+    assert sink.phases == [] and trainer.next_phase == "collect"
+    assert trainer.step("collect").phase == "collect"
 
 
 def test_nan_loss_stops_training_and_keeps_weights(model_dir, tmp_path, monkeypatch):

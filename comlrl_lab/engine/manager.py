@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from comlrl_lab.engine.run import InvalidTransition, Run
+from comlrl_lab.data.phases import InvalidTransition, check_next_phase
+from comlrl_lab.engine.run import Run
 from comlrl_lab.engine.spec import ExperimentSpec
 from comlrl_lab.trainers.preference.sink import PHASES, PhaseCancelled, PhaseControl
 
@@ -153,10 +154,8 @@ class RunManager:
             round_index, next_phase = run.cursor()
             if next_phase is None:
                 raise InvalidTransition(f"run {run_id} has finished all its rounds")
-            if phase is not None and phase != next_phase:
-                raise InvalidTransition(
-                    f"cannot run '{phase}' now: the next phase of round {round_index} is '{next_phase}'"
-                )
+            if phase is not None:
+                check_next_phase(phase, round_index, next_phase)  # refused here, not later in the worker thread
             if rounds is not None:
                 count = len(PHASES) * int(rounds) - PHASES.index(next_phase)
             else:

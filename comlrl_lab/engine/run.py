@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 import traceback
-import uuid
 from pathlib import Path
 from typing import Any
 
+from comlrl_lab.data.phases import InvalidTransition
+from comlrl_lab.data.run_ids import new_run_id
 from comlrl_lab.engine.spec import ExperimentSpec, build_trainer
 from comlrl_lab.store import RunStore, snapshot_parquet
 from comlrl_lab.trainers.preference import checkpoint as ckpt
@@ -55,10 +55,6 @@ def apply_torch_threads(spec: ExperimentSpec) -> None:
         raise ValueError(f"COMLRL_LAB_TORCH_THREADS must be 'auto' or a positive integer, got {setting!r}")
 
 
-class InvalidTransition(RuntimeError):
-    """A phase was asked for out of order, or while another one runs."""
-
-
 class StoreSink:
     """Commits each finished phase to the run's DuckDB file in one transaction, then refreshes the snapshot."""
 
@@ -80,11 +76,6 @@ class StoreSink:
         )
         if self.snapshot_dir is not None:
             snapshot_parquet(self.store, self.run_id, self.snapshot_dir)
-
-
-def new_run_id(name: str | None = None) -> str:
-    stem = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in (name or "run")).strip("-") or "run"
-    return f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
 
 
 class Run:
@@ -121,8 +112,7 @@ class Run:
         if secrets:
             spec.config.update(secrets)
         store = RunStore(run_dir / STORE_FILE)
-        runs = store.list_runs()
-        run_id = str(runs["run_id"].iloc[0]) if len(runs) else run_dir.name
+        run_id = store.first_run_id() or run_dir.name
         return cls(run_dir, spec, run_id, store)
 
     @classmethod
@@ -173,13 +163,10 @@ class Run:
         trainer = self.ensure_trainer()
         if trainer.finished:
             raise InvalidTransition(f"run {self.run_id} has finished all {trainer.num_rounds} rounds")
-        if expected_phase is not None and expected_phase != trainer.next_phase:
-            raise InvalidTransition(
-                f"cannot run '{expected_phase}' now: the next phase of round {trainer.round_index} is "
-                f"'{trainer.next_phase}'"
-            )
         try:
-            records = trainer.step()
+            records = trainer.step(expected_phase)
+        except InvalidTransition:
+            raise  # refused before anything ran: there is no failure to log and nothing to restore
         except BaseException as error:
             self.record_failure(error)
             raise

@@ -3,16 +3,27 @@
 Only ``engine`` (writes), ``ui`` (reads) and ``cli`` import this package. It never imports torch or streamlit.
 """
 
-from comlrl_lab.store.export import PAIR_FORMATS, export_pairs, export_round_files, snapshot_parquet
+from comlrl_lab.store.export import (
+    EXPORT_FORMATS,
+    PAIR_FORMATS,
+    ROUND_FILES,
+    ExportFormat,
+    export_pairs,
+    export_round_files,
+    snapshot_parquet,
+)
 from comlrl_lab.store.importer import ImportReport, import_pair_files, import_replay_dir, parse_pair_file
 from comlrl_lab.store.runstore import RunStore
 from comlrl_lab.store.schema import PHASES, SCHEMA_VERSION, SchemaVersionError
 from comlrl_lab.store.sql_guard import QueryExecutionError, ReadOnlyQueryError
 
 __all__ = [
+    "EXPORT_FORMATS",
     "PAIR_FORMATS",
     "PHASES",
+    "ROUND_FILES",
     "SCHEMA_VERSION",
+    "ExportFormat",
     "ImportReport",
     "QueryExecutionError",
     "ReadOnlyQueryError",

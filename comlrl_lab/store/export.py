@@ -15,6 +15,7 @@ import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,28 @@ from comlrl_lab.store import queries
 from comlrl_lab.store.runstore import RunStore
 from comlrl_lab.store.schema import PHASE_TABLES
 
-PAIR_FORMATS = ("json", "jsonl", "parquet", "csv")
+
+@dataclass(frozen=True)
+class ExportFormat:
+    """One way to export a run: what the Data page calls it, the suffix of the file it makes, that file's MIME type."""
+
+    label: str
+    suffix: str
+    mime: str
+
+
+#: Every export format, in the order the Data page and ``comlrl-lab export --format`` offer them.
+EXPORT_FORMATS: dict[str, ExportFormat] = {
+    "json": ExportFormat("Seed JSON (one list of records)", ".json", "application/json"),
+    "jsonl": ExportFormat("JSONL (one record per line)", ".jsonl", "application/jsonl"),
+    "parquet": ExportFormat("Parquet (records + provenance)", ".parquet", "application/vnd.apache.parquet"),
+    "csv": ExportFormat("CSV (records + provenance)", ".csv", "text/csv"),
+    "rounds": ExportFormat("Iteration files (iteration_NNNN.json, zipped)", ".zip", "application/zip"),
+}
+#: CoMLRL's iteration_NNNN.json files, one per round: a folder (``export_round_files``), zipped by the workbench.
+ROUND_FILES = "rounds"
+#: The formats ``export_pairs`` writes: one file of pairs.
+PAIR_FORMATS = tuple(name for name in EXPORT_FORMATS if name != ROUND_FILES)
 _LIST_COLUMNS = ("prompts", "winner_completions", "loser_completions", "raw_rewards")
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from comlrl_lab.data.records import PreferencePair
+from comlrl_lab.data.run_ids import new_run_id
 from comlrl_lab.store.runstore import RunStore
-from comlrl_lab.store.schema import utcnow
 from comlrl_lab.store.writer import build_batch
 
 _ITERATION_NAME = re.compile(r"iteration_(\d+)", re.IGNORECASE)
@@ -174,11 +174,9 @@ def _write(
 
 
 def _new_run_id(store: RunStore, stem: str) -> str:
-    base = f"import-{re.sub(r'[^A-Za-z0-9_.-]+', '-', stem).strip('-') or 'pairs'}-{utcnow():%Y%m%d-%H%M%S}"
-    run_id, n = base, 1
-    while store.run(run_id) is not None:
-        n += 1
-        run_id = f"{base}-{n}"
+    run_id = new_run_id(stem, prefix="import", fallback="pairs")
+    while store.run(run_id) is not None:  # the same file imported twice in one second, 4 hex digits alike
+        run_id = new_run_id(stem, prefix="import", fallback="pairs")
     return run_id
 
 

@@ -105,6 +105,11 @@ def list_runs(cur: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     ).df()
 
 
+def first_run_id(cur: duckdb.DuckDBPyConnection) -> str | None:
+    row = cur.execute("SELECT run_id FROM runs ORDER BY created_at, run_id LIMIT 1").fetchone()
+    return None if row is None else str(row[0])
+
+
 def run_info(cur: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | None:
     df = cur.execute("SELECT * FROM runs WHERE run_id = ?", [run_id]).df()
     return None if df.empty else df.iloc[0].to_dict()

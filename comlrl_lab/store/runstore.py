@@ -166,6 +166,10 @@ class RunStore:
     def list_runs(self) -> pd.DataFrame:
         return queries.list_runs(self.cursor())
 
+    def first_run_id(self) -> str | None:
+        """The oldest run's id (a run directory's store holds one run); None when the store is empty."""
+        return queries.first_run_id(self.cursor())
+
     def run(self, run_id: str) -> dict[str, Any] | None:
         return queries.run_info(self.cursor(), run_id)
 

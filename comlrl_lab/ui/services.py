@@ -13,10 +13,7 @@ import hashlib
 import io
 import json
 import os
-import re
 import threading
-import time
-import uuid
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +22,13 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from comlrl_lab.data.run_ids import new_run_id
 from comlrl_lab.engine import ExperimentSpec, RunManager
 from comlrl_lab.engine.manager import Progress
 from comlrl_lab.engine.run import SPEC_FILE, STORE_FILE
 from comlrl_lab.store import (
+    EXPORT_FORMATS,
+    ROUND_FILES,
     ImportReport,
     QueryExecutionError,
     ReadOnlyQueryError,
@@ -42,22 +42,13 @@ from comlrl_lab.trainers.preference.algorithms import algorithm
 
 # Pages import only ``comlrl_lab.ui``; these are the engine and store names they need.
 __all__ = [
-    "EXPORT_FORMATS", "ExperimentSpec", "QueryExecutionError", "ReadOnlyQueryError", "RunView", "Workspace",
+    "EXPORT_FORMATS", "ROUND_FILES", "ExperimentSpec", "QueryExecutionError", "ReadOnlyQueryError", "RunView", "Workspace",
     "close_all", "dataframe_csv", "past_runs", "runs_root", "workspace",
 ]  # fmt: skip
 
 RUNS_DIR_ENV = "COMLRL_LAB_RUNS_DIR"
 UPLOADS_DIR = "_uploads"
 EXPORTS_DIR = "exports"
-
-#: Export formats offered by the Data page: key -> (label, file suffix, MIME type).
-EXPORT_FORMATS: dict[str, tuple[str, str, str]] = {
-    "json": ("Seed JSON (one list of records)", ".json", "application/json"),
-    "jsonl": ("JSONL (one record per line)", ".jsonl", "application/jsonl"),
-    "parquet": ("Parquet (records + provenance)", ".parquet", "application/vnd.apache.parquet"),
-    "csv": ("CSV (records + provenance)", ".csv", "text/csv"),
-    "rounds": ("Iteration files (iteration_NNNN.json, zipped)", ".zip", "application/zip"),
-}
 
 
 def runs_root() -> Path:
@@ -122,8 +113,7 @@ class Workspace:
                     if view.run_dir == run_dir:
                         return view.run_id
                 store = RunStore(run_dir / STORE_FILE)
-                runs = store.list_runs()
-                run_id = str(runs["run_id"].iloc[0]) if len(runs) else run_dir.name
+                run_id = store.first_run_id() or run_dir.name
                 self._imported[run_id] = RunView(run_id, run_dir, store, None)
                 return run_id
         raise FileNotFoundError(f"{run_dir} is neither a comlrl-lab run (no {SPEC_FILE}) nor a pair store (no {STORE_FILE})")
@@ -197,8 +187,7 @@ class Workspace:
 
     # Import / export -------------------------------------------------------------------------------------
     def _new_import_store(self, stem: str) -> tuple[str, Path, RunStore]:
-        clean = re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip("-.") or "pairs"
-        run_id = f"import-{clean}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+        run_id = new_run_id(stem, prefix="import", fallback="pairs")
         run_dir = self.root / run_id
         run_dir.mkdir(parents=True, exist_ok=False)
         return run_id, run_dir, RunStore(run_dir / STORE_FILE)
@@ -235,17 +224,15 @@ class Workspace:
             raise ValueError(f"unknown export format {fmt!r}")
         target = view.run_dir / EXPORTS_DIR
         target.mkdir(parents=True, exist_ok=True)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        suffix = _filter_suffix(filters)
-        if fmt == "rounds":
-            folder = target / f"rounds-{stamp}-{uuid.uuid4().hex[:4]}"
+        if fmt == ROUND_FILES:
+            folder = target / new_run_id("rounds")
             files = export_round_files(view.store, run_id, folder)
-            archive = folder.with_suffix(".zip")
+            archive = folder.with_suffix(EXPORT_FORMATS[ROUND_FILES].suffix)
             with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zf:
                 for file in files:
                     zf.write(file, arcname=f"preference_replay/{file.name}")
             return archive, len(files)
-        dest = target / f"pairs{suffix}-{stamp}-{uuid.uuid4().hex[:4]}{EXPORT_FORMATS[fmt][1]}"
+        dest = target / (new_run_id("pairs" + _filter_suffix(filters)) + EXPORT_FORMATS[fmt].suffix)
         count = export_pairs(view.store, run_id, fmt, dest, **filters)
         return dest, count
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,7 +21,9 @@ import torch
 from comlrl_lab.data import metric_names as M
 from comlrl_lab.data.datasets import load_items
 from comlrl_lab.data.formatters import resolve_formatters
+from comlrl_lab.data.phases import check_next_phase
 from comlrl_lab.data.records import JointCandidate, PreferencePair
+from comlrl_lab.data.run_ids import new_run_id
 from comlrl_lab.models.generation import SamplingSettings
 from comlrl_lab.models.loading import load_agents
 from comlrl_lab.models.lora import (
@@ -174,7 +175,7 @@ class PreferenceTrainerBase:
         # Only the main rank commits records; the others compute the same phases and keep nothing.
         self.sink: RecordSink = sink if sink is not None and self.dist.is_main else NullSink()
         self.control = control if control is not None else PhaseControl()
-        self.run_id = self.dist.broadcast_object(run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6])
+        self.run_id = self.dist.broadcast_object(run_id or new_run_id(digits=6))
         self.output_dir = Path(self.args.output_dir) if self.args.output_dir else Path("runs") / self.run_id
         self.checkpoint_dir: Path | None = None
 
@@ -264,10 +265,15 @@ class PreferenceTrainerBase:
     def next_phase(self) -> str | None:
         return None if self.finished else PHASES[self.phase_index]
 
-    def step(self) -> PhaseRecords | None:
-        """Run the next phase, commit its records, checkpoint, and advance the cursor. None when finished."""
+    def step(self, phase: str | None = None) -> PhaseRecords | None:
+        """Run the next phase, commit its records, checkpoint, and advance the cursor. None when finished.
+
+        With ``phase``, raise ``InvalidTransition`` (and run nothing) unless it is the next phase.
+        """
         if self.finished:
             return None
+        if phase is not None:
+            check_next_phase(phase, self.round_index, self.next_phase)
         phase = PHASES[self.phase_index]
         records = PhaseRecords(round_index=self.round_index, phase=phase)
         started = time.monotonic()

@@ -22,13 +22,13 @@ import math
 import os
 import random
 import re
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from comlrl_lab.data.records import PreferencePair, round_file_payload
+from comlrl_lab.data.run_ids import random_hex
 from comlrl_lab.trainers.preference.config import MADPOIterConfig, field_choices
 
 REPLAY_MODES: tuple[str, ...] = field_choices(MADPOIterConfig, "preference_replay_mode")
@@ -194,8 +194,7 @@ class ReplayBuffer:
         self.lam = lam
         self.sample_size = sample_size
         self.num_agents = num_agents
-        # uuid4 draws from the OS, not from any training stream, so it never shifts seeded randomness.
-        self.run_id = run_id if run_id is not None else uuid.uuid4().hex[:12]
+        self.run_id = run_id if run_id is not None else random_hex(12)
         _check_run_id(self.run_id)
         self.write_files = bool(write_files)
         self._requested_dir = replay_dir if self.write_files else None
