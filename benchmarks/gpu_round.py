@@ -53,7 +53,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lora", type=int, default=None, help="LoRA rank (None: train every weight)")
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--require-cuda", action="store_true", help="exit 2 instead of 0 when there is no GPU")
-    parser.add_argument("--cpu-smoke", action="store_true", help="run on the CPU to check this script (figures mean nothing)")
+    parser.add_argument(
+        "--cpu-smoke", action="store_true", help="run on the CPU to check this script (figures mean nothing)"
+    )
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
     return parser.parse_args(argv)
 
@@ -117,7 +119,9 @@ def run_round(algorithm: str, args) -> dict:
         trainer = build(algorithm, args, output_dir, sink)
         load_seconds = time.perf_counter() - started
         devices = [str(d) for d in trainer.agent_devices]
-        dtypes = sorted({str(p.dtype) for m in trainer.agents for p in m.parameters() if not p.requires_grad or args.lora is None})
+        dtypes = sorted(
+            {str(p.dtype) for m in trainer.agents for p in m.parameters() if not p.requires_grad or args.lora is None}
+        )
         if cuda and any(torch.device(d).type != "cuda" for d in devices):
             raise RuntimeError(f"{algorithm}: agents resolved to {devices}, not CUDA devices")
         if cuda and "torch.bfloat16" not in dtypes:
@@ -132,13 +136,18 @@ def run_round(algorithm: str, args) -> dict:
             _sync(cuda)
             seconds = time.perf_counter() - start
             tokens = sum(sum(c.token_counts) for c in records.candidates) if records.candidates else 0
-            phases[phase] = {"seconds": round(seconds, 3), "generated_tokens": tokens,
-                             "tokens_per_s": round(tokens / seconds, 1) if tokens else None}  # fmt: skip
+            phases[phase] = {
+                "seconds": round(seconds, 3),
+                "generated_tokens": tokens,
+                "tokens_per_s": round(tokens / seconds, 1) if tokens else None,
+            }
         moved = any(
             not torch.equal(b, next(p for p in m.parameters() if p.requires_grad).detach().float())
             for b, m in zip(before, trainer.agents)
         )
-        losses = [m["value"] for r in sink.phases for m in r.metrics if m["name"] in ("madpo/loss", "rl/loss", "bt/loss")]
+        losses = [
+            m["value"] for r in sink.phases for m in r.metrics if m["name"] in ("madpo/loss", "rl/loss", "bt/loss")
+        ]
     return {
         "algorithm": algorithm,
         "devices": devices,
@@ -166,7 +175,9 @@ def main(argv: list[str] | None = None) -> int:
             results.append({"algorithm": algorithm, "skipped": "MARLHF trainers are not importable in this build"})
             continue
         results.append(run_round(algorithm, args))
-    where = "CPU smoke test (fp32)" if args.cpu_smoke else f"{torch.cuda.get_device_name(0)} x{torch.cuda.device_count()}"
+    where = (
+        "CPU smoke test (fp32)" if args.cpu_smoke else f"{torch.cuda.get_device_name(0)} x{torch.cuda.device_count()}"
+    )
     if args.json:
         print(json.dumps({"device": where, "model": args.model, "results": results}))
     else:
@@ -175,9 +186,11 @@ def main(argv: list[str] | None = None) -> int:
             if "skipped" in result:
                 print(f"  {result['algorithm']}: skipped ({result['skipped']})")
                 continue
-            print(f"  {result['algorithm']} on {result['devices']} ({', '.join(result['weight_dtypes'])}), "
-                  f"{result['pairs']} pairs, weights moved: {result['weights_moved']}, "
-                  f"losses finite: {result['losses_finite']}")  # fmt: skip
+            print(
+                f"  {result['algorithm']} on {result['devices']} ({', '.join(result['weight_dtypes'])}), "
+                f"{result['pairs']} pairs, weights moved: {result['weights_moved']}, "
+                f"losses finite: {result['losses_finite']}"
+            )
             for phase, values in result["phases"].items():
                 rate = f"{values['tokens_per_s']:.0f} tokens/s" if values["tokens_per_s"] else ""
                 print(f"    {phase:<9} {values['seconds']:>8.2f} s  {rate}")

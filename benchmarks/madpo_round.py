@@ -120,8 +120,10 @@ def main() -> None:
             raw.append(len(pairs) / (time.perf_counter() - started))
 
     ours_rate, raw_rate = statistics.median(ours), statistics.median(raw)
-    print(f"model: {TINY_MODEL_NAME}, task: {args.task}, items: {args.items}, candidates: {args.candidates}, "
-          f"max_new_tokens: {args.max_new_tokens}, threads: {args.threads}")
+    print(
+        f"model: {TINY_MODEL_NAME}, task: {args.task}, items: {args.items}, candidates: {args.candidates}, "
+        f"max_new_tokens: {args.max_new_tokens}, threads: {args.threads}"
+    )
     print(f"pairs: {len(pairs)}, completion tokens per pass: {tokens}, batch: {args.batch_size}")
     print(f"DPOLearner.update    {ours_rate:8.1f} pairs/s")
     print(f"raw fwd+bwd        {raw_rate:8.1f} pairs/s")

@@ -173,8 +173,10 @@ def main() -> None:
         for k, v in rows:
             print(f"  {k:<{width}}  {v}")
         print(f"  target page p95 < 150 ms: {'PASS' if p95 < 150 else 'FAIL'} ({p95:.1f} ms)")
-        print(f"  target Parquet export < 10 s: {'PASS' if export_s['parquet'] < 10 else 'FAIL'} "
-              f"({export_s['parquet']:.2f} s)")  # fmt: skip
+        print(
+            f"  target Parquet export < 10 s: {'PASS' if export_s['parquet'] < 10 else 'FAIL'} "
+            f"({export_s['parquet']:.2f} s)"
+        )
     finally:
         if args.keep is None:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -24,12 +24,15 @@ with export_tab:
         st.caption(f"Run `{run_id}`. Files are also written to `{view.run_dir / services.EXPORTS_DIR}`.")
         formats = list(services.EXPORT_FORMATS)
         fmt = st.radio(
-            "Format", formats, key=state.EXPORT_FORMAT, horizontal=True,
+            "Format",
+            formats,
+            key=state.EXPORT_FORMAT,
+            horizontal=True,
             format_func=lambda f: services.EXPORT_FORMATS[f].label,
             help="JSON and JSONL hold the seed's nine record fields exactly; Parquet and CSV add provenance columns "
             "(round, pair_index, item_index, candidate indices, winner_side, reward_gap). Iteration files are "
             "CoMLRL's iteration_NNNN.json, one per round.",
-        )  # fmt: skip
+        )
         rounds = view.store.rounds(run_id)
         filters: dict = {}
         if fmt != services.ROUND_FILES:
@@ -50,12 +53,20 @@ with export_tab:
             path = Path(result["path"])
             what = "round files" if result["format"] == services.ROUND_FILES else "pairs"
             with st.container(border=True, key=state.EXPORT_RESULT_BOX):
-                st.success(f"Built `{path.name}`: {result['count']:,} {what}, {path.stat().st_size:,} bytes.", icon=":material/check_circle:")
+                st.success(
+                    f"Built `{path.name}`: {result['count']:,} {what}, {path.stat().st_size:,} bytes.",
+                    icon=":material/check_circle:",
+                )
                 st.download_button(
-                    f"Download {path.name}", data=path.read_bytes(), file_name=path.name,
-                    mime=services.EXPORT_FORMATS[result["format"]].mime, on_click="ignore", type="primary",
-                    icon=":material/download:", key=state.EXPORT_DOWNLOAD,
-                )  # fmt: skip
+                    f"Download {path.name}",
+                    data=path.read_bytes(),
+                    file_name=path.name,
+                    mime=services.EXPORT_FORMATS[result["format"]].mime,
+                    on_click="ignore",
+                    type="primary",
+                    icon=":material/download:",
+                    key=state.EXPORT_DOWNLOAD,
+                )
                 st.caption(f"Written to `{path}`")
 
 # -- import --------------------------------------------------------------------------------------------------
@@ -70,7 +81,12 @@ with import_tab:
     with left, st.container(border=True, key=state.IMPORT_DIR_BOX):
         st.markdown("**A CoMLRL `preference_replay` directory**")
         directory = st.text_input("Directory", key=state.IMPORT_DIR, placeholder="/path/to/output/preference_replay")
-        if st.button("Import the directory", key=state.IMPORT_DIR_BUTTON, icon=":material/drive_folder_upload:", disabled=not directory.strip()):
+        if st.button(
+            "Import the directory",
+            key=state.IMPORT_DIR_BUTTON,
+            icon=":material/drive_folder_upload:",
+            disabled=not directory.strip(),
+        ):
             try:
                 report = ws.import_replay_dir(directory.strip())
             except Exception as error:
@@ -78,19 +94,26 @@ with import_tab:
     with right, st.container(border=True, key=state.IMPORT_FILES_BOX):
         st.markdown("**Uploaded pair files**")
         uploads = st.file_uploader(
-            "iteration_NNNN.json, a JSON list of records, or JSONL", type=["json", "jsonl"], accept_multiple_files=True,
+            "iteration_NNNN.json, a JSON list of records, or JSONL",
+            type=["json", "jsonl"],
+            accept_multiple_files=True,
             key=state.IMPORT_FILES,
-        )  # fmt: skip
-        if st.button("Import the files", key=state.IMPORT_FILES_BUTTON, icon=":material/upload_file:", disabled=not uploads):
+        )
+        if st.button(
+            "Import the files", key=state.IMPORT_FILES_BUTTON, icon=":material/upload_file:", disabled=not uploads
+        ):
             try:
                 report = ws.import_files(list(uploads))
             except Exception as error:
                 st.error(components.format_exception(error))
     if report is not None:
         st.session_state[state.IMPORT_RESULT] = {
-            "run_id": report.run_id if report.imported_files else None, "files": report.imported_files,
-            "skipped": report.skipped, "pairs": report.pairs, "rounds": report.rounds,
-        }  # fmt: skip
+            "run_id": report.run_id if report.imported_files else None,
+            "files": report.imported_files,
+            "skipped": report.skipped,
+            "pairs": report.pairs,
+            "rounds": report.rounds,
+        }
     result = st.session_state.get(state.IMPORT_RESULT)
     if result:
         with st.container(border=True, key=state.IMPORT_RESULT_BOX):

@@ -21,9 +21,13 @@ if data is None:
 
 for col, tile in zip(st.columns(len(data.tiles)), data.tiles):
     col.metric(
-        tile.label, tile.value, tile.delta, delta_color="inverse" if tile.inverse else "normal", help=tile.help,
+        tile.label,
+        tile.value,
+        tile.delta,
+        delta_color="inverse" if tile.inverse else "normal",
+        help=tile.help,
         border=True,
-    )  # fmt: skip
+    )
 
 left, right = st.columns(2)
 for col, name, empty in (
@@ -40,7 +44,9 @@ for col, name in ((left, "margins"), (right, "accuracy")):
     if name in data.figures:
         col.plotly_chart(data.figures[name], key=state.learning_chart_key(name))
 
-if st.toggle("Show every optimiser update", key=state.LEARNING_PER_STEP, help="Per-update values instead of round means."):
+if st.toggle(
+    "Show every optimiser update", key=state.LEARNING_PER_STEP, help="Per-update values instead of round means."
+):
     fig = figures.step_curves(run_id, version, tuple(data.step_series))
     if fig is not None:
         st.plotly_chart(fig, key=state.LEARNING_STEP_CHART)

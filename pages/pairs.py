@@ -23,6 +23,7 @@ DEFAULT_SQL = (
 
 browse, sql = st.tabs(["Browse pairs", "SQL"], key=state.PAIRS_TAB)
 
+
 def browse_pairs() -> None:
     rounds = store.rounds(run_id)
     filters = components.pair_filters(rounds, state.PAIRS_FILTERS)
@@ -32,11 +33,18 @@ def browse_pairs() -> None:
         st.session_state[state.PAIRS_PAGE] = 1
     count_col, page_col = st.columns([3, 1], vertical_alignment="bottom")
     page = page_col.number_input(f"Page (of {pages})", min_value=1, max_value=pages, step=1, key=state.PAIRS_PAGE)
-    count_col.markdown(f"**{total:,} pairs** match" + (f" · showing {PAGE_SIZE * (page - 1) + 1}–{min(total, PAGE_SIZE * page)}" if total else ""))
+    count_col.markdown(
+        f"**{total:,} pairs** match"
+        + (f" · showing {PAGE_SIZE * (page - 1) + 1}–{min(total, PAGE_SIZE * page)}" if total else "")
+    )
     frame = store.pairs_page(run_id, limit=PAGE_SIZE, offset=PAGE_SIZE * (int(page) - 1), **filters)
 
     if frame.empty:
-        st.info("No pair matches these filters." if total == 0 and len(rounds) else "This run has no pairs yet: run a Collect phase on the Rounds page.")
+        st.info(
+            "No pair matches these filters."
+            if total == 0 and len(rounds)
+            else "This run has no pairs yet: run a Collect phase on the Rounds page."
+        )
         return
 
     labels = [components.pair_label(row) for row in frame.itertuples(index=False)]
@@ -61,20 +69,30 @@ def browse_pairs() -> None:
         }
     )
     st.dataframe(
-        table, hide_index=True, width="stretch", height=min(38 + 35 * len(table), 420), key=state.PAIRS_TABLE,
-        on_select=_table_selected, selection_mode="single-row",
+        table,
+        hide_index=True,
+        width="stretch",
+        height=min(38 + 35 * len(table), 420),
+        key=state.PAIRS_TABLE,
+        on_select=_table_selected,
+        selection_mode="single-row",
         column_config={
             "winner reward": st.column_config.NumberColumn(format="%.4f"),
             "loser reward": st.column_config.NumberColumn(format="%.4f"),
-            "gap": st.column_config.ProgressColumn(format="%.3f", min_value=0.0, max_value=max(1e-9, float(frame["reward_gap"].max()))),
+            "gap": st.column_config.ProgressColumn(
+                format="%.3f", min_value=0.0, max_value=max(1e-9, float(frame["reward_gap"].max()))
+            ),
         },
-    )  # fmt: skip
+    )
     if st.session_state.get(state.PAIRS_OPEN) not in keys:
         st.session_state[state.PAIRS_OPEN] = keys[0]
     chosen = st.selectbox(
-        "Open pair", keys, key=state.PAIRS_OPEN, format_func=lambda k: labels[keys.index(k)],
+        "Open pair",
+        keys,
+        key=state.PAIRS_OPEN,
+        format_func=lambda k: labels[keys.index(k)],
         help="Or click a row of the table.",
-    )  # fmt: skip
+    )
 
     detail = store.pair_detail(run_id, chosen[0], chosen[1])
     if detail is None:
@@ -100,7 +118,9 @@ with sql:
         st.session_state[state.SQL_QUERY] = DEFAULT_SQL
     st.text_area("Query", key=state.SQL_QUERY, height=140)
     run_col, limit_col = st.columns([1, 1], vertical_alignment="bottom")
-    limit = limit_col.number_input("Row limit", min_value=1, max_value=100_000, value=1000, step=100, key=state.SQL_LIMIT)
+    limit = limit_col.number_input(
+        "Row limit", min_value=1, max_value=100_000, value=1000, step=100, key=state.SQL_LIMIT
+    )
     if run_col.button("Run query", type="primary", icon=":material/play_arrow:", key=state.SQL_RUN):
         st.session_state[state.SQL_SUBMITTED] = st.session_state[state.SQL_QUERY]
     submitted = st.session_state.get(state.SQL_SUBMITTED)
@@ -115,6 +135,11 @@ with sql:
             st.caption(f"{len(result):,} rows" + (" (row limit reached)" if len(result) >= int(limit) else ""))
             st.dataframe(result, hide_index=True, width="stretch", key=state.SQL_RESULT)
             st.download_button(
-                "Download CSV", data=services.dataframe_csv(result), file_name=f"{run_id}-query.csv", mime="text/csv",
-                on_click="ignore", icon=":material/download:", key=state.SQL_DOWNLOAD,
-            )  # fmt: skip
+                "Download CSV",
+                data=services.dataframe_csv(result),
+                file_name=f"{run_id}-query.csv",
+                mime="text/csv",
+                on_click="ignore",
+                icon=":material/download:",
+                key=state.SQL_DOWNLOAD,
+            )

@@ -20,8 +20,10 @@ if view.iterative:
         "dataset D_ν; the training sample B^(ν) is drawn from the datasets the mode allows, each picked by its weight."
     )
 elif view.spec is not None:
-    st.caption(f"Run `{run_id}` ({view.spec.algorithm}) trains on the pairs it collected once; it has no replay buffer. "
-               "The mode comparison below shows what the iterative trainers would use.")  # fmt: skip
+    st.caption(
+        f"Run `{run_id}` ({view.spec.algorithm}) trains on the pairs it collected once; it has no replay buffer. "
+        "The mode comparison below shows what the iterative trainers would use."
+    )
 else:
     st.caption(f"Pair set `{run_id}` was imported: its rounds are the datasets; nothing was drawn from them here.")
 
@@ -35,8 +37,12 @@ state.follow_latest(state.REPLAY_ROUND, round_list)
 version = figures.data_version(rounds)
 if 1 < len(round_list) <= 16:
     nu = st.segmented_control(
-        "Round ν", round_list, key=state.REPLAY_ROUND, format_func=lambda r: f"round {r}", required=True,
-    )  # fmt: skip
+        "Round ν",
+        round_list,
+        key=state.REPLAY_ROUND,
+        format_func=lambda r: f"round {r}",
+        required=True,
+    )
 elif len(round_list) > 16:
     nu = st.select_slider("Round ν", round_list, key=state.REPLAY_ROUND, format_func=lambda r: f"round {r}")
 else:
@@ -50,8 +56,11 @@ drawn, draws_fig = figures.replay_draws(run_id, version, int(nu))
 cols = st.columns(4)
 cols[0].metric("pairs collected in this round", sizes.get(nu, 0))
 cols[1].metric("datasets used", len(drawn))
-cols[2].metric("training sample size", int(drawn["drawn_count"].sum()) if len(drawn) else 0,
-               help="preference_replay_sample_size, or by default this round's pair count.")  # fmt: skip
+cols[2].metric(
+    "training sample size",
+    int(drawn["drawn_count"].sum()) if len(drawn) else 0,
+    help="preference_replay_sample_size, or by default this round's pair count.",
+)
 cols[3].metric("replay mode", mode or "–")
 if drawn.empty:
     st.caption("The select phase of this round has not run yet (or the run has no replay buffer).")
@@ -59,16 +68,22 @@ else:
     left, right = st.columns([3, 2])
     left.plotly_chart(draws_fig, key=state.REPLAY_DRAWS_CHART)
     right.dataframe(
-        drawn.rename(columns={"source_round": "dataset (round)", "drawn_count": "pairs drawn", "available": "pairs in dataset"}),
-        hide_index=True, width="stretch", key=state.REPLAY_DRAWS_TABLE,
+        drawn.rename(
+            columns={"source_round": "dataset (round)", "drawn_count": "pairs drawn", "available": "pairs in dataset"}
+        ),
+        hide_index=True,
+        width="stretch",
+        key=state.REPLAY_DRAWS_TABLE,
         column_config={"weight": st.column_config.NumberColumn(format="%.4f")},
-    )  # fmt: skip
+    )
 
 # -- every mode ------------------------------------------------------------------------------------------------
 
 st.subheader(f"What each mode can use in round {nu}")
-st.caption("Weights per round dataset (blank: not eligible). nearest_k and all_history weight every eligible dataset "
-           "equally whatever its size; lambda_decay favours the newest.")  # fmt: skip
+st.caption(
+    "Weights per round dataset (blank: not eligible). nearest_k and all_history weight every eligible dataset "
+    "equally whatever its size; lambda_decay favours the newest."
+)
 k_col, lam_col = st.columns(2)
 if state.REPLAY_K not in st.session_state:
     st.session_state[state.REPLAY_K] = int(k or 2)
@@ -76,26 +91,37 @@ if state.REPLAY_LAMBDA not in st.session_state:
     st.session_state[state.REPLAY_LAMBDA] = float(lam if lam is not None else 0.5)
 k_value = k_col.number_input("k (nearest_k)", min_value=1, step=1, key=state.REPLAY_K)
 lam_value = lam_col.slider(
-    "λ (lambda_decay)", min_value=0.0, max_value=1.0, step=0.01, key=state.REPLAY_LAMBDA,
+    "λ (lambda_decay)",
+    min_value=0.0,
+    max_value=1.0,
+    step=0.01,
+    key=state.REPLAY_LAMBDA,
     help="0 keeps only the newest dataset; 1 weights every dataset equally. The weights below follow as you move it.",
-)  # fmt: skip
+)
 st.dataframe(
     frames.mode_weights(sizes, nu, k=int(k_value), lam=float(lam_value), run_mode=mode),
-    hide_index=True, width="stretch", key=state.REPLAY_MODE_WEIGHTS,
-)  # fmt: skip
+    hide_index=True,
+    width="stretch",
+    key=state.REPLAY_MODE_WEIGHTS,
+)
 
 eligible = frames.eligible_rounds(sizes, nu)
 if eligible:
-    table = frames.lambda_table(eligible, float(lam_value), sample_size=int(drawn["drawn_count"].sum()) if len(drawn) else sample_size)
+    table = frames.lambda_table(
+        eligible, float(lam_value), sample_size=int(drawn["drawn_count"].sum()) if len(drawn) else sample_size
+    )
     left, right = st.columns([3, 2])
     left.plotly_chart(
-        charts.lambda_weights(eligible, table["weight"].tolist(), lam=float(lam_value)), key=state.REPLAY_LAMBDA_CHART,
-    )  # fmt: skip
+        charts.lambda_weights(eligible, table["weight"].tolist(), lam=float(lam_value)),
+        key=state.REPLAY_LAMBDA_CHART,
+    )
     with right:
         st.markdown("**λ-decay weights, oldest → newest**")
         with st.container(key=state.REPLAY_LAMBDA_TEXT):
             st.markdown(" · ".join(f"round {r}: **{w:.3f}**" for r, w in zip(table["source round"], table["weight"])))
-        shown = table.assign(**{"source round": [f"round {r}" for r in table["source round"]]}).set_index("source round")
+        shown = table.assign(**{"source round": [f"round {r}" for r in table["source round"]]}).set_index(
+            "source round"
+        )
         st.table(shown.style.format({"weight": "{:.4f}", "expected pairs": "{:.1f}"}))
         if mode == "lambda_decay" and lam is not None and abs(float(lam_value) - float(lam)) > 1e-9:
             st.caption(f"The run itself used λ = {lam}; this view is what λ = {lam_value:g} would give.")

@@ -15,7 +15,9 @@ with head_left:
     if view.spec is not None:
         agents = ", ".join(dict.fromkeys(view.spec.agent_models))
         task = view.spec.task or view.spec.user_task
-        st.caption(f"Run `{view.run_id}` · {view.spec.algorithm} · task {task} · {len(view.spec.agent_models)} agents ({agents})")
+        st.caption(
+            f"Run `{view.run_id}` · {view.spec.algorithm} · task {task} · {len(view.spec.agent_models)} agents ({agents})"
+        )
     else:
         st.caption(f"Pair set `{view.run_id}`, imported: its rounds hold pairs only; nothing can be run here.")
 with head_right:
@@ -33,7 +35,9 @@ if progress is not None:
     if busy and progress.phase:
         cols[1].metric("running", PHASE_LABELS.get(progress.phase, progress.phase))
     else:
-        cols[1].metric("next phase", PHASE_LABELS.get(progress.next_phase or "", "done") if progress.next_phase else "done")
+        cols[1].metric(
+            "next phase", PHASE_LABELS.get(progress.next_phase or "", "done") if progress.next_phase else "done"
+        )
     cols[2].metric("pairs collected", int(rounds["num_pairs"].sum()) if len(rounds) else 0)
     cols[3].metric("pairs drawn for training", int(rounds["num_drawn"].sum()) if len(rounds) else 0)
 
@@ -52,30 +56,65 @@ if progress is not None:
         for col, phase in zip(phase_cols, PHASE_LABELS):
             is_next = progress.next_phase == phase
             if col.button(
-                PHASE_LABELS[phase], key=state.phase_button_key(phase), type="primary" if is_next and not busy else "secondary",
-                disabled=busy or not is_next, width="stretch",
-                help=f"Run the {phase} phase of round {progress.round_index}" if is_next else "Phases run in order: collect → select → train → evaluate.",
-            ):  # fmt: skip
+                PHASE_LABELS[phase],
+                key=state.phase_button_key(phase),
+                type="primary" if is_next and not busy else "secondary",
+                disabled=busy or not is_next,
+                width="stretch",
+                help=f"Run the {phase} phase of round {progress.round_index}"
+                if is_next
+                else "Phases run in order: collect → select → train → evaluate.",
+            ):
                 start(phase=phase)
-        many_left, many_mid, many_right, pause_col, stop_col = st.columns([1.1, 1.2, 1.2, 1, 1], vertical_alignment="bottom")
+        many_left, many_mid, many_right, pause_col, stop_col = st.columns(
+            [1.1, 1.2, 1.2, 1, 1], vertical_alignment="bottom"
+        )
         remaining = max(1, (num_rounds or 1) - progress.round_index + 1)
         if st.session_state.get(state.ROUNDS_COUNT, 1) > remaining:
             st.session_state[state.ROUNDS_COUNT] = remaining
         n = many_left.number_input(
-            "Rounds to run", min_value=1, max_value=max(1, remaining), step=1, key=state.ROUNDS_COUNT,
+            "Rounds to run",
+            min_value=1,
+            max_value=max(1, remaining),
+            step=1,
+            key=state.ROUNDS_COUNT,
             disabled=busy or progress.next_phase is None,
             help="Completes the current round first: N = 1 runs to the end of this round.",
-        )  # fmt: skip
-        if many_mid.button(f"Run {int(n)} round{'s' if n != 1 else ''}", key=state.ROUNDS_RUN_ROUNDS, disabled=busy or progress.next_phase is None, icon=":material/fast_forward:", width="stretch"):
+        )
+        if many_mid.button(
+            f"Run {int(n)} round{'s' if n != 1 else ''}",
+            key=state.ROUNDS_RUN_ROUNDS,
+            disabled=busy or progress.next_phase is None,
+            icon=":material/fast_forward:",
+            width="stretch",
+        ):
             start(rounds=int(n))
-        if many_right.button("Run to the end", key=state.ROUNDS_RUN_ALL, disabled=busy or progress.next_phase is None, icon=":material/skip_next:", width="stretch"):
+        if many_right.button(
+            "Run to the end",
+            key=state.ROUNDS_RUN_ALL,
+            disabled=busy or progress.next_phase is None,
+            icon=":material/skip_next:",
+            width="stretch",
+        ):
             start(rounds=remaining)
-        if pause_col.button("Pause", key=state.ROUNDS_PAUSE, disabled=not busy or progress.status in ("pausing", "stopping"), icon=":material/pause:", width="stretch",
-                            help="Let the current phase finish, then stop."):  # fmt: skip
+        if pause_col.button(
+            "Pause",
+            key=state.ROUNDS_PAUSE,
+            disabled=not busy or progress.status in ("pausing", "stopping"),
+            icon=":material/pause:",
+            width="stretch",
+            help="Let the current phase finish, then stop.",
+        ):
             ws.pause(view.run_id)
             st.rerun()
-        if stop_col.button("Stop", key=state.ROUNDS_STOP, disabled=not busy or progress.status == "stopping", icon=":material/stop:", width="stretch",
-                           help="Cancel the current phase now; the run returns to its last finished phase."):  # fmt: skip
+        if stop_col.button(
+            "Stop",
+            key=state.ROUNDS_STOP,
+            disabled=not busy or progress.status == "stopping",
+            icon=":material/stop:",
+            width="stretch",
+            help="Cancel the current phase now; the run returns to its last finished phase.",
+        ):
             ws.stop(view.run_id)
             st.rerun()
 
@@ -91,7 +130,9 @@ else:
 st.subheader("Phase timeline")
 table = frames.phase_table(rounds, durations, num_rounds, cursor, running)
 if table.empty:
-    st.caption("No phase has finished yet. Start with Collect: the agents and the comparator sample candidates, the oracle scores them, and pairs form.")
+    st.caption(
+        "No phase has finished yet. Start with Collect: the agents and the comparator sample candidates, the oracle scores them, and pairs form."
+    )
 else:
     st.dataframe(table, hide_index=True, width="stretch", key=state.ROUNDS_TIMELINE_TABLE)
     if timeline_fig is not None:

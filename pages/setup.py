@@ -45,10 +45,16 @@ def _copy_past() -> None:
     try:
         spec = services.ExperimentSpec.load(f"{path}/spec.json")
     except Exception as error:
-        st.session_state[state.SETUP_NOTICE] = ("error", f"{path} has no readable spec: {components.format_exception(error)}")
+        st.session_state[state.SETUP_NOTICE] = (
+            "error",
+            f"{path} has no readable spec: {components.format_exception(error)}",
+        )
         return
     notes = forms.load_spec_into_state(spec)
-    st.session_state[state.SETUP_NOTICE] = ("success", "Loaded the setup of " + path + (". " + "; ".join(notes) if notes else "."))
+    st.session_state[state.SETUP_NOTICE] = (
+        "success",
+        "Loaded the setup of " + path + (". " + "; ".join(notes) if notes else "."),
+    )
 
 
 def _load_file() -> None:
@@ -66,13 +72,20 @@ def _load_file() -> None:
             notes = forms.load_spec_into_state(spec)
         else:  # a bare config (CoMLRL field names) for the algorithm chosen now
             algorithm = forms.algorithm_name(
-                st.session_state.get(state.SETUP_FAMILY, forms.FAMILIES[0]), st.session_state.get(state.SETUP_ITERATIVE, True)
+                st.session_state.get(state.SETUP_FAMILY, forms.FAMILIES[0]),
+                st.session_state.get(state.SETUP_ITERATIVE, True),
             )
             notes = forms.load_config_into_state(algorithm, data)
     except Exception as error:
-        st.session_state[state.SETUP_NOTICE] = ("error", f"Could not load {uploaded.name}: {components.format_exception(error)}")
+        st.session_state[state.SETUP_NOTICE] = (
+            "error",
+            f"Could not load {uploaded.name}: {components.format_exception(error)}",
+        )
         return
-    st.session_state[state.SETUP_NOTICE] = ("success", f"Loaded {uploaded.name}" + (". " + "; ".join(notes) if notes else "."))
+    st.session_state[state.SETUP_NOTICE] = (
+        "success",
+        f"Loaded {uploaded.name}" + (". " + "; ".join(notes) if notes else "."),
+    )
 
 
 if st.session_state.pop(state.SETUP_GO_ROUNDS, False):
@@ -87,18 +100,31 @@ with top_left, st.container(border=True, height="stretch"):
             row.path: f"{row.run_id} — {row.algorithm or row.kind}" + (f" · {row.task}" if row.task else "")
             for row in past.itertuples(index=False)
         }
-        st.selectbox("Past run", list(labels), format_func=labels.get, key=state.SETUP_PAST, label_visibility="collapsed")
+        st.selectbox(
+            "Past run", list(labels), format_func=labels.get, key=state.SETUP_PAST, label_visibility="collapsed"
+        )
         b1, b2 = st.columns(2)
-        b1.button("Open it", on_click=_open_past, icon=":material/folder_open:", key=state.SETUP_OPEN_PAST, width="stretch")
-        b2.button("Copy its setup here", on_click=_copy_past, icon=":material/content_copy:", key=state.SETUP_COPY_PAST, width="stretch")
+        b1.button(
+            "Open it", on_click=_open_past, icon=":material/folder_open:", key=state.SETUP_OPEN_PAST, width="stretch"
+        )
+        b2.button(
+            "Copy its setup here",
+            on_click=_copy_past,
+            icon=":material/content_copy:",
+            key=state.SETUP_COPY_PAST,
+            width="stretch",
+        )
     else:
         st.caption(f"No runs in {ws.root} yet.")
 with top_right, st.container(border=True, height="stretch"):
     st.markdown("**Load a config file**")
     st.file_uploader(
-        "Spec or config file", type=["json", "yaml", "yml"], key=state.SETUP_LOAD_FILE, label_visibility="collapsed",
+        "Spec or config file",
+        type=["json", "yaml", "yml"],
+        key=state.SETUP_LOAD_FILE,
+        label_visibility="collapsed",
         help="A spec saved with 'Save config' below, or a bare config with CoMLRL's field names.",
-    )  # fmt: skip
+    )
     st.button("Apply the file", on_click=_load_file, icon=":material/upload_file:", key=state.SETUP_APPLY_FILE)
 
 # -- agents, task, algorithm -----------------------------------------------------------------------------------
@@ -150,7 +176,9 @@ if iterative:
     with st.expander("More comparator fields", expanded=forms.field_names_in(rest, error)):
         forms.render_fields(algorithm, rest, error)
     with st.expander("API comparator settings", expanded=policy == "api" or forms.field_names_in(api_rest, error)):
-        st.caption("Used when comparator_policy = api. Retries with backoff on 429/5xx and timeouts; bounded concurrency.")
+        st.caption(
+            "Used when comparator_policy = api. Retries with backoff on 429/5xx and timeouts; bounded concurrency."
+        )
         forms.render_fields(algorithm, api_rest, error)
 
     # -- replay buffer -----------------------------------------------------------------------------------------
@@ -182,7 +210,12 @@ if iterative:
         rounds = int(values.get("num_iterations") or 1)
         if mode == "lambda_decay" and isinstance(lam, (int, float)) and 0 <= lam <= 1:
             weights = frames.lambda_table(list(range(1, rounds + 1)), float(lam))["weight"].tolist()
-            fig = charts.lambda_weights(list(range(1, rounds + 1)), weights, lam=float(lam), title=f"Weights in round {rounds} if every round has pairs")
+            fig = charts.lambda_weights(
+                list(range(1, rounds + 1)),
+                weights,
+                lam=float(lam),
+                title=f"Weights in round {rounds} if every round has pairs",
+            )
             fig.update_layout(height=260)
             st.plotly_chart(fig, key=state.SETUP_LAMBDA_PREVIEW)
         elif mode != "lambda_decay":
@@ -191,7 +224,9 @@ if iterative:
 # -- the rest of the fields ---------------------------------------------------------------------------------
 
 st.header("Algorithm settings", divider="gray")
-st.caption("Every remaining field of " + config_class.__name__ + ", grouped. Hover a field's ⓘ for its help text and default.")
+st.caption(
+    "Every remaining field of " + config_class.__name__ + ", grouped. Hover a field's ⓘ for its help text and default."
+)
 for title, caption, names in forms.grouped_fields(algorithm):
     with st.expander(f"{title} ({len(names)})", expanded=forms.field_names_in(names, error)):
         st.caption(caption)
@@ -222,11 +257,21 @@ with st.expander("The spec as it will be saved (spec.json)"):
 
 name_col, create_col, save_col = st.columns([2, 1, 1], vertical_alignment="bottom")
 name_col.text_input(
-    "Run name (optional)", key=state.SETUP_RUN_NAME, persist_state="session", placeholder=algorithm,
+    "Run name (optional)",
+    key=state.SETUP_RUN_NAME,
+    persist_state="session",
+    placeholder=algorithm,
     help="Prefix of the run id; the run folder is <runs folder>/<run id>.",
-)  # fmt: skip
+)
 can_create = error is None and not problems
-if create_col.button("Create run", type="primary", disabled=not can_create, icon=":material/rocket_launch:", key=state.SETUP_CREATE, width="stretch"):
+if create_col.button(
+    "Create run",
+    type="primary",
+    disabled=not can_create,
+    icon=":material/rocket_launch:",
+    key=state.SETUP_CREATE,
+    width="stretch",
+):
     try:
         run_id = ws.create_run(spec)
     except Exception as exc:
@@ -235,7 +280,15 @@ if create_col.button("Create run", type="primary", disabled=not can_create, icon
         state.set_current_run(run_id)
         st.switch_page(components.ROUNDS_PAGE)
 save_col.download_button(
-    "Save config", data=json.dumps(spec.to_dict(), indent=2, ensure_ascii=False), file_name=f"{spec.name or algorithm}.spec.json",
-    mime="application/json", on_click="ignore", icon=":material/download:", key=state.SETUP_SAVE, width="stretch",
-)  # fmt: skip
-st.caption(f"Runs are stored in `{ws.root}` (set COMLRL_LAB_RUNS_DIR to change it). Models load when the first phase starts.")
+    "Save config",
+    data=json.dumps(spec.to_dict(), indent=2, ensure_ascii=False),
+    file_name=f"{spec.name or algorithm}.spec.json",
+    mime="application/json",
+    on_click="ignore",
+    icon=":material/download:",
+    key=state.SETUP_SAVE,
+    width="stretch",
+)
+st.caption(
+    f"Runs are stored in `{ws.root}` (set COMLRL_LAB_RUNS_DIR to change it). Models load when the first phase starts."
+)

@@ -24,8 +24,6 @@ from comlrl_lab.trainers.preference import MADPOIterConfig, MADPOIterTrainer  # 
 ITEMS = [{"prompt": f"the {w} cat"} for w in ("red", "blue", "green", "big", "small")]
 
 
-
-
 def fmt_one(item):
     return item["prompt"] + " one"
 
@@ -69,7 +67,14 @@ def make_trainer(model_dir: str, out_dir: Path, sink=None, **overrides):
 
 
 def candidate_key(c):
-    return (c.item_index, c.side, c.candidate_index, tuple(c.completions), tuple(map(tuple, c.completion_ids)), c.raw_reward)
+    return (
+        c.item_index,
+        c.side,
+        c.candidate_index,
+        tuple(c.completions),
+        tuple(map(tuple, c.completion_ids)),
+        c.raw_reward,
+    )
 
 
 def pair_key(p):
@@ -109,7 +114,13 @@ def run(model_dir: str, out_dir: Path, *, resume: Path | None = None, copy_check
         return gather(rows)
 
     trainer.gather_rows = recording
-    dump: dict = {"rank": trainer.dist.rank, "world_size": trainer.dist.world_size, "pairs": {}, "drawn": {}, "weights": {}}
+    dump: dict = {
+        "rank": trainer.dist.rank,
+        "world_size": trainer.dist.world_size,
+        "pairs": {},
+        "drawn": {},
+        "weights": {},
+    }
     while not trainer.finished:
         round_index, phase = trainer.round_index, trainer.next_phase
         trainer.step()
@@ -125,7 +136,9 @@ def run(model_dir: str, out_dir: Path, *, resume: Path | None = None, copy_check
                 shutil.copytree(out_dir / "run", out_dir / f"round{round_index}" / "run")
             trainer.dist.barrier()
     dump["local_rows"] = local_rows
-    dump["replay_dir"] = None if trainer.collector.replay.replay_dir is None else str(trainer.collector.replay.replay_dir)
+    dump["replay_dir"] = (
+        None if trainer.collector.replay.replay_dir is None else str(trainer.collector.replay.replay_dir)
+    )
     torch.save(dump, out_dir / f"rank{trainer.dist.rank}.pt")
     return dump
 

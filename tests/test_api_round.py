@@ -58,9 +58,15 @@ def test_api_round_end_to_end_and_the_key_is_written_nowhere(model_dir, server, 
     monkeypatch.setenv("COMLRL_TEST_API_KEY", ENV_KEY)
     key = LITERAL_KEY if literal else ENV_KEY
     extra = {"comparator_api_key": LITERAL_KEY} if literal else {}
-    spec = ExperimentSpec(algorithm="MADPOIter", agent_models=[model_dir, model_dir], task=None, user_task=USER_TASK,
-                          user_train_data=USER_DATA, user_eval_data=USER_DATA,
-                          config=api_config(server.url("/v1/chat/completions"), **extra))
+    spec = ExperimentSpec(
+        algorithm="MADPOIter",
+        agent_models=[model_dir, model_dir],
+        task=None,
+        user_task=USER_TASK,
+        user_train_data=USER_DATA,
+        user_eval_data=USER_DATA,
+        config=api_config(server.url("/v1/chat/completions"), **extra),
+    )
     manager = RunManager(tmp_path / "runs")
     run_id = manager.create(spec)
     manager.start(run_id, rounds=1)
@@ -94,8 +100,13 @@ def test_missing_key_fails_before_any_request(model_dir, server, tmp_path, monke
     monkeypatch.delenv("COMLRL_TEST_API_KEY", raising=False)
     config = MADPOIterConfig(**api_config(server.url("/v1/chat/completions")), output_dir=str(tmp_path / "o"))
     with pytest.raises(ComparatorApiKeyError, match="COMLRL_TEST_API_KEY"):
-        MADPOIterTrainer(agent_model=model_dir, num_agents=2, train_dataset=[{"prompt": "the cat"}],
-                         reward_func=lambda a, b: [float(len(a[0]))], args=config)
+        MADPOIterTrainer(
+            agent_model=model_dir,
+            num_agents=2,
+            train_dataset=[{"prompt": "the cat"}],
+            reward_func=lambda a, b: [float(len(a[0]))],
+            args=config,
+        )
     assert server.requests_for("/v1/chat/completions") == []
 
 
@@ -111,12 +122,19 @@ def test_centralized_api_comparator_parses_roles_and_skips_untagged(model_dir, t
     items = [{"prompt": f"the {w}"} for w in ("cat", "dog", "sun")]
     with HttpStub() as stub:
         stub.route("/chat", responder)
-        config = MADPOIterConfig(**api_config(stub.url("/chat"), comparator_generation_mode="centralized",
-                                              preference_num_candidates=2), output_dir=str(tmp_path / "o"))
+        config = MADPOIterConfig(
+            **api_config(stub.url("/chat"), comparator_generation_mode="centralized", preference_num_candidates=2),
+            output_dir=str(tmp_path / "o"),
+        )
         sink = MemorySink()
-        trainer = MADPOIterTrainer(agent_model=model_dir, num_agents=2, train_dataset=items,
-                                   reward_func=lambda a, b: [float(len(b[0].split()) - len(a[0].split()))],
-                                   args=config, sink=sink)
+        trainer = MADPOIterTrainer(
+            agent_model=model_dir,
+            num_agents=2,
+            train_dataset=items,
+            reward_func=lambda a, b: [float(len(b[0].split()) - len(a[0].split()))],
+            args=config,
+            sink=sink,
+        )
         trainer.step()
         requests = stub.requests_for("/chat")
     assert len(requests) == 3  # one joint request per item, for both roles

@@ -205,7 +205,12 @@ def test_setup_saves_a_config_file_and_loads_it_back(open_app, downloads):
     at.text_input(key=state.SETUP_RUN_NAME).input("roundtrip").run()
     saved = downloads["roundtrip.spec.json"]
     spec = json.loads(saved)
-    assert spec["config"] == {"comparator_policy": "history", "preference_replay_mode": "nearest_k", "preference_replay_k": 3, "dpo_beta": 0.25}
+    assert spec["config"] == {
+        "comparator_policy": "history",
+        "preference_replay_mode": "nearest_k",
+        "preference_replay_k": 3,
+        "dpo_beta": 0.25,
+    }
 
     fresh = open_app(run_id=None)
     assert fresh.selectbox(key=state.config_field_key("MADPOIter", "preference_replay_mode")).value == "current"
@@ -356,7 +361,9 @@ def test_pairs_browses_filters_and_shows_both_sides_per_agent(open_app, seeded):
 
 def test_pairs_sql_box_answers_read_only_queries_and_refuses_writes(open_app, seeded, downloads):
     at = open_app("pages/pairs.py")
-    at.text_area(key=state.SQL_QUERY).input("SELECT round, count(*) AS n FROM pairs GROUP BY round ORDER BY round").run()
+    at.text_area(key=state.SQL_QUERY).input(
+        "SELECT round, count(*) AS n FROM pairs GROUP BY round ORDER BY round"
+    ).run()
     at.button(key=state.SQL_RUN).click().run()
     result = at.dataframe[-1].value
     rounds = _store(seeded).rounds(seeded.run_id)
@@ -409,9 +416,11 @@ def test_learning_plots_rewards_losses_margins_accuracy_and_distributions(open_a
     charts = _plotly(at)
     titles = [c["layout"]["title"]["text"] for c in charts if c["layout"].get("title")]
     assert titles[:4] == [
-        "Rewards per round", "Loss per round (mean over updates)", "Margins per round",
+        "Rewards per round",
+        "Loss per round (mean over updates)",
+        "Margins per round",
         "Pair accuracy and current agents' win share",
-    ]  # fmt: skip
+    ]
     rewards = {t["name"]: _array(t["y"]) for t in charts[0]["data"]}
     assert set(rewards) == {"candidates: current agents", "candidates: comparator", "evaluation (task reward)"}
     assert all(len(ys) == 2 for ys in rewards.values())
@@ -421,7 +430,9 @@ def test_learning_plots_rewards_losses_margins_accuracy_and_distributions(open_a
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["eval reward"] == f"{evals[-1]:.4f}"
     assert any(t.startswith("Candidate rewards in round 2") for t in titles)
-    hist = next(c for c in charts if c["layout"].get("title", {}).get("text", "").startswith("Candidate rewards in round"))
+    hist = next(
+        c for c in charts if c["layout"].get("title", {}).get("text", "").startswith("Candidate rewards in round")
+    )
     assert {t["marker"]["color"] for t in hist["data"]} == {"#2563eb", "#ea580c"}
 
 
@@ -468,8 +479,12 @@ def test_data_imports_a_comlrl_replay_directory_and_browses_it(open_app, seeded)
     assert at.session_state[state.RUN_ID].startswith("import-")
     assert any(f"**{total:,} pairs** match" in m.value for m in at.markdown)
     # Every page copes with a pair set that has no engine, no candidates and no metrics.
-    for page, title in (("pages/rounds.py", "Rounds"), ("pages/replay.py", "Replay buffer"),
-                        ("pages/learning.py", "Learning"), ("pages/data.py", "Data")):  # fmt: skip
+    for page, title in (
+        ("pages/rounds.py", "Rounds"),
+        ("pages/replay.py", "Replay buffer"),
+        ("pages/learning.py", "Learning"),
+        ("pages/data.py", "Data"),
+    ):
         at.switch_page(page).run()
         assert not at.exception, (page, [e.value for e in at.exception])
         assert at.title[0].value == title

@@ -75,12 +75,27 @@ def server(tmp_path_factory):
     log = open(tmp / "server.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         [
-            sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-            "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
-            "--server.fileWatcherType", "none",
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "app.py",
+            "--server.headless",
+            "true",
+            "--server.address",
+            "127.0.0.1",
+            "--server.port",
+            str(port),
+            "--browser.gatherUsageStats",
+            "false",
+            "--server.fileWatcherType",
+            "none",
         ],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -112,7 +127,7 @@ def browser_page(server):
             executable_path=str(CHROMIUM),
             args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
             env={**os.environ, "XDG_CONFIG_HOME": str(tmp / "xdg-config"), "XDG_CACHE_HOME": str(tmp / "xdg-cache")},
-        )  # fmt: skip
+        )
         context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
         page = context.new_page()
         page.set_default_timeout(60_000)
@@ -203,9 +218,11 @@ def switch_and_time(page, title: str, ready_selector: str) -> dict:
     title_s = time.perf_counter() - started
     page.locator(ready_selector).first.wait_for(state="visible", timeout=30_000)
     return {
-        "page": title, "title_s": round(title_s, 3), "content_s": round(time.perf_counter() - started, 3),
+        "page": title,
+        "title_s": round(title_s, 3),
+        "content_s": round(time.perf_counter() - started, 3),
         "during": during,
-    }  # fmt: skip
+    }
 
 
 # -- the steps -----------------------------------------------------------------------------------------------
@@ -255,7 +272,9 @@ def test_setup_page_configures_madpo_iter_and_creates_the_run(server, browser_pa
     fill_number(page, state.config_field_key("MADPOIter", "num_iterations"), 2)
     fill_number(page, state.config_field_key("MADPOIter", "preference_num_candidates"), 4)
     fill_number(page, state.config_field_key("MADPOIter", "max_new_tokens"), 12)
-    fill_number(page, state.config_field_key("MADPOIter", "num_train_epochs"), 4)  # a training phase long enough to switch pages in
+    fill_number(
+        page, state.config_field_key("MADPOIter", "num_train_epochs"), 4
+    )  # a training phase long enough to switch pages in
 
     # Comparator: history. Replay: lambda_decay, whose missing λ is reported next to the field, then λ = 0.5.
     choose(page, state.config_field_key("MADPOIter", "comparator_policy"), "history")
@@ -279,7 +298,9 @@ def test_pages_switch_while_a_training_phase_runs(server, browser_page, journey)
         page.wait_for_selector(IDLE, timeout=120_000)
         page.locator(f"{key(state.ROUNDS_RUN_ROUNDS)} button").click()
         try:
-            started = page.locator(f"{key(state.ROUNDS_RUN_ROUNDS)} button[disabled]").or_(page.get_by_text("All rounds finished."))
+            started = page.locator(f"{key(state.ROUNDS_RUN_ROUNDS)} button[disabled]").or_(
+                page.get_by_text("All rounds finished.")
+            )
             started.first.wait_for(timeout=15_000)
             break
         except sync_api.TimeoutError:

@@ -27,11 +27,30 @@ def fmt_two(item):
 
 
 def make(model_dir, tmp_path, sink=None, **kwargs):
-    config = MADPOIterConfig(collaboration_mode="centralized", num_agents=2, num_iterations=1,
-                             preference_num_candidates=3, max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=None,
-                             eval_num_samples=2, agent_devices="cpu", output_dir=str(tmp_path / "o"), seed=1)
-    values = dict(agent_model=model_dir, num_agents=2, train_dataset=ITEMS, eval_dataset=ITEMS, reward_func=role_reward,
-                  formatters=[fmt_one, fmt_two], args=config, sink=sink)
+    config = MADPOIterConfig(
+        collaboration_mode="centralized",
+        num_agents=2,
+        num_iterations=1,
+        preference_num_candidates=3,
+        max_new_tokens=6,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=None,
+        eval_num_samples=2,
+        agent_devices="cpu",
+        output_dir=str(tmp_path / "o"),
+        seed=1,
+    )
+    values = dict(
+        agent_model=model_dir,
+        num_agents=2,
+        train_dataset=ITEMS,
+        eval_dataset=ITEMS,
+        reward_func=role_reward,
+        formatters=[fmt_one, fmt_two],
+        args=config,
+        sink=sink,
+    )
     values.update(kwargs)
     return MADPOIterTrainer(**values)
 
@@ -49,11 +68,24 @@ def test_one_actor_writes_the_joint_text_and_the_reward_sees_roles(model_dir, tm
     prompt = trainer.formatters[0](ITEMS[0])
     assert "Agent 0 original prompt:\ndescribe red" in prompt and "<agent_1>" in prompt
 
-    tagged = JointCandidate(item_index=0, candidate_index=0, side="current", prompts=[prompt],
-                            completions=["<agent_0>red cat</agent_0> <agent_1>a big red dog</agent_1>"],
-                            completion_ids=[[1]], prompt_ids=[[1]])
-    untagged = JointCandidate(item_index=0, candidate_index=1, side="current", prompts=[prompt],
-                              completions=["no tags here"], completion_ids=[[1]], prompt_ids=[[1]])
+    tagged = JointCandidate(
+        item_index=0,
+        candidate_index=0,
+        side="current",
+        prompts=[prompt],
+        completions=["<agent_0>red cat</agent_0> <agent_1>a big red dog</agent_1>"],
+        completion_ids=[[1]],
+        prompt_ids=[[1]],
+    )
+    untagged = JointCandidate(
+        item_index=0,
+        candidate_index=1,
+        side="current",
+        prompts=[prompt],
+        completions=["no tags here"],
+        completion_ids=[[1]],
+        prompt_ids=[[1]],
+    )
     SEEN.clear()
     trainer.score_task([tagged, untagged], {0: ITEMS[0]})
     assert SEEN == [(["red cat"], ["a big red dog"]), ([""], [""])]
@@ -78,9 +110,17 @@ def test_centralized_scoring_covers_the_whole_completion(model_dir, tmp_path):
     prompt_ids = tok("the red cat")["input_ids"]
     winner = tok("big dog", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     loser = tok("up", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-    pair = PreferencePair(prompts=["p"], winner_completions=["w"], loser_completions=["l"], winner_reward=1.0,
-                          loser_reward=0.0, candidate_reward_mean=0.5, prompt_ids=[prompt_ids], winner_ids=[winner],
-                          loser_ids=[loser])
+    pair = PreferencePair(
+        prompts=["p"],
+        winner_completions=["w"],
+        loser_completions=["l"],
+        winner_reward=1.0,
+        loser_reward=0.0,
+        candidate_reward_mean=0.5,
+        prompt_ids=[prompt_ids],
+        winner_ids=[winner],
+        loser_ids=[loser],
+    )
     metrics = trainer.learner.update([pair])
     model = trainer.agents[0]
 

@@ -538,9 +538,16 @@ def test_replay_mode_aliases(cls, canonical, extra, spellings):
 
 @pytest.mark.parametrize(
     ("spelling", "canonical"),
-    [("task", "task"), ("oracle", "task"), ("Environment", "task"), ("env", "task"),
-     ("reward_model", "reward_model"), ("model", "reward_model"), (" LEARNED ", "reward_model")],
-)  # fmt: skip
+    [
+        ("task", "task"),
+        ("oracle", "task"),
+        ("Environment", "task"),
+        ("env", "task"),
+        ("reward_model", "reward_model"),
+        ("model", "reward_model"),
+        (" LEARNED ", "reward_model"),
+    ],
+)
 def test_preference_scoring_reward_aliases(spelling, canonical):
     assert MARLHFIterConfig(preference_scoring_reward=spelling).preference_scoring_reward == canonical
 

@@ -23,23 +23,85 @@ def layout(config, cuda_count, dist=ONE_RANK, model_config=None, bf16_ok=True, n
 
 # (cuda_count, fields, expected per role); defaults follow the agents everywhere.
 CASES = [
-    (0, {}, {"agents": ["cpu", "cpu"], "comparator": ["cpu", "cpu"], "current_copy": ["cpu", "cpu"],
-             "reference": ["cpu", "cpu"], "reward_model": ["cpu"], "critics": ["cpu", "cpu"]}),
-    (1, {}, {"agents": ["cuda:0", "cuda:0"], "comparator": ["cuda:0", "cuda:0"], "current_copy": ["cuda:0", "cuda:0"],
-             "reference": ["cuda:0", "cuda:0"], "reward_model": ["cuda:0"], "critics": ["cuda:0", "cuda:0"]}),
-    (4, {}, {"agents": ["cuda:0", "cuda:1"], "comparator": ["cuda:0", "cuda:1"], "current_copy": ["cuda:0", "cuda:1"],
-             "reference": ["cuda:0", "cuda:1"], "reward_model": ["cuda:0"], "critics": ["cuda:0", "cuda:1"]}),
-    (4, {"agent_devices": ["cuda:0", "cuda:1"], "comparator_devices": ["cuda:2", "cuda:3"], "reference_devices": "cuda:3",
-         "reward_model_device": "cuda:2", "critic_devices": ["cuda:2", "cuda:3"]},
-     {"agents": ["cuda:0", "cuda:1"], "comparator": ["cuda:2", "cuda:3"], "current_copy": ["cuda:2", "cuda:3"],
-      "reference": ["cuda:3", "cuda:3"], "reward_model": ["cuda:2"], "critics": ["cuda:2", "cuda:3"]}),
-    (1, {"agent_devices": "cuda", "comparator_devices": "cpu", "reward_model_device": "cpu"},
-     {"agents": ["cuda:0", "cuda:0"], "comparator": ["cpu", "cpu"], "current_copy": ["cpu", "cpu"],
-      "reference": ["cuda:0", "cuda:0"], "reward_model": ["cpu"], "critics": ["cuda:0", "cuda:0"]}),
-    (0, {"agent_devices": "cpu", "comparator_devices": ["cpu"], "reference_devices": ["cpu", "cpu"]},
-     {"agents": ["cpu", "cpu"], "comparator": ["cpu", "cpu"], "current_copy": ["cpu", "cpu"],
-      "reference": ["cpu", "cpu"], "reward_model": ["cpu"], "critics": ["cpu", "cpu"]}),
-]  # fmt: skip
+    (
+        0,
+        {},
+        {
+            "agents": ["cpu", "cpu"],
+            "comparator": ["cpu", "cpu"],
+            "current_copy": ["cpu", "cpu"],
+            "reference": ["cpu", "cpu"],
+            "reward_model": ["cpu"],
+            "critics": ["cpu", "cpu"],
+        },
+    ),
+    (
+        1,
+        {},
+        {
+            "agents": ["cuda:0", "cuda:0"],
+            "comparator": ["cuda:0", "cuda:0"],
+            "current_copy": ["cuda:0", "cuda:0"],
+            "reference": ["cuda:0", "cuda:0"],
+            "reward_model": ["cuda:0"],
+            "critics": ["cuda:0", "cuda:0"],
+        },
+    ),
+    (
+        4,
+        {},
+        {
+            "agents": ["cuda:0", "cuda:1"],
+            "comparator": ["cuda:0", "cuda:1"],
+            "current_copy": ["cuda:0", "cuda:1"],
+            "reference": ["cuda:0", "cuda:1"],
+            "reward_model": ["cuda:0"],
+            "critics": ["cuda:0", "cuda:1"],
+        },
+    ),
+    (
+        4,
+        {
+            "agent_devices": ["cuda:0", "cuda:1"],
+            "comparator_devices": ["cuda:2", "cuda:3"],
+            "reference_devices": "cuda:3",
+            "reward_model_device": "cuda:2",
+            "critic_devices": ["cuda:2", "cuda:3"],
+        },
+        {
+            "agents": ["cuda:0", "cuda:1"],
+            "comparator": ["cuda:2", "cuda:3"],
+            "current_copy": ["cuda:2", "cuda:3"],
+            "reference": ["cuda:3", "cuda:3"],
+            "reward_model": ["cuda:2"],
+            "critics": ["cuda:2", "cuda:3"],
+        },
+    ),
+    (
+        1,
+        {"agent_devices": "cuda", "comparator_devices": "cpu", "reward_model_device": "cpu"},
+        {
+            "agents": ["cuda:0", "cuda:0"],
+            "comparator": ["cpu", "cpu"],
+            "current_copy": ["cpu", "cpu"],
+            "reference": ["cuda:0", "cuda:0"],
+            "reward_model": ["cpu"],
+            "critics": ["cuda:0", "cuda:0"],
+        },
+    ),
+    (
+        0,
+        {"agent_devices": "cpu", "comparator_devices": ["cpu"], "reference_devices": ["cpu", "cpu"]},
+        {
+            "agents": ["cpu", "cpu"],
+            "comparator": ["cpu", "cpu"],
+            "current_copy": ["cpu", "cpu"],
+            "reference": ["cpu", "cpu"],
+            "reward_model": ["cpu"],
+            "critics": ["cpu", "cpu"],
+        },
+    ),
+]
 
 
 def marlhf_config(fields):
@@ -118,7 +180,9 @@ def test_more_ranks_than_gpus_share_them_and_cpu_ranks_stay_on_cpu():
         ["cuda:0", "cuda:0"],
     ]
     assert [layout(MADPOIterConfig(), 0, dist=d)["agents"] for d in ranks] == [["cpu", "cpu"]] * 3
-    assert resolve_layout(MADPOIterConfig(), 2, cuda_count=4, dist=DistContext(1, 2, 1, 2), bf16_ok=True).cuda_offset == 2
+    assert (
+        resolve_layout(MADPOIterConfig(), 2, cuda_count=4, dist=DistContext(1, 2, 1, 2), bf16_ok=True).cuda_offset == 2
+    )
 
 
 @pytest.mark.parametrize(

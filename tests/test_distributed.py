@@ -31,7 +31,11 @@ SCRIPT = TESTS / "dist_madpo_script.py"
 
 
 def single_process_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    }
     env["OMP_NUM_THREADS"] = "1"
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS.parent), str(TESTS), env.get("PYTHONPATH", "")])
     return env
@@ -93,7 +97,10 @@ def test_agents_on_distinct_gpus_run_concurrently_and_cpu_agents_in_order():
     order = []
     assert map_agents(lambda i: order.append(i) or i, ["cpu", "cpu", "cpu"]) == [0, 1, 2]
     assert order == [0, 1, 2]
-    assert map_agents(lambda i: threading.current_thread().name, ["cuda:0", "cuda:0"]) == [threading.current_thread().name] * 2
+    assert (
+        map_agents(lambda i: threading.current_thread().name, ["cuda:0", "cuda:0"])
+        == [threading.current_thread().name] * 2
+    )
 
 
 class SecondRankAlone(DistContext):
@@ -125,9 +132,13 @@ def test_ranks_other_than_zero_write_nothing(model_dir, tmp_path, monkeypatch):
     from comlrl_lab.trainers.preference import distributed
     from comlrl_lab.trainers.preference.sink import MemorySink
 
-    monkeypatch.setattr(distributed.DistContext, "from_env", classmethod(lambda cls, env=None: SecondRankAlone(1, 2, 1, 2)))
+    monkeypatch.setattr(
+        distributed.DistContext, "from_env", classmethod(lambda cls, env=None: SecondRankAlone(1, 2, 1, 2))
+    )
     sink = MemorySink()
-    trainer = dist_madpo_script.make_trainer(model_dir, tmp_path, sink=sink, num_iterations=1, comparator_policy="current")
+    trainer = dist_madpo_script.make_trainer(
+        model_dir, tmp_path, sink=sink, num_iterations=1, comparator_policy="current"
+    )
     trainer.checkpoint_dir = tmp_path / "ckpt"
     trainer.train()
     trainer.save_model(tmp_path / "saved")
@@ -253,7 +264,9 @@ def _store_rows(runs_root: Path):
             "loser_completions::varchar from pairs order by all"
         ).fetchall()
         candidates = con.execute("select count(*) from candidates").fetchone()[0]
-        evals = con.execute("select step, value from metrics where name = 'eval/turn_1/reward_mean' order by all").fetchall()
+        evals = con.execute(
+            "select step, value from metrics where name = 'eval/turn_1/reward_mean' order by all"
+        ).fetchall()
     return run_dir, pairs, candidates, evals
 
 
@@ -265,8 +278,12 @@ def test_headless_runner_under_torchrun_fills_one_store_like_one_process(model_d
     assert "round 2 evaluate: done" in proc.stdout and "finished: 2 ranks" in proc.stdout
     single = subprocess.run(
         [sys.executable, "-m", "comlrl_lab.cli", "run", str(spec), "--runs-root", str(tmp_path / "k1"), "--quiet"],
-        cwd=tmp_path, env=single_process_env(), capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=single_process_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert single.returncode == 0, single.stderr[-3000:]
     run_dir, pairs, candidates, evals = _store_rows(tmp_path / "k2")
     _, single_pairs, single_candidates, single_evals = _store_rows(tmp_path / "k1")

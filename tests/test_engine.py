@@ -37,8 +37,15 @@ def small_spec(model_dir, **config) -> ExperimentSpec:
         seed=3,
     )
     values.update(config)
-    return ExperimentSpec(algorithm="MADPOIter", agent_models=[model_dir, model_dir], task=None, user_task=USER_TASK,
-                          user_train_data=USER_DATA, user_eval_data=USER_DATA, config=values)
+    return ExperimentSpec(
+        algorithm="MADPOIter",
+        agent_models=[model_dir, model_dir],
+        task=None,
+        user_task=USER_TASK,
+        user_train_data=USER_DATA,
+        user_eval_data=USER_DATA,
+        config=values,
+    )
 
 
 def test_engine_control_publishes_counts_through_the_function_it_is_given():
@@ -90,7 +97,9 @@ def test_run_step_out_of_order_is_refused_by_the_trainer_and_logs_no_failure(mod
 
 def test_invalid_config_is_refused_before_anything_is_written(model_dir, tmp_path):
     manager = RunManager(tmp_path / "runs")
-    with pytest.raises(ValueError, match="preference_replay_lambda is only valid when preference_replay_mode='lambda_decay'."):
+    with pytest.raises(
+        ValueError, match="preference_replay_lambda is only valid when preference_replay_mode='lambda_decay'."
+    ):
         manager.create(small_spec(model_dir, preference_replay_lambda=0.5))
     assert list((tmp_path / "runs").iterdir()) == []
 
@@ -166,8 +175,13 @@ def test_kill_9_during_training_then_resume_keeps_every_committed_row_once(model
 
     with duckdb.connect(str(run_dir / "run.duckdb"), read_only=True) as con:
         committed_before = con.execute("select count(*) from pairs").fetchone()[0]
-    resumed = subprocess.run([sys.executable, "-m", "comlrl_lab.cli", "run", "--resume", str(run_dir), "--runs-root",
-                              str(runs), "--quiet"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "comlrl_lab.cli", "run", "--resume", str(run_dir), "--runs-root", str(runs), "--quiet"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
 
     with RunStore(run_dir / "run.duckdb", read_only=True) as store:

@@ -52,7 +52,9 @@ def test_only_adapters_are_trained_and_checkpointed(lora_run, model_dir):
         assert trainable and all("lora_" in n for n in trainable)
         assert sum(len(g["params"]) for g in optimizer.param_groups) == len(trainable)
         # The base weights did not move (peft renames a wrapped layer's weight to <layer>.base_layer.weight).
-        frozen = {k.replace(".base_layer", ""): v for k, v in agent.get_base_model().state_dict().items() if "lora_" not in k}
+        frozen = {
+            k.replace(".base_layer", ""): v for k, v in agent.get_base_model().state_dict().items() if "lora_" not in k
+        }
         assert frozen.keys() == base.state_dict().keys()
         for name, value in base.state_dict().items():
             torch.testing.assert_close(frozen[name], value, rtol=0, atol=0)
@@ -70,7 +72,9 @@ def test_saved_adapters_reload_to_the_same_logps(lora_run, tmp_path):
         assert "adapter_model.safetensors" in files and "adapter_config.json" in files
         assert not any(name.startswith(("model", "pytorch_model")) for name in files)  # no base weights
         reloaded = load_adapter_model(tmp_path / "saved" / f"agent_{i}", device="cpu")
-        torch.testing.assert_close(logps(reloaded, trainer, pairs, i), logps(agent, trainer, pairs, i), rtol=0, atol=1e-5)
+        torch.testing.assert_close(
+            logps(reloaded, trainer, pairs, i), logps(agent, trainer, pairs, i), rtol=0, atol=1e-5
+        )
         # The adapter changed the policy: the base alone scores differently.
         assert not torch.allclose(logps(AdapterDisabled(agent), trainer, pairs, i), logps(agent, trainer, pairs, i))
 
@@ -113,14 +117,18 @@ def test_history_comparator_shares_the_base_and_switches_back(lora_run):
 def test_gradient_checkpointing_takes_the_same_step(model_dir, tmp_path):
     states = []
     for flag in (False, True):
-        trainer = dist_madpo_script.make_trainer(model_dir, tmp_path / str(flag), gradient_checkpointing=flag, num_iterations=1)
+        trainer = dist_madpo_script.make_trainer(
+            model_dir, tmp_path / str(flag), gradient_checkpointing=flag, num_iterations=1
+        )
         trainer.step()  # collect
         trainer.step()  # select
         batch = trainer.collector.train_pairs[:4]
         assert batch
         metrics = trainer.learner.update(batch)
         assert all(not m.training for m in trainer.agents)
-        states.append((metrics["madpo/loss"], [{k: v.clone() for k, v in m.state_dict().items()} for m in trainer.agents]))
+        states.append(
+            (metrics["madpo/loss"], [{k: v.clone() for k, v in m.state_dict().items()} for m in trainer.agents])
+        )
     agent = trainer.agents[0]
     assert getattr(agent, "is_activation_checkpointing", None) or agent.is_gradient_checkpointing
     assert states[0][0] == pytest.approx(states[1][0], rel=1e-6)

@@ -23,8 +23,6 @@ from comlrl_lab.trainers.preference.sink import MemorySink
 ITEMS = [{"prompt": f"the {w} cat", "topic": w} for w in ("red", "blue", "green", "big", "small", "fast")]
 
 
-
-
 def fmt_one(item):
     return item["prompt"] + " one"
 

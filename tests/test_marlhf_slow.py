@@ -132,6 +132,9 @@ def test_iter_resume_is_exact_with_critics_and_reward_model_oracle(tiny_dir, tmp
         interrupted.step()
     resumed = build(MARLHFIterTrainer, config("c"), tiny_dir)
     resumed.train(resume_from_checkpoint=tmp_path / "ckpt")
-    learned = lambda t: _weights(t.agents + t.learner.policy.critics + t.learner.policy.value_heads + [t.learner.reward_model])  # noqa: E731
+
+    def learned(t):
+        return _weights(t.agents + t.learner.policy.critics + t.learner.policy.value_heads + [t.learner.reward_model])
+
     for a, b in zip(learned(straight), learned(resumed)):
         assert torch.equal(a, b)

@@ -28,7 +28,9 @@ def _modules(*, skip: tuple[str, ...] = ()) -> list[Path]:
 def test_run_id_formats():
     assert re.fullmatch(rf"MADPOIter-{STAMP}-[0-9a-f]{{4}}", new_run_id("MADPOIter"))
     assert re.fullmatch(rf"{STAMP}-[0-9a-f]{{6}}", new_run_id(digits=6))
-    assert re.fullmatch(rf"import-preference_replay-{STAMP}-[0-9a-f]{{4}}", new_run_id("preference_replay", prefix="import"))
+    assert re.fullmatch(
+        rf"import-preference_replay-{STAMP}-[0-9a-f]{{4}}", new_run_id("preference_replay", prefix="import")
+    )
     assert re.fullmatch(rf"import-pairs-{STAMP}-[0-9a-f]{{4}}", new_run_id("?!", prefix="import", fallback="pairs"))
     assert re.fullmatch(r"[0-9a-f]{12}", random_hex(12))
 
@@ -164,6 +166,7 @@ def test_only_the_phase_module_checks_the_order():
     offenders = [
         path.relative_to(ROOT).as_posix()
         for path in _modules(skip=("data/phases.py",))
-        if "cannot run '" in path.read_text(encoding="utf-8") or "class InvalidTransition" in path.read_text(encoding="utf-8")
+        if "cannot run '" in path.read_text(encoding="utf-8")
+        or "class InvalidTransition" in path.read_text(encoding="utf-8")
     ]
     assert offenders == []

@@ -144,7 +144,9 @@ def test_metric_lookup_and_kinds():
     assert metric_names.lookup("eval/pass_rate").name == metric_names.EVAL_AGGREGATED
     assert metric_names.lookup("nothing/like/this") is None
     assert metric_names.kind_of("bt/val_loss") == "bt_loss" and metric_names.kind_of("madpo/loss") == "dpo_loss"
-    assert metric_names.kind_of("bt/margin") == "reward_margin" and metric_names.kind_of("madpo/joint_margin") == "margin"
+    assert (
+        metric_names.kind_of("bt/margin") == "reward_margin" and metric_names.kind_of("madpo/joint_margin") == "margin"
+    )
     assert metric_names.kind_of("unknown") == "other"
     assert {m.kind for m in metric_names.METRICS} <= set(metric_names.KINDS)
     assert len({m.name for m in metric_names.METRICS}) == len(metric_names.METRICS)

@@ -42,7 +42,11 @@ def literal_keys(source: str) -> list[tuple[int, str]]:
         if isinstance(node, ast.Call):
             candidates += [kw.value for kw in node.keywords if kw.arg == "key"]
             func = node.func
-            if isinstance(func, ast.Attribute) and func.attr in ("get", "pop", "setdefault") and _is_session_state(func.value):
+            if (
+                isinstance(func, ast.Attribute)
+                and func.attr in ("get", "pop", "setdefault")
+                and _is_session_state(func.value)
+            ):
                 candidates += node.args[:1]
         elif isinstance(node, ast.Subscript) and _is_session_state(node.value):
             candidates.append(node.slice)

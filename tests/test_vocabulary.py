@@ -145,9 +145,11 @@ def test_setup_form_groups_come_from_the_metadata():
 
     groups = {f.name: f.metadata["group"] for cls in CONFIG_CLASSES.values() for f in fields(cls)}
     for group, names in [
-        ("Essentials", forms.ESSENTIALS), ("Comparator", forms.COMPARATOR_FIELDS),
-        ("API comparator", forms.API_FIELDS), ("Replay buffer", forms.REPLAY_FIELDS),
-    ]:  # fmt: skip
+        ("Essentials", forms.ESSENTIALS),
+        ("Comparator", forms.COMPARATOR_FIELDS),
+        ("API comparator", forms.API_FIELDS),
+        ("Replay buffer", forms.REPLAY_FIELDS),
+    ]:
         assert set(names) == {n for n, g in groups.items() if g == group}
     for algorithm, cls in CONFIG_CLASSES.items():
         for title, _, names in forms.grouped_fields(algorithm):

@@ -54,7 +54,9 @@ def seed_run(runs_root: Path, model: str) -> str:
         manager.start(run_id, rounds=2)
         progress = manager.wait(run_id, timeout=600)
         if progress.status != "finished":
-            raise RuntimeError(f"seeding the workbench run failed: {progress.status} {progress.last_error}\n{progress.last_traceback}")
+            raise RuntimeError(
+                f"seeding the workbench run failed: {progress.status} {progress.last_error}\n{progress.last_traceback}"
+            )
         return run_id
     finally:
         manager.close()

@@ -144,7 +144,9 @@ class RunManager:
         return list(self._runs)
 
     # Commands ----------------------------------------------------------------------------------------------
-    def start(self, run_id: str, *, phases: int | None = None, rounds: int | None = None, phase: str | None = None) -> None:
+    def start(
+        self, run_id: str, *, phases: int | None = None, rounds: int | None = None, phase: str | None = None
+    ) -> None:
         """Run ``phase`` (checked against the cursor), or the next ``phases`` phases, or ``rounds`` whole rounds."""
         run = self.run(run_id)
         with self._lock:
@@ -165,8 +167,12 @@ class RunManager:
             self._pause[run_id].clear()
             self._controls[run_id].cancel_event.clear()
             self._progress[run_id] = replace(
-                self._progress[run_id], status="loading" if run.trainer is None else "running", phases_left=count,
-                last_error=None, last_traceback=None, message=None,
+                self._progress[run_id],
+                status="loading" if run.trainer is None else "running",
+                phases_left=count,
+                last_error=None,
+                last_traceback=None,
+                message=None,
             )
             worker = threading.Thread(target=self._work, args=(run_id, count), name=f"comlrl-run-{run_id}", daemon=True)
             self._threads[run_id] = worker
@@ -211,8 +217,13 @@ class RunManager:
         try:
             run.ensure_trainer()
         except Exception as error:  # model loading, task loading, config
-            self._update(run_id, status="error", last_error=f"{type(error).__name__}: {error}",
-                         last_traceback=traceback.format_exc(), phases_left=0)
+            self._update(
+                run_id,
+                status="error",
+                last_error=f"{type(error).__name__}: {error}",
+                last_traceback=traceback.format_exc(),
+                phases_left=0,
+            )
             return
         for left in range(count, 0, -1):
             if self._pause[run_id].is_set():
@@ -220,19 +231,39 @@ class RunManager:
             trainer = run.trainer
             if trainer.finished:
                 break
-            self._update(run_id, status="running", phases_left=left, round_index=trainer.round_index,
-                         phase=trainer.next_phase, next_phase=trainer.next_phase, done=0, total=0)
+            self._update(
+                run_id,
+                status="running",
+                phases_left=left,
+                round_index=trainer.round_index,
+                phase=trainer.next_phase,
+                next_phase=trainer.next_phase,
+                done=0,
+                total=0,
+            )
             try:
                 run.step()
             except PhaseCancelled as cancelled:
-                self._update(run_id, status="idle", message=f"stopped: {cancelled}; back at the last finished phase",
-                             **self._cursor_fields(run))
+                self._update(
+                    run_id,
+                    status="idle",
+                    message=f"stopped: {cancelled}; back at the last finished phase",
+                    **self._cursor_fields(run),
+                )
                 return
             except Exception:
-                self._update(run_id, status="error", last_error=run.last_error, last_traceback=run.last_traceback,
-                             phases_left=0, **self._cursor_fields(run))
+                self._update(
+                    run_id,
+                    status="error",
+                    last_error=run.last_error,
+                    last_traceback=run.last_traceback,
+                    phases_left=0,
+                    **self._cursor_fields(run),
+                )
                 return
-            self._update(run_id, message=(run.trainer.last_message if run.trainer else None), **self._cursor_fields(run))
+            self._update(
+                run_id, message=(run.trainer.last_message if run.trainer else None), **self._cursor_fields(run)
+            )
         final = "finished" if run.trainer is not None and run.trainer.finished else "idle"
         self._update(run_id, status=final, phases_left=0, **self._cursor_fields(run))
 

@@ -137,7 +137,9 @@ class Run:
         if self.trainer is None:
             apply_torch_threads(self.spec)
             sink = None if self.store is None else StoreSink(self.store, self.run_id, self.run_dir / SNAPSHOT_DIR)
-            trainer = build_trainer(self.spec, output_dir=self.run_dir, run_id=self.run_id, sink=sink, control=self.control)
+            trainer = build_trainer(
+                self.spec, output_dir=self.run_dir, run_id=self.run_id, sink=sink, control=self.control
+            )
             trainer.checkpoint_dir = self.checkpoint_dir
             if ckpt.has_checkpoint(self.checkpoint_dir):
                 trainer.load_checkpoint(self.checkpoint_dir)

@@ -83,7 +83,9 @@ def apply_lora(model: Any, settings: LoraSettings, *, seed: int) -> Any:
     """
     peft = _import_peft()
     device = model_device(model)
-    devices = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
+    devices = (
+        [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
+    )
     with torch.random.fork_rng(devices=devices), _quiet_peft():
         torch.manual_seed(int(seed))
         wrapped = peft.get_peft_model(model, settings.peft_config())

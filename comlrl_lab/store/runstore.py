@@ -114,9 +114,14 @@ class RunStore:
         config_json = json.dumps(config, default=str, sort_keys=True) if config is not None else None
         with self._lock:
             writer.upsert_run(
-                self._writable(), run_id, trainer=trainer, status=status, source=source,
-                num_agents=num_agents, config_json=config_json,
-            )  # fmt: skip
+                self._writable(),
+                run_id,
+                trainer=trainer,
+                status=status,
+                source=source,
+                num_agents=num_agents,
+                config_json=config_json,
+            )
 
     def commit_phase(
         self,

@@ -45,10 +45,15 @@ def lambda_weights(
     labels = [f"round {r}" for r in rounds]
     fig = go.Figure(
         go.Bar(
-            x=labels, y=list(weights), marker_color=highlight, text=[f"{w:.3f}" for w in weights],
-            textposition="outside", hovertemplate="%{x}<br>weight %{y:.4f}<extra></extra>", name="weight",
+            x=labels,
+            y=list(weights),
+            marker_color=highlight,
+            text=[f"{w:.3f}" for w in weights],
+            textposition="outside",
+            hovertemplate="%{x}<br>weight %{y:.4f}<extra></extra>",
+            name="weight",
         )
-    )  # fmt: skip
+    )
     fig.update_yaxes(title="weight", range=[0, max([*weights, 0.01]) * 1.25])
     fig.update_xaxes(title="round dataset (oldest → newest)", type="category")
     return _layout(fig, title or f"λ-decay weights, λ = {lam:g}, K = {len(rounds)}")
@@ -61,10 +66,14 @@ def replay_draws(frame: pd.DataFrame, *, title: str | None = None) -> go.Figure:
     if "available" in frame:
         fig.add_bar(x=labels, y=frame["available"], name="pairs in the dataset", marker_color=MUTED, opacity=0.55)
     fig.add_bar(
-        x=labels, y=frame["drawn_count"], name="drawn into the training sample", marker_color=CURRENT,
-        text=[f"w={w:.3f}" for w in frame["weight"]], textposition="outside",
+        x=labels,
+        y=frame["drawn_count"],
+        name="drawn into the training sample",
+        marker_color=CURRENT,
+        text=[f"w={w:.3f}" for w in frame["weight"]],
+        textposition="outside",
         hovertemplate="%{x}<br>%{y} pairs drawn<extra></extra>",
-    )  # fmt: skip
+    )
     fig.update_layout(barmode="group")
     fig.update_xaxes(title="source round (oldest → newest)", type="category")
     fig.update_yaxes(title="pairs")
@@ -78,10 +87,13 @@ def round_curves(frame: pd.DataFrame, *, title: str, y_title: str, colors: dict[
     for i, (series, part) in enumerate(frame.groupby("series", sort=False)):
         part = part.sort_values("round")
         fig.add_scatter(
-            x=part["round"], y=part["value"], mode="lines+markers", name=str(series),
+            x=part["round"],
+            y=part["value"],
+            mode="lines+markers",
+            name=str(series),
             line={"color": colors.get(str(series), SERIES_PALETTE[i % len(SERIES_PALETTE)]), "width": 2},
             hovertemplate=f"{series}<br>round %{{x}}: %{{y:.4g}}<extra></extra>",
-        )  # fmt: skip
+        )
     fig.update_yaxes(title=y_title)
     rounds = sorted(int(r) for r in frame["round"].unique()) if len(frame) else []
     return _layout(round_axis(fig, rounds), title)
@@ -93,10 +105,15 @@ def step_curves(frame: pd.DataFrame, *, title: str, y_title: str) -> go.Figure:
     for i, (series, part) in enumerate(frame.groupby("series", sort=False)):
         part = part.sort_values("step")
         fig.add_scatter(
-            x=part["step"], y=part["value"], mode="lines+markers", name=str(series),
-            line={"color": SERIES_PALETTE[i % len(SERIES_PALETTE)], "width": 1.5}, marker={"size": 5},
-            customdata=part["round"], hovertemplate=f"{series}<br>update %{{x}} (round %{{customdata}}): %{{y:.4g}}<extra></extra>",
-        )  # fmt: skip
+            x=part["step"],
+            y=part["value"],
+            mode="lines+markers",
+            name=str(series),
+            line={"color": SERIES_PALETTE[i % len(SERIES_PALETTE)], "width": 1.5},
+            marker={"size": 5},
+            customdata=part["round"],
+            hovertemplate=f"{series}<br>update %{{x}} (round %{{customdata}}): %{{y:.4g}}<extra></extra>",
+        )
     fig.update_xaxes(title="optimiser update")
     fig.update_yaxes(title=y_title)
     return _layout(fig, title)
@@ -108,9 +125,12 @@ def reward_histogram(frame: pd.DataFrame, *, title: str, bins: int = 20) -> go.F
     for side, part in frame.groupby("side", sort=False):
         values = part["reward"].dropna()
         fig.add_histogram(
-            x=values, name=f"{side} (mean {values.mean():.3f}, n={len(values)})", nbinsx=bins, opacity=0.6,
+            x=values,
+            name=f"{side} (mean {values.mean():.3f}, n={len(values)})",
+            nbinsx=bins,
+            opacity=0.6,
             marker_color=SIDE_COLORS.get(str(side), MUTED),
-        )  # fmt: skip
+        )
         if len(values):
             fig.add_vline(x=float(values.mean()), line_dash="dash", line_color=SIDE_COLORS.get(str(side), MUTED))
     fig.update_layout(barmode="overlay")
@@ -124,34 +144,46 @@ def reward_boxes(frame: pd.DataFrame, *, title: str) -> go.Figure:
     fig = go.Figure()
     for side, part in frame.groupby("side", sort=False):
         fig.add_box(
-            x=part["round"], y=part["reward"], name=str(side), marker_color=SIDE_COLORS.get(str(side), MUTED),
+            x=part["round"],
+            y=part["reward"],
+            name=str(side),
+            marker_color=SIDE_COLORS.get(str(side), MUTED),
             boxmean=True,
-        )  # fmt: skip
+        )
     fig.update_layout(boxmode="group")
     fig.update_yaxes(title="reward")
     rounds = sorted(int(r) for r in frame["round"].unique()) if len(frame) else []
     return _layout(round_axis(fig, rounds), title)
 
 
-def candidate_rewards(frame: pd.DataFrame, *, winner: tuple[str, int] | None, loser: tuple[str, int] | None) -> go.Figure:
+def candidate_rewards(
+    frame: pd.DataFrame, *, winner: tuple[str, int] | None, loser: tuple[str, int] | None
+) -> go.Figure:
     """Every candidate of one item by side; the pair's winner and loser ringed. ``frame``: side, candidate_index, reward."""
     fig = go.Figure()
     for side, part in frame.groupby("side", sort=False):
         fig.add_scatter(
-            x=part["candidate_index"], y=part["reward"], mode="markers", name=str(side),
+            x=part["candidate_index"],
+            y=part["reward"],
+            mode="markers",
+            name=str(side),
             marker={"color": SIDE_COLORS.get(str(side), MUTED), "size": 11, "opacity": 0.85},
             hovertemplate=f"{side} candidate %{{x}}<br>reward %{{y:.4g}}<extra></extra>",
-        )  # fmt: skip
+        )
     for role, mark, color in (("winner", winner, "#15803d"), ("loser", loser, "#b91c1c")):
         if mark is None:
             continue
         hit = frame[(frame["side"] == mark[0]) & (frame["candidate_index"] == mark[1])]
         if len(hit):
             fig.add_scatter(
-                x=hit["candidate_index"], y=hit["reward"], mode="markers+text", name=role, text=[role],
+                x=hit["candidate_index"],
+                y=hit["reward"],
+                mode="markers+text",
+                name=role,
+                text=[role],
                 textposition="top center",
                 marker={"symbol": "circle-open", "size": 20, "line": {"width": 3, "color": color}},
-            )  # fmt: skip
+            )
     fig.update_xaxes(title="candidate index", dtick=1)
     fig.update_yaxes(title="reward")
     return _layout(fig, "Every candidate of this item", height=300)
@@ -168,10 +200,15 @@ def phase_timeline(frame: pd.DataFrame) -> go.Figure:
             continue
         durations_ms = [max(1.0, (f - s).total_seconds() * 1000.0) for s, f in zip(part["start"], part["finish"])]
         fig.add_bar(
-            y=[labels[r] for r in part["round"]], x=durations_ms, base=[s.isoformat() for s in part["start"]],
-            orientation="h", name=phase, marker_color=color, customdata=part["seconds"],
+            y=[labels[r] for r in part["round"]],
+            x=durations_ms,
+            base=[s.isoformat() for s in part["start"]],
+            orientation="h",
+            name=phase,
+            marker_color=color,
+            customdata=part["seconds"],
             hovertemplate=f"{phase}<br>%{{customdata:.2f}} s<extra></extra>",
-        )  # fmt: skip
+        )
     fig.update_layout(barmode="overlay")
     fig.update_xaxes(type="date", title=None)
     fig.update_yaxes(title=None, autorange="reversed", categoryorder="array", categoryarray=list(labels.values()))

@@ -83,6 +83,7 @@ def progress_text(progress: Progress) -> str:
 
 # -- sidebar ------------------------------------------------------------------------------------------------
 
+
 def _choose_run() -> None:
     state.set_current_run(st.session_state.get(state.SIDEBAR_RUN))
 
@@ -99,9 +100,13 @@ def sidebar_run_card() -> None:
         return
     st.session_state[state.SIDEBAR_RUN] = current if current in options else None
     st.selectbox(
-        "Run", options, key=state.SIDEBAR_RUN, on_change=_choose_run, placeholder="Open a run…",
+        "Run",
+        options,
+        key=state.SIDEBAR_RUN,
+        on_change=_choose_run,
+        placeholder="Open a run…",
         help="Every page shows this run. Runs live in the runs folder; a run keeps everything it committed.",
-    )  # fmt: skip
+    )
     if current:
         _sidebar_status(current)
 
@@ -184,7 +189,9 @@ def error_panel(view: services.RunView, progress: Progress) -> None:
             " Fix the cause (a model path, a task file, a device) and retry, or set up a corrected run."
         )
         left, right = st.columns([1, 3])
-        if left.button(f"Retry {progress.next_phase}", key=state.ROUNDS_RETRY, type="primary", icon=":material/replay:"):
+        if left.button(
+            f"Retry {progress.next_phase}", key=state.ROUNDS_RETRY, type="primary", icon=":material/replay:"
+        ):
             try:
                 ws.start(view.run_id, phase=progress.next_phase)
             except Exception as error:
@@ -219,21 +226,37 @@ def pair_filters(rounds: pd.DataFrame, keys: state.PairFilterKeys, *, heading: s
             st.markdown(heading)
         f1, f2, f3, f4, f5, f6 = st.columns([1, 1.6, 0.8, 0.8, 0.8, 1.8])
         chosen_round = f1.selectbox(
-            "Round", round_options, key=keys.round, format_func=lambda r: "all" if r is None else f"round {r}",
-        )  # fmt: skip
+            "Round",
+            round_options,
+            key=keys.round,
+            format_func=lambda r: "all" if r is None else f"round {r}",
+        )
         side = f2.segmented_control(
-            "Winner side", ["current", "comparator"], key=keys.side,
+            "Winner side",
+            ["current", "comparator"],
+            key=keys.side,
             help="Which side's joint response won: the current agents or the comparator. None selected = both.",
-        )  # fmt: skip
+        )
         item = f3.number_input("Task item", min_value=0, step=1, value=None, key=keys.item, placeholder="any")
-        min_gap = f4.number_input("Min gap", value=None, step=0.05, format="%g", key=keys.min_gap, placeholder="any",
-                                  help="reward_gap = winner_reward - loser_reward")  # fmt: skip
+        min_gap = f4.number_input(
+            "Min gap",
+            value=None,
+            step=0.05,
+            format="%g",
+            key=keys.min_gap,
+            placeholder="any",
+            help="reward_gap = winner_reward - loser_reward",
+        )
         max_gap = f5.number_input("Max gap", value=None, step=0.05, format="%g", key=keys.max_gap, placeholder="any")
         text = f6.text_input("Text search", key=keys.text, placeholder="words in a prompt or either response").strip()
     return {
-        "round": chosen_round, "winner_side": side or None, "item": item, "min_gap": min_gap, "max_gap": max_gap,
+        "round": chosen_round,
+        "winner_side": side or None,
+        "item": item,
+        "min_gap": min_gap,
+        "max_gap": max_gap,
         "text": text or None,
-    }  # fmt: skip
+    }
 
 
 def pair_label(row: Any) -> str:
@@ -261,7 +284,11 @@ def pair_view(view: services.RunView, detail: dict[str, Any]) -> None:
     cols[0].metric("winner reward", f"{detail['winner_reward']:.4g}")
     cols[1].metric("loser reward", f"{detail['loser_reward']:.4g}")
     cols[2].metric("reward gap", f"{detail['reward_gap']:.4g}")
-    cols[3].metric("item mean reward", f"{detail['candidate_reward_mean']:.4g}", help="candidate_reward_mean: mean reward of the item's candidates")
+    cols[3].metric(
+        "item mean reward",
+        f"{detail['candidate_reward_mean']:.4g}",
+        help="candidate_reward_mean: mean reward of the item's candidates",
+    )
     with cols[4]:
         st.caption("winner side")
         if winner_side:
@@ -308,8 +335,16 @@ def candidates_view(view: services.RunView, detail: dict[str, Any], version: str
         return
     winner_side = detail.get("winner_side")
     loser_side = {"current": "comparator", "comparator": "current"}.get(winner_side or "")
-    winner = (winner_side, int(detail["winner_candidate_index"])) if winner_side and _known(detail.get("winner_candidate_index")) else None
-    loser = (loser_side, int(detail["loser_candidate_index"])) if loser_side and _known(detail.get("loser_candidate_index")) else None
+    winner = (
+        (winner_side, int(detail["winner_candidate_index"]))
+        if winner_side and _known(detail.get("winner_candidate_index"))
+        else None
+    )
+    loser = (
+        (loser_side, int(detail["loser_candidate_index"]))
+        if loser_side and _known(detail.get("loser_candidate_index"))
+        else None
+    )
     fig = figures.candidates_figure(view.run_id, version, int(detail["round"]), int(item), winner, loser)
     st.plotly_chart(fig, key=state.PAIRS_CANDIDATES_CHART)
     table = pd.DataFrame(
@@ -319,13 +354,21 @@ def candidates_view(view: services.RunView, detail: dict[str, Any], version: str
             "reward": frame["reward"],
             "raw reward": frame["raw_reward"],
             "parse": frame["parse_status"],
-            **{f"agent {i + 1}": [c[i] if i < len(c) else "" for c in frame["completions"]] for i in range(_agents(frame))},
+            **{
+                f"agent {i + 1}": [c[i] if i < len(c) else "" for c in frame["completions"]]
+                for i in range(_agents(frame))
+            },
         }
     )
     st.dataframe(
-        table, hide_index=True, width="stretch",
-        column_config={"reward": st.column_config.NumberColumn(format="%.4f"), "raw reward": st.column_config.NumberColumn(format="%.4f")},
-    )  # fmt: skip
+        table,
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "reward": st.column_config.NumberColumn(format="%.4f"),
+            "raw reward": st.column_config.NumberColumn(format="%.4f"),
+        },
+    )
 
 
 def _known(value: Any) -> bool:

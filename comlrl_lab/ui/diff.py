@@ -65,8 +65,16 @@ def diff_html(winner: str, loser: str) -> tuple[str, str]:
 
 def text_box(inner_html: str, *, label: str | None = None, empty: str = "(empty response)") -> str:
     """A bordered block holding already-escaped ``inner_html`` (an empty response is named, not blank)."""
-    body = inner_html if inner_html.strip() else f'<span style="opacity: 0.55; font-style: italic;">{html.escape(empty)}</span>'
-    head = f'<div style="font-size: 0.8rem; opacity: 0.75; margin-bottom: 0.2rem;">{html.escape(label)}</div>' if label else ""
+    body = (
+        inner_html
+        if inner_html.strip()
+        else f'<span style="opacity: 0.55; font-style: italic;">{html.escape(empty)}</span>'
+    )
+    head = (
+        f'<div style="font-size: 0.8rem; opacity: 0.75; margin-bottom: 0.2rem;">{html.escape(label)}</div>'
+        if label
+        else ""
+    )
     return f'{head}<div style="{BOX_STYLE}">{body}</div>'
 
 

@@ -88,7 +88,9 @@ def learning(run_id: str, version: str) -> LearningData | None:
     losses = frames.per_round(metrics, frames.training_metrics(metrics, metric_names.LOSS_KINDS))
     margins = frames.per_round(metrics, frames.training_metrics(metrics, metric_names.MARGIN_KINDS))
     accuracy = frames.per_round(metrics, frames.training_metrics(metrics, metric_names.ACCURACY_KINDS))
-    win_share = frames.per_round(metrics, {"current agents' share of wins": (metric_names.CURRENT_WIN_SHARE, "collect")})
+    win_share = frames.per_round(
+        metrics, {"current agents' share of wins": (metric_names.CURRENT_WIN_SHARE, "collect")}
+    )
 
     tiles = []
     for label, frame, series, fmt in (
@@ -101,23 +103,29 @@ def learning(run_id: str, version: str) -> LearningData | None:
         latest, delta = frames.latest_and_delta(frame, series)
         tiles.append(
             Tile(
-                label, "–" if latest is None else fmt.format(latest), None if delta is None else fmt.format(delta),
-                f"{series or label}: latest round, and the change from the round before", inverse="loss" in label,
+                label,
+                "–" if latest is None else fmt.format(latest),
+                None if delta is None else fmt.format(delta),
+                f"{series or label}: latest round, and the change from the round before",
+                inverse="loss" in label,
             )
-        )  # fmt: skip
+        )
 
     figures: dict[str, go.Figure] = {}
     if len(rewards):
-        figures["rewards"] = charts.round_curves(rewards, title="Rewards per round", y_title="mean reward", colors=REWARD_COLORS)
+        figures["rewards"] = charts.round_curves(
+            rewards, title="Rewards per round", y_title="mean reward", colors=REWARD_COLORS
+        )
     if len(losses):
         figures["loss"] = charts.round_curves(losses, title="Loss per round (mean over updates)", y_title="loss")
     if len(margins):
         figures["margins"] = charts.round_curves(margins, title="Margins per round", y_title="log-prob margin")
     if len(accuracy) or len(win_share):
         figures["accuracy"] = charts.round_curves(
-            pd.concat([accuracy, win_share], ignore_index=True), title="Pair accuracy and current agents' win share",
+            pd.concat([accuracy, win_share], ignore_index=True),
+            title="Pair accuracy and current agents' win share",
             y_title="share",
-        )  # fmt: skip
+        )
     step_series = [n for family in (losses, margins, accuracy) for n in family["series"].unique()]
 
     rounds = [int(r) for r in store.rounds(run_id)["round"]]
@@ -159,7 +167,11 @@ def replay_draws(run_id: str, version: str, round_index: int) -> tuple[pd.DataFr
     store = _store(run_id)
     sizes = frames.dataset_sizes(store.rounds(run_id))
     drawn = frames.replay_round(store.replay(run_id), sizes, round_index)
-    fig = charts.replay_draws(drawn, title=f"Pairs per round dataset, drawn into B^({round_index})") if len(drawn) else None
+    fig = (
+        charts.replay_draws(drawn, title=f"Pairs per round dataset, drawn into B^({round_index})")
+        if len(drawn)
+        else None
+    )
     return drawn, fig
 
 

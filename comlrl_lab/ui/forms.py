@@ -120,12 +120,21 @@ def field_specs(config_class: type) -> dict[str, FieldSpec]:
     specs: dict[str, FieldSpec] = {}
     for f in fields(config_class):
         kind, optional = _kind(hints[f.name], f.name, config_class)
-        default = f.default if f.default is not MISSING else (f.default_factory() if f.default_factory is not MISSING else None)  # type: ignore[misc]
+        default = (
+            f.default
+            if f.default is not MISSING
+            else (f.default_factory() if f.default_factory is not MISSING else None)
+        )  # type: ignore[misc]
         specs[f.name] = FieldSpec(
-            f.name, kind, optional, default, f.metadata.get("help", ""),
-            config_module.field_choices(config_class, f.name), config_module.field_aliases(config_class, f.name),
+            f.name,
+            kind,
+            optional,
+            default,
+            f.metadata.get("help", ""),
+            config_module.field_choices(config_class, f.name),
+            config_module.field_aliases(config_class, f.name),
             f.metadata["group"],
-        )  # fmt: skip
+        )
     return specs
 
 
@@ -294,21 +303,30 @@ def render_field(algorithm: str, spec: FieldSpec, error: FieldError | None = Non
     if spec.kind == "bool":
         st.toggle(label, **({"value": bool(default)} if fresh else {}), **common)
     elif spec.kind == "int":
-        st.number_input(label, step=1, format="%d", **({"value": default} if fresh else {}), placeholder="None", **common)
+        st.number_input(
+            label, step=1, format="%d", **({"value": default} if fresh else {}), placeholder="None", **common
+        )
     elif spec.kind == "float":
         st.number_input(
-            label, step=_float_step(spec.default), format="%g", **({"value": default} if fresh else {}),
-            placeholder="None", **common,
-        )  # fmt: skip
+            label,
+            step=_float_step(spec.default),
+            format="%g",
+            **({"value": default} if fresh else {}),
+            placeholder="None",
+            **common,
+        )
     elif spec.kind == "choice":
         options = list(spec.choices)
         index = options.index(default) if default in options else 0
         st.selectbox(label, options, **({"index": index} if fresh else {}), **common)
     elif spec.kind == "json":
         st.text_area(
-            label, **({"value": default} if fresh else {}), placeholder='None, or a JSON object such as {"k": "v"}',
-            height=80, **common,
-        )  # fmt: skip
+            label,
+            **({"value": default} if fresh else {}),
+            placeholder='None, or a JSON object such as {"k": "v"}',
+            height=80,
+            **common,
+        )
     else:
         placeholders = {
             "devices": "None = automatic; or cpu, cuda:0, or a comma-separated list",
@@ -320,9 +338,7 @@ def render_field(algorithm: str, spec: FieldSpec, error: FieldError | None = Non
         st.error(error.message, icon=":material/error:")
 
 
-def render_fields(
-    algorithm: str, names: Sequence[str], error: FieldError | None, *, columns: int = 3
-) -> list[str]:
+def render_fields(algorithm: str, names: Sequence[str], error: FieldError | None, *, columns: int = 3) -> list[str]:
     """Draw the named fields that ``algorithm``'s config has, in a grid; returns the names drawn."""
     specs = field_specs(config_class(algorithm))
     present = [n for n in names if n in specs and n not in HIDDEN_FIELDS]
@@ -359,32 +375,46 @@ def _fresh(key: str, **value: Any) -> dict[str, Any]:
 def agents_section(max_agents: int = 8) -> tuple[list[str], list[str]]:
     """Agent count and one model per agent. Returns (model ids/paths, problems)."""
     n = st.number_input(
-        "Number of agents", min_value=1, max_value=max_agents, step=1, key=state.SETUP_NUM_AGENTS, persist_state=PERSIST,
+        "Number of agents",
+        min_value=1,
+        max_value=max_agents,
+        step=1,
+        key=state.SETUP_NUM_AGENTS,
+        persist_state=PERSIST,
         help="One policy per agent role; the task's formatters give each agent its own prompt.",
         **_fresh(state.SETUP_NUM_AGENTS, value=2),
-    )  # fmt: skip
+    )
     models: list[str] = []
     problems: list[str] = []
     for i in range(int(n)):
         left, right = st.columns([2, 3], vertical_alignment="bottom")
         with left:
             source = st.segmented_control(
-                f"Agent {i + 1} model", AGENT_SOURCES, key=state.agent_source_key(i), persist_state=PERSIST, required=True,
+                f"Agent {i + 1} model",
+                AGENT_SOURCES,
+                key=state.agent_source_key(i),
+                persist_state=PERSIST,
+                required=True,
                 help="The embedded tiny model needs no network; a local path is a save_pretrained folder; a hub id "
                 "loads from the Hugging Face cache or the hub.",
                 **_fresh(state.agent_source_key(i), default=AGENT_SOURCES[0]),
-            )  # fmt: skip
+            )
         with right:
             if source == AGENT_SOURCES[0]:
                 with st.container(key=state.agent_tiny_key(i)):
                     st.markdown(f"`{TINY_MODEL_NAME}` · embedded 1M-parameter Llama, loads offline")
                 models.append(TINY_MODEL_NAME)
             else:
-                placeholder = "/path/to/model (save_pretrained folder)" if source == AGENT_SOURCES[1] else "org/model-name"
+                placeholder = (
+                    "/path/to/model (save_pretrained folder)" if source == AGENT_SOURCES[1] else "org/model-name"
+                )
                 value = st.text_input(
-                    f"Agent {i + 1} model", key=state.agent_model_key(i), persist_state=PERSIST, placeholder=placeholder,
+                    f"Agent {i + 1} model",
+                    key=state.agent_model_key(i),
+                    persist_state=PERSIST,
+                    placeholder=placeholder,
                     label_visibility="collapsed",
-                ).strip()  # fmt: skip
+                ).strip()
                 if not value:
                     problems.append(f"Agent {i + 1}: enter a {'path' if source == AGENT_SOURCES[1] else 'hub id'}.")
                 elif source == AGENT_SOURCES[1] and not Path(value).expanduser().exists():
@@ -396,31 +426,42 @@ def agents_section(max_agents: int = 8) -> tuple[list[str], list[str]]:
 def task_section(save_upload) -> tuple[dict[str, Any], list[str]]:
     """Built-in task or a user module with data files; returns (spec fields, problems)."""
     kind = st.segmented_control(
-        "Task source", TASK_KINDS, key=state.SETUP_TASK_KIND, persist_state=PERSIST, required=True,
+        "Task source",
+        TASK_KINDS,
+        key=state.SETUP_TASK_KIND,
+        persist_state=PERSIST,
+        required=True,
         **_fresh(state.SETUP_TASK_KIND, default=TASK_KINDS[0]),
-    )  # fmt: skip
+    )
     problems: list[str] = []
     fields_: dict[str, Any] = {"task": None, "user_task": None, "user_train_data": None, "user_eval_data": None}
     if kind == TASK_KINDS[0]:
         names = list_tasks()
         name = st.selectbox(
-            "Built-in task", names, key=state.SETUP_TASK, persist_state=PERSIST,
+            "Built-in task",
+            names,
+            key=state.SETUP_TASK,
+            persist_state=PERSIST,
             format_func=lambda n: f"{get_task(n).title} ({n})",
             help="Small cooperative tasks shipped with comlrl-lab; they run with the embedded tiny model and no network.",
-        )  # fmt: skip
+        )
         task = get_task(name)
-        st.caption(f"{task.description}  \nAgents: {task.num_agents} · reward range {task.reward_range[0]:g} to {task.reward_range[1]:g} "
-                   f"· {len(task.train_items())} train items, {len(task.eval_items())} eval items")  # fmt: skip
+        st.caption(
+            f"{task.description}  \nAgents: {task.num_agents} · reward range {task.reward_range[0]:g} to {task.reward_range[1]:g} "
+            f"· {len(task.train_items())} train items, {len(task.eval_items())} eval items"
+        )
         fields_["task"] = name
     else:
         left, right = st.columns(2)
         with left:
             module = st.text_input(
-                "Task module", key=state.SETUP_USER_MODULE, persist_state=PERSIST,
+                "Task module",
+                key=state.SETUP_USER_MODULE,
+                persist_state=PERSIST,
                 placeholder="my_package.my_task  or  /path/to/my_task.py",
                 help="A module defining reward_func (CoMLRL's convention), optionally formatters, reward_processor, "
                 "NUM_AGENTS, DATA_PATH and EVAL_DATA_PATH.",
-            ).strip()  # fmt: skip
+            ).strip()
             uploaded = st.file_uploader("…or upload the module (.py)", type=["py"], key=state.SETUP_USER_MODULE_UPLOAD)
             if uploaded is not None:
                 module = str(save_upload(uploaded.name, uploaded.getvalue()))
@@ -431,10 +472,16 @@ def task_section(save_upload) -> tuple[dict[str, Any], list[str]]:
         if not module:
             problems.append("Task: name a task module or upload one.")
         fields_.update(user_task=module or None, user_train_data=train, user_eval_data=evald)
-        if module and st.button("Check the task", key=state.SETUP_CHECK_TASK, icon=":material/fact_check:",
-                                help="Import the module and read the data now, as the first phase will."):  # fmt: skip
+        if module and st.button(
+            "Check the task",
+            key=state.SETUP_CHECK_TASK,
+            icon=":material/fact_check:",
+            help="Import the module and read the data now, as the first phase will.",
+        ):
             try:
-                task = resolve_task(ExperimentSpec(task=None, user_task=module, user_train_data=train, user_eval_data=evald))
+                task = resolve_task(
+                    ExperimentSpec(task=None, user_task=module, user_train_data=train, user_eval_data=evald)
+                )
             except Exception as error:  # user code: any exception is the user's to see
                 st.error(f"The task cannot be loaded: {type(error).__name__}: {error}", icon=":material/error:")
             else:
@@ -446,21 +493,33 @@ def task_section(save_upload) -> tuple[dict[str, Any], list[str]]:
     left, right = st.columns(2)
     with left:
         fields_["max_train_items"] = st.number_input(
-            "Use the first N training items", min_value=1, step=1, key=state.SETUP_MAX_TRAIN_ITEMS, persist_state=PERSIST,
-            placeholder="all", help="Empty = every item. A small N makes a quick first look (a round takes seconds).",
+            "Use the first N training items",
+            min_value=1,
+            step=1,
+            key=state.SETUP_MAX_TRAIN_ITEMS,
+            persist_state=PERSIST,
+            placeholder="all",
+            help="Empty = every item. A small N makes a quick first look (a round takes seconds).",
             **_fresh(state.SETUP_MAX_TRAIN_ITEMS, value=None),
-        )  # fmt: skip
+        )
     with right:
         fields_["max_eval_items"] = st.number_input(
-            "Use the first N evaluation items", min_value=1, step=1, key=state.SETUP_MAX_EVAL_ITEMS, persist_state=PERSIST,
-            placeholder="all", help="Empty = every item (eval_num_samples still caps each evaluation).",
+            "Use the first N evaluation items",
+            min_value=1,
+            step=1,
+            key=state.SETUP_MAX_EVAL_ITEMS,
+            persist_state=PERSIST,
+            placeholder="all",
+            help="Empty = every item (eval_num_samples still caps each evaluation).",
             **_fresh(state.SETUP_MAX_EVAL_ITEMS, value=None),
-        )  # fmt: skip
+        )
     return fields_, problems
 
 
 def _data_input(label: str, key: str, save_upload) -> str | None:
-    path = st.text_input(label, key=key, persist_state=PERSIST, placeholder="/path/to/items.jsonl (or .csv / .json)").strip()
+    path = st.text_input(
+        label, key=key, persist_state=PERSIST, placeholder="/path/to/items.jsonl (or .csv / .json)"
+    ).strip()
     uploaded = st.file_uploader(f"…or upload {label.lower()}", type=["jsonl", "json", "csv"], key=state.upload_key(key))
     if uploaded is not None:
         path = str(save_upload(uploaded.name, uploaded.getvalue()))
@@ -473,16 +532,22 @@ def algorithm_section() -> str:
     left, right = st.columns([1, 2], vertical_alignment="bottom")
     with left:
         family = st.segmented_control(
-            "Algorithm", FAMILIES, key=state.SETUP_FAMILY, persist_state=PERSIST, required=True,
+            "Algorithm",
+            FAMILIES,
+            key=state.SETUP_FAMILY,
+            persist_state=PERSIST,
+            required=True,
             help="MADPO: joint-margin DPO on the pairs. MARLHF: a Bradley-Terry reward model, then online multi-agent RL.",
             **_fresh(state.SETUP_FAMILY, default=FAMILIES[0]),
-        )  # fmt: skip
+        )
     with right:
         iterative = st.toggle(
-            "Iterative (rounds against a comparator, with a replay buffer)", key=state.SETUP_ITERATIVE, persist_state=PERSIST,
+            "Iterative (rounds against a comparator, with a replay buffer)",
+            key=state.SETUP_ITERATIVE,
+            persist_state=PERSIST,
             help="MADPOIter / MARLHFIter repeat collect -> select -> train -> evaluate for num_iterations rounds.",
             **_fresh(state.SETUP_ITERATIVE, value=True),
-        )  # fmt: skip
+        )
     return algorithm_name(family, iterative)
 
 

@@ -53,9 +53,14 @@ def timeline(rounds: pd.DataFrame, durations: Mapping[tuple[int, str], float]) -
             seconds = float(durations.get((int(row.round), phase), 0.0))
             finish = pd.Timestamp(finish)
             rows.append(
-                {"round": int(row.round), "phase": phase, "start": finish - pd.Timedelta(seconds=seconds),
-                 "finish": finish, "seconds": seconds}
-            )  # fmt: skip
+                {
+                    "round": int(row.round),
+                    "phase": phase,
+                    "start": finish - pd.Timedelta(seconds=seconds),
+                    "finish": finish,
+                    "seconds": seconds,
+                }
+            )
     return pd.DataFrame(rows, columns=["round", "phase", "start", "finish", "seconds"])
 
 
@@ -82,7 +87,9 @@ def phase_table(
         for phase in PHASES:
             if (r, phase) in done:
                 seconds = durations.get((r, phase))
-                record[PHASE_LABELS[phase]] = f"✓ {seconds:.1f} s" if seconds is not None else f"✓ {done[(r, phase)]:%H:%M:%S}"
+                record[PHASE_LABELS[phase]] = (
+                    f"✓ {seconds:.1f} s" if seconds is not None else f"✓ {done[(r, phase)]:%H:%M:%S}"
+                )
             elif running == (r, phase):
                 record[PHASE_LABELS[phase]] = "running…"
             elif cursor == (r, phase):
@@ -157,7 +164,9 @@ def replay_round(replay: pd.DataFrame, sizes: Mapping[int, int], round_index: in
     """What round ``round_index``'s training sample drew: source_round, weight, drawn_count, available."""
     rows = replay[replay["round"] == round_index].copy()
     rows["available"] = [int(sizes.get(int(s), 0)) for s in rows["source_round"]]
-    return rows.sort_values("source_round")[["source_round", "weight", "drawn_count", "available"]].reset_index(drop=True)
+    return rows.sort_values("source_round")[["source_round", "weight", "drawn_count", "available"]].reset_index(
+        drop=True
+    )
 
 
 def mode_weights(

@@ -42,9 +42,19 @@ from comlrl_lab.trainers.preference.algorithms import algorithm
 
 # Pages import only ``comlrl_lab.ui``; these are the engine and store names they need.
 __all__ = [
-    "EXPORT_FORMATS", "ROUND_FILES", "ExperimentSpec", "QueryExecutionError", "ReadOnlyQueryError", "RunView", "Workspace",
-    "close_all", "dataframe_csv", "past_runs", "runs_root", "workspace",
-]  # fmt: skip
+    "EXPORT_FORMATS",
+    "ROUND_FILES",
+    "ExperimentSpec",
+    "QueryExecutionError",
+    "ReadOnlyQueryError",
+    "RunView",
+    "Workspace",
+    "close_all",
+    "dataframe_csv",
+    "past_runs",
+    "runs_root",
+    "workspace",
+]
 
 RUNS_DIR_ENV = "COMLRL_LAB_RUNS_DIR"
 UPLOADS_DIR = "_uploads"
@@ -116,7 +126,9 @@ class Workspace:
                 run_id = store.first_run_id() or run_dir.name
                 self._imported[run_id] = RunView(run_id, run_dir, store, None)
                 return run_id
-        raise FileNotFoundError(f"{run_dir} is neither a comlrl-lab run (no {SPEC_FILE}) nor a pair store (no {STORE_FILE})")
+        raise FileNotFoundError(
+            f"{run_dir} is neither a comlrl-lab run (no {SPEC_FILE}) nor a pair store (no {STORE_FILE})"
+        )
 
     def has_run(self, run_id: str) -> bool:
         return run_id in self.manager.open_runs() or run_id in self._imported or (self.root / run_id).is_dir()
@@ -168,9 +180,17 @@ class Workspace:
                 )
             elif store_path.is_file():
                 rows.append(
-                    {"run_id": run_dir.name, "kind": "imported pairs", "algorithm": None, "task": None, "agents": None,
-                     "rounds": None, "modified": _mtime(run_dir), "path": str(run_dir)}
-                )  # fmt: skip
+                    {
+                        "run_id": run_dir.name,
+                        "kind": "imported pairs",
+                        "algorithm": None,
+                        "task": None,
+                        "agents": None,
+                        "rounds": None,
+                        "modified": _mtime(run_dir),
+                        "path": str(run_dir),
+                    }
+                )
         columns = ["run_id", "kind", "algorithm", "task", "agents", "rounds", "modified", "path"]
         frame = pd.DataFrame(rows, columns=columns)
         return frame.sort_values("modified", ascending=False, ignore_index=True) if len(frame) else frame

@@ -157,7 +157,9 @@ class PreferenceTrainerBase:
         self.agent_sources = list(bundle.sources)
         self.num_agents = len(self.agents)
         if self.centralized:
-            self.central_adapter = validate_adapter(centralized_comparator_adapter or TaggedCentralizedComparatorAdapter())
+            self.central_adapter = validate_adapter(
+                centralized_comparator_adapter or TaggedCentralizedComparatorAdapter()
+            )
             self.role_formatters = resolve_formatters(formatters, self.num_roles)
             self.formatters = [self._centralized_prompt]
         else:
@@ -337,7 +339,9 @@ class PreferenceTrainerBase:
 
     # ---------------------------------------------------------------------------------------------------
     # Collection helpers shared by subclasses
-    def collect_current(self, items: Sequence[dict], item_indices: Sequence[int], num_candidates: int) -> list[list[JointCandidate]]:
+    def collect_current(
+        self, items: Sequence[dict], item_indices: Sequence[int], num_candidates: int
+    ) -> list[list[JointCandidate]]:
         self._require_aligned()
         prompts = agent_prompts(self.formatters, items)
         generators = [self.streams.torch(GENERATION_STREAM, device) for device in self.agent_devices]

@@ -63,5 +63,7 @@ def load_checkpoint(directory: str | Path, map_location: Any = "cpu") -> tuple[d
     state = torch.load(state_path, map_location=map_location, weights_only=False)
     if state.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{state_path}: unsupported checkpoint format {state.get('format')!r}")
-    weights = torch.load(weights_file(directory, state["weights_version"]), map_location=map_location, weights_only=False)
+    weights = torch.load(
+        weights_file(directory, state["weights_version"]), map_location=map_location, weights_only=False
+    )
     return state, weights

@@ -64,7 +64,13 @@ def sample_joint_candidates(
     def sample(agent: int):
         seeds = None if row_seeds is None else row_seeds[agent]
         samples = sample_candidates(
-            models[agent], tokenizers[agent], prompts[agent], num_candidates, settings, generators[agent], row_seeds=seeds
+            models[agent],
+            tokenizers[agent],
+            prompts[agent],
+            num_candidates,
+            settings,
+            generators[agent],
+            row_seeds=seeds,
         )
         if on_agent_done is not None:
             on_agent_done(agent, sum(len(s.completion_ids) for row in samples for s in row))
@@ -74,7 +80,9 @@ def sample_joint_candidates(
     return align_joint(per_agent, prompts, item_indices, side)
 
 
-def align_joint(per_agent, prompts: list[list[str]], item_indices: Sequence[int], side: Side) -> list[list[JointCandidate]]:
+def align_joint(
+    per_agent, prompts: list[list[str]], item_indices: Sequence[int], side: Side
+) -> list[list[JointCandidate]]:
     """``per_agent[i][k][j]`` (SampledText) -> ``joint[k][j]`` index-aligned across agents."""
     joint: list[list[JointCandidate]] = []
     for k, item_index in enumerate(item_indices):

@@ -137,20 +137,22 @@ class MADPOConfig:
         default=20,
         metadata={
             "help": "MADPO: passes of DPO over the pair set (per round in MADPOIter). MARLHF: online-RL epochs over the train dataset.",
-            "group": "Essentials"
+            "group": "Essentials",
         },
     )
     agent_learning_rate: float = field(
-        default=5e-6, metadata={"help": "Learning rate of each agent's AdamW optimiser (weight decay 0.01).", "group": "Training"}
+        default=5e-6,
+        metadata={"help": "Learning rate of each agent's AdamW optimiser (weight decay 0.01).", "group": "Training"},
     )
     logging_steps: int = field(
-        default=50, metadata={"help": "Minimum gap in environment steps between two training-metric logs.", "group": "Training"}
+        default=50,
+        metadata={"help": "Minimum gap in environment steps between two training-metric logs.", "group": "Training"},
     )
     num_agents: int = field(
         default=2,
         metadata={
             "help": "Number of agent roles. Centralized collaboration requires it to equal the trainer's num_agents.",
-            "group": "Devices and collaboration"
+            "group": "Devices and collaboration",
         },
     )
     # CoMLRL compares collaboration_mode exactly: no aliases, no case folding.
@@ -175,56 +177,89 @@ class MADPOConfig:
         default=None,
         metadata={
             "help": "Agent devices: None or 'auto' (cuda:i per agent if enough GPUs, else cuda:0, else cpu), one device for all, or a list of 1 or num_agents devices.",
-            "group": "Devices and collaboration"
+            "group": "Devices and collaboration",
         },
     )
     max_new_tokens: int = field(
         default=256,
-        metadata={"help": "Maximum number of generated tokens per response (also sent to the comparator API).", "group": "Essentials"},
+        metadata={
+            "help": "Maximum number of generated tokens per response (also sent to the comparator API).",
+            "group": "Essentials",
+        },
     )
     temperature: float = field(
-        default=0.6, metadata={"help": "Sampling temperature (generation always samples, one beam).", "group": "Generation"}
+        default=0.6,
+        metadata={"help": "Sampling temperature (generation always samples, one beam).", "group": "Generation"},
     )
     top_p: float = field(default=0.6, metadata={"help": "Nucleus-sampling probability mass.", "group": "Generation"})
-    top_k: int | None = field(default=50, metadata={"help": "Top-k sampling cut-off; None disables it.", "group": "Generation"})
+    top_k: int | None = field(
+        default=50, metadata={"help": "Top-k sampling cut-off; None disables it.", "group": "Generation"}
+    )
     num_turns: int = field(
-        default=1, metadata={"help": "Dialogue turns per episode; preference training supports exactly 1.", "group": "Multi-turn (fixed for preference training)"}
+        default=1,
+        metadata={
+            "help": "Dialogue turns per episode; preference training supports exactly 1.",
+            "group": "Multi-turn (fixed for preference training)",
+        },
     )
     discount: float = field(
         default=1.0,
-        metadata={"help": "Return discount; unused by preference training, passed on to MARLHF actor-critic.", "group": "Policy learning (MARLHF)"},
+        metadata={
+            "help": "Return discount; unused by preference training, passed on to MARLHF actor-critic.",
+            "group": "Policy learning (MARLHF)",
+        },
     )
     joint_mode: str = field(
         default="aligned",
         metadata={
             "help": "How candidates of different agents form joint responses; preference training requires 'aligned' (checked when training).",
-            "group": "Multi-turn (fixed for preference training)"
+            "group": "Multi-turn (fixed for preference training)",
         },
     )
     early_termination_threshold: float | None = field(
-        default=None, metadata={"help": "Multi-turn early-termination reward threshold; unused with one turn.", "group": "Multi-turn (fixed for preference training)"}
+        default=None,
+        metadata={
+            "help": "Multi-turn early-termination reward threshold; unused with one turn.",
+            "group": "Multi-turn (fixed for preference training)",
+        },
     )
     external_prompt_passthrough: bool = field(
-        default=False, metadata={"help": "Multi-turn prompt passthrough; unused with one turn.", "group": "Multi-turn (fixed for preference training)"}
+        default=False,
+        metadata={
+            "help": "Multi-turn prompt passthrough; unused with one turn.",
+            "group": "Multi-turn (fixed for preference training)",
+        },
     )
     eval_interval: int = field(
         default=16,
         metadata={
             "help": "MADPO: evaluate before an update when updates_seen % eval_interval == 0. MARLHF RL: every eval_interval prompts. 0 disables.",
-            "group": "Evaluation"
+            "group": "Evaluation",
         },
     )
-    eval_num_samples: int = field(default=4, metadata={"help": "Number of eval items per evaluation.", "group": "Evaluation"})
-    eval_batch_size: int = field(default=1, metadata={"help": "Eval items per evaluation batch.", "group": "Evaluation"})
+    eval_num_samples: int = field(
+        default=4, metadata={"help": "Number of eval items per evaluation.", "group": "Evaluation"}
+    )
+    eval_batch_size: int = field(
+        default=1, metadata={"help": "Eval items per evaluation batch.", "group": "Evaluation"}
+    )
     rollout_buffer_size: int = field(
-        default=2, metadata={"help": "MARLHF RL: prompts buffered per agent before an update.", "group": "Policy learning (MARLHF)"}
+        default=2,
+        metadata={
+            "help": "MARLHF RL: prompts buffered per agent before an update.",
+            "group": "Policy learning (MARLHF)",
+        },
     )
     train_batch_size: int | None = field(
         default=None,
-        metadata={"help": "MADPO: pairs per optimiser step. MARLHF RL: samples per step. None -> rollout_buffer_size.", "group": "Training"},
+        metadata={
+            "help": "MADPO: pairs per optimiser step. MARLHF RL: samples per step. None -> rollout_buffer_size.",
+            "group": "Training",
+        },
     )
     advantage_normalization: bool = field(
-        default=True, metadata={"help": "MARLHF RL: normalise advantages within each group.", "group": "Policy learning (MARLHF)"}
+        default=True,
+        metadata={"help": "MARLHF RL: normalise advantages within each group.", "group": "Policy learning (MARLHF)"},
     )
     # CoMLRL never checks advantage_mode (MARLHF configs overwrite it), so an unknown name is kept as given.
     advantage_mode: str = field(
@@ -240,15 +275,17 @@ class MADPOConfig:
         default=False,
         metadata={
             "help": "Load frozen reference models and subtract a sampled KL penalty from MARLHF policy-learning rewards. No effect on the MADPO loss.",
-            "group": "Reference KL"
+            "group": "Reference KL",
         },
     )
-    reference_kl_coef: float = field(default=0.1, metadata={"help": "Coefficient of the reference KL penalty (>= 0).", "group": "Reference KL"})
+    reference_kl_coef: float = field(
+        default=0.1, metadata={"help": "Coefficient of the reference KL penalty (>= 0).", "group": "Reference KL"}
+    )
     reference_devices: str | list[str] | None = field(
         default=None,
         metadata={
             "help": "Devices of the reference models: None (the agent devices), one device, or a list of 1 or num_agents devices.",
-            "group": "Reference KL"
+            "group": "Reference KL",
         },
     )
     preference_num_candidates: int = field(
@@ -256,7 +293,10 @@ class MADPOConfig:
     )
     preference_pairs_per_sample: int | None = field(
         default=16,
-        metadata={"help": "Cap on pairs kept per task item; None keeps all (required with pair_selection='all').", "group": "Preference pairs"},
+        metadata={
+            "help": "Cap on pairs kept per task item; None keeps all (required with pair_selection='all').",
+            "group": "Preference pairs",
+        },
     )
     pair_selection: str = field(
         default="reward_gap",
@@ -267,10 +307,15 @@ class MADPOConfig:
         },
     )
     dpo_beta: float = field(
-        default=0.1, metadata={"help": "eta in the joint-margin DPO loss -log sigma(eta * sum_i Delta_i) (> 0).", "group": "Training"}
+        default=0.1,
+        metadata={
+            "help": "eta in the joint-margin DPO loss -log sigma(eta * sum_i Delta_i) (> 0).",
+            "group": "Training",
+        },
     )
     use_environment_step: bool = field(
-        default=True, metadata={"help": "Whether DPO updates advance the environment-step counter.", "group": "Training"}
+        default=True,
+        metadata={"help": "Whether DPO updates advance the environment-step counter.", "group": "Training"},
     )
     environment_steps_per_pair: int = field(
         default=2, metadata={"help": "Environment steps added per pair in each DPO update.", "group": "Training"}
@@ -281,7 +326,7 @@ class MADPOConfig:
         kw_only=True,
         metadata={
             "help": "Seed of every random stream (generation, pairing, replay sampling, comparator). Same seed, same pairs. CoMLRL is unseeded.",
-            "group": "Essentials"
+            "group": "Essentials",
         },
     )
     disable_dropout: bool = field(
@@ -289,7 +334,7 @@ class MADPOConfig:
         kw_only=True,
         metadata={
             "help": "Turn dropout off in every model while generating and scoring. CoMLRL scores in train mode, with dropout noise.",
-            "group": "Training"
+            "group": "Training",
         },
     )
     score_final_token: bool = field(
@@ -297,36 +342,44 @@ class MADPOConfig:
         kw_only=True,
         metadata={
             "help": "Decentralized MADPO: also score the last completion token, including the EOS that ended it. False scores as CoMLRL (last token dropped).",
-            "group": "Training"
+            "group": "Training",
         },
     )
     generation_batch_size: int = field(
-        default=64, kw_only=True, metadata={"help": "Sequences per generate call when sampling candidates (>= 1).", "group": "Generation"}
+        default=64,
+        kw_only=True,
+        metadata={"help": "Sequences per generate call when sampling candidates (>= 1).", "group": "Generation"},
     )
     scoring_batch_size: int = field(
         default=16,
         kw_only=True,
-        metadata={"help": "Pairs per scoring micro-batch (winner and loser in one forward; >= 1).", "group": "Training"},
+        metadata={
+            "help": "Pairs per scoring micro-batch (winner and loser in one forward; >= 1).",
+            "group": "Training",
+        },
     )
     output_dir: str | None = field(
         default=None,
         kw_only=True,
         metadata={
             "help": "Run directory for replay files, checkpoints and the store; None -> ./runs/<run id>. A run never overwrites another run's files.",
-            "group": "Training"
+            "group": "Training",
         },
     )
     max_grad_norm: float | None = field(
         default=None,
         kw_only=True,
-        metadata={"help": "Clip each agent's gradient norm to this value (> 0); None = no clipping, as CoMLRL.", "group": "Training"},
+        metadata={
+            "help": "Clip each agent's gradient norm to this value (> 0); None = no clipping, as CoMLRL.",
+            "group": "Training",
+        },
     )
     batch_invariant_sampling: bool = field(
         default=True,
         kw_only=True,
         metadata={
             "help": "Sample every (round, item, agent, candidate) row from its own seed, so batch size, batching order and the number of torchrun ranks never change a row's random draws (nor its tokens, unless the logits themselves shift with the batch shape). False samples each agent's rows from one stream, so the tokens depend on the batching.",
-            "group": "Generation"
+            "group": "Generation",
         },
     )
     lora_r: int | None = field(
@@ -334,21 +387,25 @@ class MADPOConfig:
         kw_only=True,
         metadata={
             "help": "LoRA rank (>= 1): train peft LoRA adapters on each agent instead of all weights; checkpoints, snapshots and save_model keep adapters only. None trains every weight (needs peft).",
-            "group": "Large models"
+            "group": "Large models",
         },
     )
     lora_alpha: float = field(
-        default=16.0, kw_only=True, metadata={"help": "LoRA scaling alpha (> 0); used when lora_r is set.", "group": "Large models"}
+        default=16.0,
+        kw_only=True,
+        metadata={"help": "LoRA scaling alpha (> 0); used when lora_r is set.", "group": "Large models"},
     )
     lora_dropout: float = field(
-        default=0.0, kw_only=True, metadata={"help": "Dropout on the LoRA input, in [0, 1); used when lora_r is set.", "group": "Large models"}
+        default=0.0,
+        kw_only=True,
+        metadata={"help": "Dropout on the LoRA input, in [0, 1); used when lora_r is set.", "group": "Large models"},
     )
     lora_target_modules: str | list[str] | None = field(
         default=None,
         kw_only=True,
         metadata={
             "help": "Module names that get LoRA adapters (e.g. ['q_proj', 'v_proj'] or 'all-linear'); None lets peft choose for the architecture.",
-            "group": "Large models"
+            "group": "Large models",
         },
     )
     gradient_checkpointing: bool = field(
@@ -356,7 +413,7 @@ class MADPOConfig:
         kw_only=True,
         metadata={
             "help": "Recompute each agent's activations in its backward pass (DPO and RL updates) to save memory, at about a third more compute.",
-            "group": "Large models"
+            "group": "Large models",
         },
     )
 
@@ -386,7 +443,9 @@ class MADPOConfig:
 
         parallel = resolve_choice(type(self), "parallel_training", self.parallel_training)
         if parallel is None:
-            raise ValueError(f"parallel_training only supports: {', '.join(field_choices(type(self), 'parallel_training'))}.")
+            raise ValueError(
+                f"parallel_training only supports: {', '.join(field_choices(type(self), 'parallel_training'))}."
+            )
         self.parallel_training = parallel
         if parallel == "mp" and self.agent_devices is None:
             raise ValueError("parallel_training='mp' requires explicit agent_devices.")
@@ -424,7 +483,11 @@ class MADPOConfig:
         targets = self.lora_target_modules
         if targets is not None and not (
             (isinstance(targets, str) and targets.strip())
-            or (isinstance(targets, (list, tuple)) and targets and all(isinstance(t, str) and t.strip() for t in targets))
+            or (
+                isinstance(targets, (list, tuple))
+                and targets
+                and all(isinstance(t, str) and t.strip() for t in targets)
+            )
         ):
             raise ValueError(
                 f"lora_target_modules must be None, a module name or a non-empty list of module names, got {targets!r}."
@@ -526,13 +589,16 @@ class MARLHFConfig(MADPOConfig):
     )
     num_generations: int = field(
         default=4,
-        metadata={"help": "G: samples per prompt in online RL (>= 2 for the MAGRPO family, >= 1 for maac/iac).", "group": "Policy learning (MARLHF)"},
+        metadata={
+            "help": "G: samples per prompt in online RL (>= 2 for the MAGRPO family, >= 1 for maac/iac).",
+            "group": "Policy learning (MARLHF)",
+        },
     )
     reward_model_name: str | None = field(
         default=None,
         metadata={
             "help": "Hugging Face id or path of the reward-model backbone; None uses the agents' model id (required when agents are model objects).",
-            "group": "Reward model (MARLHF)"
+            "group": "Reward model (MARLHF)",
         },
     )
     # Differs from CoMLRL: its default is "cuda:0", which fails on CPU-only hosts.
@@ -540,48 +606,88 @@ class MARLHFConfig(MADPOConfig):
         default=None,
         metadata={
             "help": "Device of the reward model; None follows the first agent device (CoMLRL defaults to 'cuda:0').",
-            "group": "Reward model (MARLHF)"
+            "group": "Reward model (MARLHF)",
         },
     )
     reward_learning_rate: float = field(
-        default=1e-5, metadata={"help": "AdamW learning rate of the reward model (> 0).", "group": "Reward model (MARLHF)"}
+        default=1e-5,
+        metadata={"help": "AdamW learning rate of the reward model (> 0).", "group": "Reward model (MARLHF)"},
     )
-    reward_num_train_epochs: int = field(default=1, metadata={"help": "Bradley-Terry training epochs over the pairs.", "group": "Reward model (MARLHF)"})
-    reward_train_batch_size: int = field(default=1, metadata={"help": "Pairs per Bradley-Terry optimiser step.", "group": "Reward model (MARLHF)"})
+    reward_num_train_epochs: int = field(
+        default=1, metadata={"help": "Bradley-Terry training epochs over the pairs.", "group": "Reward model (MARLHF)"}
+    )
+    reward_train_batch_size: int = field(
+        default=1, metadata={"help": "Pairs per Bradley-Terry optimiser step.", "group": "Reward model (MARLHF)"}
+    )
     reward_max_length: int | None = field(
         default=None,
-        metadata={"help": "Token truncation length of reward-model inputs; None = the tokenizer's model maximum.", "group": "Reward model (MARLHF)"},
+        metadata={
+            "help": "Token truncation length of reward-model inputs; None = the tokenizer's model maximum.",
+            "group": "Reward model (MARLHF)",
+        },
     )
-    reward_freeze_backbone: bool = field(default=False, metadata={"help": "Train only the reward model's scalar head.", "group": "Reward model (MARLHF)"})
+    reward_freeze_backbone: bool = field(
+        default=False, metadata={"help": "Train only the reward model's scalar head.", "group": "Reward model (MARLHF)"}
+    )
     critic_model_name: str | None = field(
         default=None,
         metadata={
             "help": "Critic backbone for maac/iac; None uses the agents' model id (required when agents are model objects).",
-            "group": "Policy learning (MARLHF)"
+            "group": "Policy learning (MARLHF)",
         },
     )
     critic_learning_rate: float | None = field(
-        default=None, metadata={"help": "Critic learning rate (> 0); None = agent_learning_rate.", "group": "Policy learning (MARLHF)"}
+        default=None,
+        metadata={
+            "help": "Critic learning rate (> 0); None = agent_learning_rate.",
+            "group": "Policy learning (MARLHF)",
+        },
     )
     critic_devices: str | list[str] | None = field(
         default=None,
-        metadata={"help": "Critic devices for maac/iac; None = automatic (agent_devices with parallel_training='mp').", "group": "Policy learning (MARLHF)"},
+        metadata={
+            "help": "Critic devices for maac/iac; None = automatic (agent_devices with parallel_training='mp').",
+            "group": "Policy learning (MARLHF)",
+        },
     )
     use_separate_critic: bool = field(
-        default=True, metadata={"help": "iac: separate critic models (True) or value heads on the actors (False).", "group": "Policy learning (MARLHF)"}
+        default=True,
+        metadata={
+            "help": "iac: separate critic models (True) or value heads on the actors (False).",
+            "group": "Policy learning (MARLHF)",
+        },
     )
     critic_type: str = field(
-        default="v", metadata={"help": "'v' = V(prompt) or 'q' = Q(prompt + response).", "choices": ("v", "q"), "group": "Policy learning (MARLHF)"}
+        default="v",
+        metadata={
+            "help": "'v' = V(prompt) or 'q' = Q(prompt + response).",
+            "choices": ("v", "q"),
+            "group": "Policy learning (MARLHF)",
+        },
     )
-    value_loss_coef: float = field(default=0.6, metadata={"help": "Weight of the critic loss (> 0).", "group": "Policy learning (MARLHF)"})
+    value_loss_coef: float = field(
+        default=0.6, metadata={"help": "Weight of the critic loss (> 0).", "group": "Policy learning (MARLHF)"}
+    )
     value_clip_range: float | None = field(
-        default=0.2, metadata={"help": "iac value clipping range (> 0), used without a separate critic; None disables.", "group": "Policy learning (MARLHF)"}
+        default=0.2,
+        metadata={
+            "help": "iac value clipping range (> 0), used without a separate critic; None disables.",
+            "group": "Policy learning (MARLHF)",
+        },
     )
     critic_value_head_hidden_dim: int | None = field(
-        default=None, metadata={"help": "Hidden width of the iac critic's value head; None = a linear head.", "group": "Policy learning (MARLHF)"}
+        default=None,
+        metadata={
+            "help": "Hidden width of the iac critic's value head; None = a linear head.",
+            "group": "Policy learning (MARLHF)",
+        },
     )
     value_head_hidden_dim: int | None = field(
-        default=None, metadata={"help": "Hidden width of the value head on iac actors; None = a linear head.", "group": "Policy learning (MARLHF)"}
+        default=None,
+        metadata={
+            "help": "Hidden width of the value head on iac actors; None = a linear head.",
+            "group": "Policy learning (MARLHF)",
+        },
     )
     # Differs from CoMLRL: it reports nothing about Bradley-Terry fitting.
     bt_validation_fraction: float = field(
@@ -589,7 +695,7 @@ class MARLHFConfig(MADPOConfig):
         kw_only=True,
         metadata={
             "help": "Share of preference pairs held out from Bradley-Terry fitting to report its validation loss and accuracy, in [0, 0.5). 0 fits on every pair.",
-            "group": "Reward model (MARLHF)"
+            "group": "Reward model (MARLHF)",
         },
     )
 
@@ -622,14 +728,19 @@ class _IterativePreferenceConfig:
     Listed first among the bases, so its ``__post_init__`` runs the base config's checks before its own.
     """
 
-    num_iterations: int = field(default=6, metadata={"help": "Rounds of collect -> replay sample -> train.", "group": "Essentials"})
+    num_iterations: int = field(
+        default=6, metadata={"help": "Rounds of collect -> replay sample -> train.", "group": "Essentials"}
+    )
     # Defaults both iterative configs override (CoMLRL's values); declared here once.
     preference_num_candidates: int = field(
         default=20, metadata={"help": "N: candidates sampled per agent per prompt (>= 2).", "group": "Essentials"}
     )
     preference_pairs_per_sample: int | None = field(
         default=4,
-        metadata={"help": "Cap on pairs kept per task item; None keeps all (required with pair_selection='all').", "group": "Preference pairs"},
+        metadata={
+            "help": "Cap on pairs kept per task item; None keeps all (required with pair_selection='all').",
+            "group": "Preference pairs",
+        },
     )
     pair_selection: str = field(
         default="comparator_reward",
@@ -645,9 +756,14 @@ class _IterativePreferenceConfig:
             "help": "Training set per round: current (this round's pairs; aliases latest, new), nearest_k (the k most recent non-empty rounds; recent_k, last_k, k), all_history, or lambda_decay (weight (1-l)l^a/(1-l^K) for age a; lambda, td_lambda).",
             "choices": ("current", "nearest_k", "all_history", "lambda_decay"),
             "aliases": {
-                "latest": "current", "new": "current",
-                "recent_k": "nearest_k", "last_k": "nearest_k", "k": "nearest_k",
-                "lambda": "lambda_decay", "td_lambda": "lambda_decay", "td-lambda": "lambda_decay",
+                "latest": "current",
+                "new": "current",
+                "recent_k": "nearest_k",
+                "last_k": "nearest_k",
+                "k": "nearest_k",
+                "lambda": "lambda_decay",
+                "td_lambda": "lambda_decay",
+                "td-lambda": "lambda_decay",
             },
             "group": "Replay buffer",
         },
@@ -656,36 +772,42 @@ class _IterativePreferenceConfig:
         default=None,
         metadata={
             "help": "nearest_k: number of most recent non-empty round datasets (required, >= 1). current accepts only None or 1.",
-            "group": "Replay buffer"
+            "group": "Replay buffer",
         },
     )
     preference_replay_lambda: float | None = field(
         default=None,
         metadata={
             "help": "lambda_decay: lambda in [0, 1] (required); 0 keeps the newest round only, 1 weights all equally.",
-            "group": "Replay buffer"
+            "group": "Replay buffer",
         },
     )
     preference_replay_sample_size: int | None = field(
         default=None,
         metadata={
             "help": "Pairs drawn per round in nearest_k, all_history and lambda_decay (>= 1); None = this round's pair count, or the latest non-empty dataset's size.",
-            "group": "Replay buffer"
+            "group": "Replay buffer",
         },
     )
     preference_replay_dir: str | None = field(
         default=None,
-        metadata={"help": "Directory of the iteration_NNNN.json round files; None = <output_dir>/preference_replay.", "group": "Replay buffer"},
+        metadata={
+            "help": "Directory of the iteration_NNNN.json round files; None = <output_dir>/preference_replay.",
+            "group": "Replay buffer",
+        },
     )
     log_reward_distribution: bool = field(
         default=False,
-        metadata={"help": "Record candidate and selected reward histograms (needs reward_func.reward_range).", "group": "Preference pairs"},
+        metadata={
+            "help": "Record candidate and selected reward histograms (needs reward_func.reward_range).",
+            "group": "Preference pairs",
+        },
     )
     policy_checkpoint_dir: str | None = field(
         default=None,
         metadata={
             "help": "Where to save the policies at the start and after every round; set automatically for the history comparator.",
-            "group": "Comparator"
+            "group": "Comparator",
         },
     )
     comparator_policy: str = field(
@@ -694,12 +816,21 @@ class _IterativePreferenceConfig:
             "help": "Opponent of the current agents: current (live weights, own RNG stream), current_copy (a copy on comparator_devices), model (comparator_model_name or comparator_agents), history (checkpoint comparator_history_k rounds back) or api (remote endpoint).",
             "choices": ("current", "current_copy", "model", "history", "api"),
             "aliases": {
-                "self": "current", "online": "current",
-                "copy": "current_copy", "online_copy": "current_copy", "current-offload": "current_copy",
+                "self": "current",
+                "online": "current",
+                "copy": "current_copy",
+                "online_copy": "current_copy",
+                "current-offload": "current_copy",
                 "current_offload": "current_copy",
-                "external": "model", "comparator": "model", "reference": "model", "ref": "model",
-                "checkpoint": "history", "previous": "history", "previous_iteration": "history",
-                "http": "api", "endpoint": "api",
+                "external": "model",
+                "comparator": "model",
+                "reference": "model",
+                "ref": "model",
+                "checkpoint": "history",
+                "previous": "history",
+                "previous_iteration": "history",
+                "http": "api",
+                "endpoint": "api",
             },
             "group": "Comparator",
         },
@@ -710,8 +841,12 @@ class _IterativePreferenceConfig:
             "help": "'decentralized' (one comparator per agent) or 'centralized' (one comparator model writes all roles in one joint response). Forced to centralized by centralized collaboration.",
             "choices": ("decentralized", "centralized"),
             "aliases": {
-                "decentralised": "decentralized", "multi_agent": "decentralized", "multi-agent": "decentralized",
-                "centralised": "centralized", "single_agent": "centralized", "single-agent": "centralized",
+                "decentralised": "decentralized",
+                "multi_agent": "decentralized",
+                "multi-agent": "decentralized",
+                "centralised": "centralized",
+                "single_agent": "centralized",
+                "single-agent": "centralized",
             },
             "group": "Comparator",
         },
@@ -720,36 +855,53 @@ class _IterativePreferenceConfig:
         default=0,
         metadata={
             "help": "Centralized comparator: index of the agent whose model (and tokenizer) writes the joint response.",
-            "group": "Comparator"
+            "group": "Comparator",
         },
     )
     comparator_model_name: str | None = field(
-        default=None, metadata={"help": "model comparator: Hugging Face id or path used for every agent.", "group": "Comparator"}
+        default=None,
+        metadata={"help": "model comparator: Hugging Face id or path used for every agent.", "group": "Comparator"},
     )
     comparator_agents: list[Any] | None = field(
-        default=None, metadata={"help": "model comparator: one id/path or model object per agent.", "group": "Comparator"}
+        default=None,
+        metadata={"help": "model comparator: one id/path or model object per agent.", "group": "Comparator"},
     )
     comparator_devices: str | list[str] | None = field(
-        default=None, metadata={"help": "Comparator devices: None (agent_devices, else auto), one device, or a list.", "group": "Comparator"}
+        default=None,
+        metadata={
+            "help": "Comparator devices: None (agent_devices, else auto), one device, or a list.",
+            "group": "Comparator",
+        },
     )
     comparator_num_candidates: int | None = field(
         default=None,
-        metadata={"help": "M: comparator candidates per agent per prompt (>= 1); None = preference_num_candidates.", "group": "Comparator"},
+        metadata={
+            "help": "M: comparator candidates per agent per prompt (>= 1); None = preference_num_candidates.",
+            "group": "Comparator",
+        },
     )
     comparator_history_k: int | None = field(
         default=None,
-        metadata={"help": "history comparator: rounds back (>= 1; None -> 1, which equals the current policy).", "group": "Comparator"},
+        metadata={
+            "help": "history comparator: rounds back (>= 1; None -> 1, which equals the current policy).",
+            "group": "Comparator",
+        },
     )
-    comparator_api_url: str | None = field(default=None, metadata={"help": "api comparator: endpoint URL (required).", "group": "API comparator"})
+    comparator_api_url: str | None = field(
+        default=None, metadata={"help": "api comparator: endpoint URL (required).", "group": "API comparator"}
+    )
     comparator_api_format: str = field(
         default="generic",
         metadata={
             "help": "api comparator request format: generic, openai (openai_chat, chat), anthropic (anthropic_messages, messages) or openai_responses (responses, codex). Unknown values mean generic.",
             "choices": ("generic", "openai", "anthropic", "openai_responses"),
             "aliases": {
-                "openai_chat": "openai", "chat": "openai",
-                "anthropic_messages": "anthropic", "messages": "anthropic",
-                "responses": "openai_responses", "codex": "openai_responses",
+                "openai_chat": "openai",
+                "chat": "openai",
+                "anthropic_messages": "anthropic",
+                "messages": "anthropic",
+                "responses": "openai_responses",
+                "codex": "openai_responses",
             },
             # CoMLRL sends any other name as the generic format rather than failing.
             "fallback": "generic",
@@ -763,60 +915,82 @@ class _IterativePreferenceConfig:
         default=None,
         metadata={
             "help": "openai format: cap on n per request (>= 1); None = all candidates at once (1 for DeepSeek).",
-            "group": "API comparator"
+            "group": "API comparator",
         },
     )
     comparator_api_timeout: float = field(
         default=120.0, metadata={"help": "api comparator: seconds per HTTP request (> 0).", "group": "API comparator"}
     )
     comparator_api_headers: dict[str, str] | None = field(
-        default=None, metadata={"help": "api comparator: extra HTTP headers. Credential headers are never saved.", "group": "API comparator"}
+        default=None,
+        metadata={
+            "help": "api comparator: extra HTTP headers. Credential headers are never saved.",
+            "group": "API comparator",
+        },
     )
     comparator_api_key: str | None = field(
         default=None,
         metadata={
             "help": "api comparator: literal key, kept in memory only (never saved, unlike CoMLRL). Prefer comparator_api_key_env.",
-            "group": "API comparator"
+            "group": "API comparator",
         },
     )
     comparator_api_key_env: str | None = field(
         default=None,
         metadata={
             "help": "api comparator: environment variable holding the key, read when comparator_api_key is empty.",
-            "group": "API comparator"
+            "group": "API comparator",
         },
     )
     comparator_api_key_header: str = field(
-        default="Authorization", metadata={"help": "api comparator: header that carries the key.", "group": "API comparator"}
+        default="Authorization",
+        metadata={"help": "api comparator: header that carries the key.", "group": "API comparator"},
     )
     comparator_api_key_prefix: str = field(
         default="Bearer",
-        metadata={"help": "api comparator: prefix joined to the key with one space; empty sends the key alone.", "group": "API comparator"},
+        metadata={
+            "help": "api comparator: prefix joined to the key with one space; empty sends the key alone.",
+            "group": "API comparator",
+        },
     )
     comparator_api_response_field: str = field(
-        default="completions", metadata={"help": "generic format: dotted path of the completions in the response JSON.", "group": "API comparator"}
+        default="completions",
+        metadata={
+            "help": "generic format: dotted path of the completions in the response JSON.",
+            "group": "API comparator",
+        },
     )
     comparator_api_extra_body: dict[str, Any] | None = field(
-        default=None, metadata={"help": "api comparator: merged last into every request body (overrides).", "group": "API comparator"}
+        default=None,
+        metadata={
+            "help": "api comparator: merged last into every request body (overrides).",
+            "group": "API comparator",
+        },
     )
     # Differs from CoMLRL: it sends requests one at a time and never retries.
     comparator_api_max_concurrency: int = field(
         default=8,
         kw_only=True,
-        metadata={"help": "api comparator: requests in flight at once (>= 1). CoMLRL sends one at a time.", "group": "API comparator"},
+        metadata={
+            "help": "api comparator: requests in flight at once (>= 1). CoMLRL sends one at a time.",
+            "group": "API comparator",
+        },
     )
     comparator_api_max_retries: int = field(
         default=3,
         kw_only=True,
         metadata={
             "help": "api comparator: retries of a request after HTTP 429/5xx or a timeout (>= 0). CoMLRL never retries.",
-            "group": "API comparator"
+            "group": "API comparator",
         },
     )
     comparator_api_backoff_base: float = field(
         default=0.5,
         kw_only=True,
-        metadata={"help": "api comparator: first retry delay in seconds, doubled on each retry (> 0).", "group": "API comparator"},
+        metadata={
+            "help": "api comparator: first retry delay in seconds, doubled on each retry (> 0).",
+            "group": "API comparator",
+        },
     )
 
     def __post_init__(self) -> None:
@@ -905,7 +1079,9 @@ class _IterativePreferenceConfig:
 class MADPOIterConfig(_IterativePreferenceConfig, MADPOConfig):
     """Config of ``MADPOIterTrainer``: MADPO repeated for num_iterations rounds against a comparator."""
 
-    num_train_epochs: int = field(default=1, metadata={"help": "DPO passes over each round's training set.", "group": "Essentials"})
+    num_train_epochs: int = field(
+        default=1, metadata={"help": "DPO passes over each round's training set.", "group": "Essentials"}
+    )
 
 
 @dataclass(repr=False)
@@ -913,14 +1089,20 @@ class MARLHFIterConfig(_IterativePreferenceConfig, MARLHFConfig):
     """Config of ``MARLHFIterTrainer``: each round fits a fresh reward model, then learns the policies."""
 
     num_train_epochs: int = field(default=2, metadata={"help": "Online-RL epochs per round.", "group": "Essentials"})
-    reward_num_train_epochs: int = field(default=2, metadata={"help": "Bradley-Terry training epochs per round.", "group": "Reward model (MARLHF)"})
+    reward_num_train_epochs: int = field(
+        default=2, metadata={"help": "Bradley-Terry training epochs per round.", "group": "Reward model (MARLHF)"}
+    )
     preference_scoring_reward: str = field(
         default="task",
         metadata={
             "help": "Oracle for new comparisons: 'task' (reward_func; aliases oracle, environment, env) or 'reward_model' (the latest fitted reward model, task reward until one exists; aliases model, learned).",
             "choices": ("task", "reward_model"),
             "aliases": {
-                "oracle": "task", "environment": "task", "env": "task", "model": "reward_model", "learned": "reward_model",
+                "oracle": "task",
+                "environment": "task",
+                "env": "task",
+                "model": "reward_model",
+                "learned": "reward_model",
             },
             "group": "Preference pairs",
         },

@@ -58,7 +58,9 @@ class DistContext:
         local_rank = _env_int(env, "LOCAL_RANK", rank)
         local_world = _env_int(env, "LOCAL_WORLD_SIZE", world)
         if world < 1 or not 0 <= rank < world or not 0 <= local_rank < max(local_world, 1):
-            raise ValueError(f"inconsistent torch.distributed environment: RANK={rank} WORLD_SIZE={world} LOCAL_RANK={local_rank}")
+            raise ValueError(
+                f"inconsistent torch.distributed environment: RANK={rank} WORLD_SIZE={world} LOCAL_RANK={local_rank}"
+            )
         return cls(rank=rank, world_size=world, local_rank=local_rank, local_world_size=max(local_world, 1))
 
     # ------------------------------------------------------------------------------------------- identity

@@ -61,7 +61,9 @@ class DPOLearner:
         batches_per_epoch = math.ceil(len(pairs) / batch_size) if pairs else 0
         host.control.begin(host.round_index, "train", batches_per_epoch * host.args.num_train_epochs)
         if not pairs:
-            host.log(records, f"{host.algorithm_name}: no training pairs in round {host.round_index}; no policy update.")
+            host.log(
+                records, f"{host.algorithm_name}: no training pairs in round {host.round_index}; no policy update."
+            )
             return
         rng = host.streams.python(SHUFFLE_STREAM)
         epoch_metrics: list[dict[str, float]] = []

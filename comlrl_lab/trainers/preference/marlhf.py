@@ -100,7 +100,9 @@ class RLHFLearner:
         buffers = -(-len(host.train_items) // int(args.rollout_buffer_size)) * int(args.num_train_epochs)
         host.control.begin(host.round_index, "train", bt_batches + buffers if texts else 0)
         if not texts:
-            host.log(records, f"{host.algorithm_name}: no training pairs in round {host.round_index}; no policy update.")
+            host.log(
+                records, f"{host.algorithm_name}: no training pairs in round {host.round_index}; no policy update."
+            )
             return
         self.reward_model = None  # free last round's model before the new one is loaded
         self.reward_model = self.fit_reward_model(train_texts, val_texts, records)
@@ -120,7 +122,10 @@ class RLHFLearner:
     def split_pairs(self, texts: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         """Training and held-out pairs (``bt_validation_fraction``); a pair drawn twice stays on one side."""
         train_idx, val_idx = split_validation(
-            len(texts), float(self.host.args.bt_validation_fraction), self.host.streams.python(BT_SPLIT_STREAM), keys=texts
+            len(texts),
+            float(self.host.args.bt_validation_fraction),
+            self.host.streams.python(BT_SPLIT_STREAM),
+            keys=texts,
         )
         return [texts[i] for i in train_idx], [texts[i] for i in val_idx]
 
@@ -177,12 +182,17 @@ class RLHFLearner:
             raise ValueError("MARLHF reward model currently supports aligned joint_mode only.")
         if self.reward_model is None:
             raise RuntimeError("no reward model has been fitted yet")
-        return self.reward_model.score_candidates(candidates, micro_batch_size=2 * int(self.host.args.scoring_batch_size))
+        return self.reward_model.score_candidates(
+            candidates, micro_batch_size=2 * int(self.host.args.scoring_batch_size)
+        )
 
     def labeling_scorer(self) -> ScoreFn | None:
         """The oracle for the next round's comparisons: the last fitted reward model when the config asks for it
         (``preference_scoring_reward="reward_model"``) and one exists; None means the task reward."""
-        if getattr(self.host.args, "preference_scoring_reward", "task") == "reward_model" and self.reward_model is not None:
+        if (
+            getattr(self.host.args, "preference_scoring_reward", "task") == "reward_model"
+            and self.reward_model is not None
+        ):
             return self.reward_scores
         return None
 
@@ -252,7 +262,9 @@ class MARLHFTrainer(PreferenceTrainerBase):
     config_class = MARLHFConfig
     algorithm_name = "MARLHF"
 
-    def __init__(self, *args: Any, metrics_callback: Any = None, critic_model: Any = None, critics: Any = None, **kwargs: Any):
+    def __init__(
+        self, *args: Any, metrics_callback: Any = None, critic_model: Any = None, critics: Any = None, **kwargs: Any
+    ):
         super().__init__(*args, **kwargs)
         self.learner = RLHFLearner(
             self, keep_reward_model=True, metrics_callback=metrics_callback, critic_model=critic_model, critics=critics

@@ -225,7 +225,11 @@ class PolicyLearner:
         spec = self.config.reference_devices
         devices = self.reference_devices
         if devices is None:
-            devices = self.agent_devices if spec is None else resolve_devices(spec, self.num_agents, field_name="reference_devices")
+            devices = (
+                self.agent_devices
+                if spec is None
+                else resolve_devices(spec, self.num_agents, field_name="reference_devices")
+            )
         references = []
         for agent, agent_device, device in zip(self.agents, self.agent_devices, devices):
             if is_adapter_model(agent) and str(agent_device) == str(device):
@@ -279,7 +283,9 @@ class PolicyLearner:
     def _build_value_heads(self) -> None:
         generator = self.streams.torch(CRITIC_INIT_STREAM, "cpu")
         for agent, device in zip(self.agents, self.agent_devices):
-            head = scalar_head(hidden_size(agent), self.config.value_head_hidden_dim, generator=generator, init="normal")
+            head = scalar_head(
+                hidden_size(agent), self.config.value_head_hidden_dim, generator=generator, init="normal"
+            )
             head = head.to(device)
             self.value_heads.append(head)
             self.value_head_optimizers.append(torch.optim.AdamW(head.parameters(), lr=self.critic_lr))
@@ -291,7 +297,14 @@ class PolicyLearner:
         prompts = agent_prompts(self.formatters, items)
         generators = [self.streams.torch(RL_GENERATION_STREAM, device) for device in self.agent_devices]
         joint = sample_joint_candidates(
-            self.agents, self.tokenizers, prompts, item_indices, G, self.sampling, generators, side="current",
+            self.agents,
+            self.tokenizers,
+            prompts,
+            item_indices,
+            G,
+            self.sampling,
+            generators,
+            side="current",
             devices=self.agent_devices,
         )
         K = len(joint)
@@ -336,7 +349,11 @@ class PolicyLearner:
                 )
                 agent.train(was_training)
                 ref, _ = token_logps_and_mask(
-                    reference, prompt_ids, completion_ids, pad_token_id=self.pad_token_ids[i], micro_batch_size=self.micro
+                    reference,
+                    prompt_ids,
+                    completion_ids,
+                    pad_token_id=self.pad_token_ids[i],
+                    micro_batch_size=self.micro,
                 )
                 kl[i] = kl_k3(policy.cpu(), ref.cpu(), mask.cpu())
         return kl
@@ -492,7 +509,10 @@ class PolicyLearner:
                 raise ValueError(f"checkpoint holds {len(saved)} {key}, this trainer has {len(modules)}.")
             for module, weights in zip(modules, saved):
                 module.load_state_dict(weights)
-        for optimizers, key in ((self.critic_optimizers, "critic_optimizers"), (self.value_head_optimizers, "value_head_optimizers")):
+        for optimizers, key in (
+            (self.critic_optimizers, "critic_optimizers"),
+            (self.value_head_optimizers, "value_head_optimizers"),
+        ):
             for optimizer, opt_state in zip(optimizers, state.get(key, [])):
                 optimizer.load_state_dict(opt_state)
 

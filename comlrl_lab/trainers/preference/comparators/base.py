@@ -110,7 +110,9 @@ class Comparator:
         per_agent = map_agents(sample, self.context.comparator_devices)
         return align_joint(per_agent, prompts, item_indices, side="comparator")
 
-    def centralized_texts(self, central_prompts: list[str], items: Sequence[dict], num_candidates: int) -> list[list[str]]:
+    def centralized_texts(
+        self, central_prompts: list[str], items: Sequence[dict], num_candidates: int
+    ) -> list[list[str]]:
         models = self.models_for_round()
         index = self.central_index
         with self.sampling_context(index):
@@ -137,7 +139,9 @@ class Comparator:
         texts = self.centralized_texts(central_prompts, items, num_candidates)
         return [
             [
-                self._centralized_candidate(items[k], item_indices[k], j, [prompts[i][k] for i in range(self.num_agents)], text)
+                self._centralized_candidate(
+                    items[k], item_indices[k], j, [prompts[i][k] for i in range(self.num_agents)], text
+                )
                 for j, text in enumerate(row)
             ]
             for k, row in enumerate(texts)

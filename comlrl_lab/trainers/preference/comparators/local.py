@@ -93,7 +93,9 @@ class ModelComparator(Comparator):
             for source, device in zip(self.sources, self.context.comparator_devices):
                 model_kwargs = (self.context.model_config or {}).get("model_kwargs")
                 if isinstance(source, str) and is_adapter_dir(source):
-                    model = load_adapter_model(source, device=device, dtype=self.context.dtype, model_kwargs=model_kwargs)
+                    model = load_adapter_model(
+                        source, device=device, dtype=self.context.dtype, model_kwargs=model_kwargs
+                    )
                 elif isinstance(source, str):
                     model = load_model(source, device=device, dtype=self.context.dtype, model_kwargs=model_kwargs)
                 else:
@@ -137,13 +139,17 @@ class HistoryComparator(Comparator):
             return
         if not path.is_dir():
             raise FileNotFoundError(f"history comparator: policy snapshot {path} does not exist")
-        self._models = [self._load_agent(i, path / f"agent_{i}", device) for i, device in enumerate(self.context.comparator_devices)]
+        self._models = [
+            self._load_agent(i, path / f"agent_{i}", device) for i, device in enumerate(self.context.comparator_devices)
+        ]
         self._loaded_from = path
 
     def _load_agent(self, i: int, directory: Path, device: Any) -> Any:
         model_kwargs = (self.context.model_config or {}).get("model_kwargs")
         if not is_adapter_dir(directory):
-            return frozen(load_model(str(directory), device=device, dtype=self.context.dtype, model_kwargs=model_kwargs))
+            return frozen(
+                load_model(str(directory), device=device, dtype=self.context.dtype, model_kwargs=model_kwargs)
+            )
         live = self.context.models[i]
         if is_adapter_model(live) and str(model_device(live)) == str(device):
             load_shared_adapter(live, directory, HISTORY_ADAPTER)

@@ -22,7 +22,9 @@ class RemoteApiComparator(Comparator):
         # The client resolves the key now, so a missing key fails before any request, naming the variable.
         self.client = ApiComparatorClient(self.settings, rng=context.streams.python("comparator_api"))
 
-    def generate(self, items: Sequence[dict], item_indices: Sequence[int], prompts: list[list[str]], num_candidates: int):
+    def generate(
+        self, items: Sequence[dict], item_indices: Sequence[int], prompts: list[list[str]], num_candidates: int
+    ):
         if self.centralized:
             return self._generate_centralized(items, item_indices, prompts, num_candidates)
         requests = [
@@ -37,14 +39,20 @@ class RemoteApiComparator(Comparator):
             count = min(len(texts) for texts in per_agent)
             agent_prompts = [prompts[i][k] for i in range(self.num_agents)]
             joint.append(
-                [self.text_candidate(item_index, j, agent_prompts, [per_agent[i][j] for i in range(self.num_agents)])
-                 for j in range(count)]
+                [
+                    self.text_candidate(item_index, j, agent_prompts, [per_agent[i][j] for i in range(self.num_agents)])
+                    for j in range(count)
+                ]
             )
         return joint
 
-    def centralized_texts(self, central_prompts: list[str], items: Sequence[dict], num_candidates: int) -> list[list[str]]:
+    def centralized_texts(
+        self, central_prompts: list[str], items: Sequence[dict], num_candidates: int
+    ) -> list[list[str]]:
         requests = [
-            ApiRequest(prompt=prompt, agent_idx=self.central_index, batch_item=dict(item), num_candidates=num_candidates)
+            ApiRequest(
+                prompt=prompt, agent_idx=self.central_index, batch_item=dict(item), num_candidates=num_candidates
+            )
             for prompt, item in zip(central_prompts, items)
         ]
         return self.client.complete_many(requests)
