@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 #: Prefix of a metric that is the mean over one train phase of a per-update metric (``round/madpo/loss``).
 ROUND_PREFIX = "round/"
+#: Prefix of every metric of the evaluate phase.
+EVAL_PREFIX = "eval/"
 
 
 @dataclass(frozen=True)
@@ -108,9 +110,9 @@ AGENT_REFERENCE_KL_MEAN = "turn_1/agent_{agent}/reference_kl_mean"
 #: The per-update policy-learning metrics that also get a ``round/`` mean at the end of each train phase.
 RL_ROUND_SUMMARY = (RL_LOSS, RL_REWARD_MODEL_MEAN)
 # -- evaluation and timing -----------------------------------------------------------------------------------
-EVAL_REWARD_MEAN = "eval/turn_1/reward_mean"
-EVAL_EXPECTED_RETURN = "eval/turn_1/expected_return"
-EVAL_AGGREGATED = "eval/{key}"
+EVAL_REWARD_MEAN = EVAL_PREFIX + REWARD_MEAN
+EVAL_EXPECTED_RETURN = EVAL_PREFIX + EXPECTED_RETURN
+EVAL_AGGREGATED = EVAL_PREFIX + "{key}"
 PHASE_SECONDS = "time/{phase}_seconds"
 
 METRICS: tuple[Metric, ...] = (

@@ -12,6 +12,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
+from comlrl_lab.data import metric_names
 from comlrl_lab.data.records import SEED_RECORD_FIELDS, PreferencePair
 from comlrl_lab.store.schema import PHASES
 
@@ -205,7 +206,7 @@ def reward_distributions(cur: duckdb.DuckDBPyConnection, run_id: str, round: int
     ).df()
 
 
-def eval_curve(cur: duckdb.DuckDBPyConnection, run_id: str, prefix: str = "eval/") -> pd.DataFrame:
+def eval_curve(cur: duckdb.DuckDBPyConnection, run_id: str, prefix: str = metric_names.EVAL_PREFIX) -> pd.DataFrame:
     """One row per (round, metric) of the evaluate phase (or any metric named ``prefix``...), averaged over steps."""
     return cur.execute(
         "SELECT round, name, avg(value) AS value FROM metrics WHERE run_id = ? AND (phase = 'evaluate' OR "

@@ -132,7 +132,7 @@ def training_metrics(metrics: pd.DataFrame, kinds: Sequence[str]) -> dict[str, t
     names = sorted(
         n
         for n in metrics["name"].unique()
-        if metric_names.kind_of(n) in kinds and not n.startswith((metric_names.ROUND_PREFIX, "eval/"))
+        if metric_names.kind_of(n) in kinds and not n.startswith((metric_names.ROUND_PREFIX, metric_names.EVAL_PREFIX))
     )
     return {n: (n, None) for n in names}
 
