@@ -37,7 +37,7 @@ from comlrl_lab.data.records import JointCandidate
 from comlrl_lab.models.devices import resolve_devices
 from comlrl_lab.models.generation import SamplingSettings
 from comlrl_lab.models.loading import load_model, load_tokenizer
-from comlrl_lab.models.lora import AdapterDisabled, is_adapter_model
+from comlrl_lab.models.reference import frozen_references
 from comlrl_lab.models.scoring import token_logps_and_mask
 from comlrl_lab.seeding import RandomStreams
 from comlrl_lab.trainers.preference.collection import agent_prompts, sample_joint_candidates
@@ -230,17 +230,7 @@ class PolicyLearner:
                 if spec is None
                 else resolve_devices(spec, self.num_agents, field_name="reference_devices")
             )
-        references = []
-        for agent, agent_device, device in zip(self.agents, self.agent_devices, devices):
-            if is_adapter_model(agent) and str(agent_device) == str(device):
-                # LoRA: the reference is the frozen base seen through the live agent (no copy of the weights).
-                references.append(AdapterDisabled(agent))
-                continue
-            reference = copy.deepcopy(agent).to(device).eval()
-            for parameter in reference.parameters():
-                parameter.requires_grad_(False)
-            references.append(reference)
-        return references
+        return frozen_references(self.agents, self.agent_devices, devices)
 
     def _critic_devices(self, count: int) -> list[torch.device]:
         if self.critic_devices is not None:
