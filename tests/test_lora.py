@@ -135,3 +135,22 @@ def test_gradient_checkpointing_takes_the_same_step(model_dir, tmp_path):
     for a, b in zip(states[0][1], states[1][1]):
         for name in a:
             torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-6)
+
+
+def test_madpo_reference_with_lora_is_the_frozen_base_at_no_copy(model_dir, tmp_path):
+    trainer = dist_madpo_script.make_trainer(model_dir, tmp_path, madpo_reference="initial", **LORA)
+    assert all(
+        isinstance(r, AdapterDisabled) and r.model is a for r, a in zip(trainer.learner.references, trainer.agents)
+    )
+    trainer.train()  # one round: the adapters move, the reference (the base) does not
+    pairs = trainer.collector.replay.round_pairs(1)[:4]
+    base = load_model(model_dir, device="cpu")
+    with torch.no_grad():
+        expected = sequence_logps(
+            base,
+            [p.prompt_ids[0] for p in pairs],
+            [p.winner_ids[0] for p in pairs],
+            pad_token_id=trainer.pad_token_id(0),
+            micro_batch_size=16,
+        )
+    assert [p.reference_winner_logps[0] for p in pairs] == pytest.approx(expected.tolist(), abs=1e-5)

@@ -17,9 +17,11 @@ from comlrl_lab.trainers.preference.losses import (
     kl_penalized_returns,
     madpo_agent_loss,
     madpo_losses,
+    madpo_margin,
     madpo_pair_losses,
     policy_gradient_loss,
     value_loss,
+    winner_nll,
 )
 
 DTYPE = torch.float64
@@ -157,6 +159,31 @@ def test_madpo_mixed_dtypes_sum_the_joint_margin_in_the_widest():
     (loss_1, loss_2), joint = madpo_losses([d1, d2], 1.0)
     assert joint.dtype == DTYPE and joint.item() == pytest.approx(float(torch.tensor(0.1)) + 1e-9, abs=1e-15)
     assert loss_1.dtype == torch.float32 and loss_2.dtype == DTYPE
+
+
+def test_madpo_margin_with_reference_and_length_normalisation_by_hand():
+    w = torch.tensor([-6.0, -2.0], dtype=DTYPE)  # summed log π(w) over 3 and 1 scored tokens
+    lo = torch.tensor([-4.0, -9.0], dtype=DTYPE)  # over 2 and 3 tokens
+    ref_w = torch.tensor([-5.0, -3.0], dtype=DTYPE)
+    ref_lo = torch.tensor([-5.0, -6.0], dtype=DTYPE)
+    w_n, lo_n = torch.tensor([3, 1]), torch.tensor([2, 3])
+    assert madpo_margin(w, lo).tolist() == [-2.0, 7.0]  # the seed: log π(w) - log π(l)
+    # DPO: [log π(w) - log π_ref(w)] - [log π(l) - log π_ref(l)] = [-1 - 1, 1 - (-3)]
+    assert madpo_margin(w, lo, reference_winner_logps=ref_w, reference_loser_logps=ref_lo).tolist() == [-2.0, 4.0]
+    # SimPO-style: per-token means, -6/3 - (-4/2) = 0 and -2/1 - (-9/3) = 1
+    assert madpo_margin(w, lo, winner_counts=w_n, loser_counts=lo_n).tolist() == [0.0, 1.0]
+    both = madpo_margin(
+        w, lo, reference_winner_logps=ref_w, reference_loser_logps=ref_lo, winner_counts=w_n, loser_counts=lo_n
+    )
+    assert both.tolist() == pytest.approx([-1 / 3 - 1 / 2, 1.0 - (-1.0)], abs=1e-15)  # (-1/3 - 1/2), (1/1 + 3/3)
+
+
+def test_winner_nll_is_the_per_token_mean_and_pushes_the_winner_up():
+    w = torch.tensor([-6.0, -2.0], dtype=DTYPE, requires_grad=True)
+    nll = winner_nll(w, torch.tensor([3, 1]))
+    assert nll.item() == pytest.approx((6 / 3 + 2 / 1) / 2)
+    nll.backward()
+    assert w.grad.tolist() == pytest.approx([-1 / 6, -1 / 2])  # descending raises every winner's log-prob
 
 
 # ------------------------------------------------------------------------------------------ Bradley-Terry

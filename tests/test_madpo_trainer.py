@@ -151,6 +151,87 @@ def test_step_refuses_a_phase_out_of_order_and_runs_nothing(model_dir, tmp_path)
     assert trainer.step("collect").phase == "collect"
 
 
+def test_stabilised_update_matches_hand_computed_loss_and_gradients(model_dir, tmp_path):
+    """madpo_reference="initial" + length normalisation + NLL weight, through the update that trains, in float64.
+
+    Before any step the policy equals its reference, so every margin is 0 and the DPO part is ln 2, up to the
+    float32 steps inside Llama's RMSNorm (about 1e-7); agent i's gradient is -β σ(-βΔ) ∇Δ_i + α ∇NLL_i, with Δ_i
+    the difference of per-token mean log-probs.
+    """
+    beta, alpha = 0.5, 0.3
+    config = MADPOConfig(
+        agent_learning_rate=0.0,
+        preference_num_candidates=2,
+        dpo_beta=beta,
+        agent_devices="cpu",
+        output_dir=str(tmp_path / "o"),
+        madpo_reference="initial",
+        madpo_length_normalize=True,
+        madpo_nll_weight=alpha,
+    )
+    trainer = MADPOTrainer(
+        agent_model=model_dir,
+        num_agents=2,
+        train_dataset=ITEMS,
+        reward_func=length_ratio_reward,
+        formatters=[fmt_one, fmt_two],
+        args=config,
+        model_config={"dtype": "fp64"},
+    )
+    assert all(next(m.parameters()).dtype == torch.float64 for m in trainer.agents)
+    tok = trainer.tokenizers[0]
+    ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    pair = PreferencePair(
+        prompts=["the red cat one", "the red cat two"],
+        winner_completions=["a", "b"],
+        loser_completions=["c", "d"],
+        winner_reward=1.0,
+        loser_reward=0.0,
+        candidate_reward_mean=0.5,
+        prompt_ids=[tok("the red cat one")["input_ids"], tok("the red cat two")["input_ids"]],
+        winner_ids=[ids("big dog") + [tok.eos_token_id], ids("small bird sun") + [tok.eos_token_id]],
+        loser_ids=[ids("up") + [tok.eos_token_id], ids("moon moon") + [tok.eos_token_id]],
+    )
+    trainer.learner.on_pairs_collected([pair])
+    for i, model in enumerate(trainer.agents):  # the reference log-probs were taken once, with the pair
+        by_hand = manual_logp(model, pair.prompt_ids[i], pair.winner_ids[i]).detach().item()
+        assert pair.reference_winner_logps[i] == pytest.approx(by_hand, rel=1e-6)
+    metrics = trainer.learner.update([pair])
+    joint = metrics["madpo/joint_margin"]
+    assert joint == pytest.approx(0.0, abs=1e-5)
+    assert metrics["madpo/loss"] == pytest.approx(math.log1p(math.exp(-beta * joint)), rel=1e-12)
+    assert metrics["madpo/loss"] == pytest.approx(math.log(2), abs=1e-5)
+    weight = beta / (1 + math.exp(beta * joint))  # β σ(-βΔ), ≈ β/2
+
+    grads = []
+    for i, model in enumerate(trainer.agents):
+        model.zero_grad(set_to_none=True)
+        n_w, n_l = len(pair.winner_ids[i]) - 1, len(pair.loser_ids[i]) - 1  # the last token is not scored
+        logp_w = manual_logp(model, pair.prompt_ids[i], pair.winner_ids[i])
+        logp_l = manual_logp(model, pair.prompt_ids[i], pair.loser_ids[i])
+        assert metrics[f"madpo/agent_{i}/winner_nll"] == pytest.approx(-logp_w.detach().item() / n_w, rel=1e-12)
+        # L_i = -log σ(β Δ) + α NLL_i: backpropagate dL_i/dΔ_i = -β σ(-βΔ) through Δ_i, and α through NLL_i.
+        surrogate = -weight * (logp_w / n_w - logp_l / n_l) + alpha * (-logp_w / n_w)
+        surrogate.backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    trainer.learner.update([pair])
+    for i, model in enumerate(trainer.agents):
+        for got, manual in zip((p.grad for p in model.parameters()), grads[i]):
+            torch.testing.assert_close(got, manual, rtol=1e-6, atol=1e-9)
+
+
+def test_replayed_pairs_keep_the_reference_log_probs_of_their_collection(model_dir, tmp_path):
+    trainer = make_iter_trainer(model_dir, iter_config(tmp_path, num_iterations=2, madpo_reference="initial"))
+    for _ in range(4):
+        trainer.step()  # round 1: its pairs get reference log-probs at collect, then training moves the agents
+    first_round = trainer.collector.replay.round_pairs(1)
+    taken = [(list(p.reference_winner_logps), list(p.reference_loser_logps)) for p in first_round]
+    assert first_round and all(w is not None for w, _ in taken)
+    trainer.step()  # round 2 collect: new pairs get theirs, round 1's stay as they were
+    assert [(p.reference_winner_logps, p.reference_loser_logps) for p in first_round] == taken
+    assert all(p.reference_winner_logps is not None for p in trainer.collector.round_pairs)
+
+
 def test_nan_loss_stops_training_and_keeps_weights(model_dir, tmp_path, monkeypatch):
     trainer = make_iter_trainer(model_dir, iter_config(tmp_path, num_iterations=1))
     trainer.step()  # collect

@@ -76,6 +76,7 @@ MADPO_LOSS = "madpo/loss"
 MADPO_JOINT_MARGIN = "madpo/joint_margin"
 MADPO_PAIR_ACCURACY = "madpo/pair_accuracy"
 MADPO_AGENT_MARGIN = "madpo/agent_{agent}/margin"
+MADPO_WINNER_NLL = "madpo/agent_{agent}/winner_nll"
 WINNER_LOGPS = "logps/agent_{agent}/winner"
 LOSER_LOGPS = "logps/agent_{agent}/loser"
 #: The per-update MADPO metrics that also get a ``round/`` mean at the end of each train phase.
@@ -166,6 +167,13 @@ METRICS: tuple[Metric, ...] = (
         MADPO_AGENT_MARGIN,
         "margin",
         "Agent i's log-prob margin Δ_i = log π_i(w_i) - log π_i(l_i), mean over the update's pairs.",
+        "MADPO",
+    ),
+    Metric(
+        MADPO_WINNER_NLL,
+        "dpo_loss",
+        "Agent i's per-token negative log-likelihood of the winner's completion, mean over the update's pairs; "
+        "recorded when madpo_nll_weight > 0.",
         "MADPO",
     ),
     Metric(

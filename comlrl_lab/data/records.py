@@ -80,6 +80,10 @@ class PreferencePair:
     prompt_ids: list[list[int]] | None = None
     winner_ids: list[list[int]] | None = None
     loser_ids: list[list[int]] | None = None
+    # Per agent: summed log-prob of the winner's and the loser's completion under the frozen reference policy,
+    # taken once when the pair is collected (madpo_reference="initial"); None otherwise.
+    reference_winner_logps: list[float] | None = None
+    reference_loser_logps: list[float] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

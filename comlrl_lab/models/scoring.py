@@ -41,7 +41,8 @@ def disable_dropout(model: Any) -> Any:
     return model
 
 
-def _scored_counts(completion_ids: Sequence[Sequence[int]], score_final_token: bool) -> list[int]:
+def scored_token_counts(completion_ids: Sequence[Sequence[int]], score_final_token: bool) -> list[int]:
+    """How many tokens of each completion ``sequence_logps`` scores."""
     if score_final_token:
         return [len(c) for c in completion_ids]
     # CoMLRL's decentralized convention (seed page): the last completion token is not scored.
@@ -118,7 +119,7 @@ def _score(
         raise ValueError("pad_token_id is required to pad micro-batches.")
     prompts = [list(map(int, p)) for p in prompt_ids]
     completions = [list(map(int, c)) for c in completion_ids]
-    counts = _scored_counts(completions, score_final_token)
+    counts = scored_token_counts(completions, score_final_token)
     for b, (p, n) in enumerate(zip(prompts, counts)):
         if n > 0 and not p:
             raise ValueError(f"prompt_ids[{b}] is empty: the first completion token has no context to be scored from.")

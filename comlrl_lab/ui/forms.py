@@ -60,6 +60,7 @@ REPLAY_FIELDS = _fields_in_group("Replay buffer")
 #: A group without a caption here lands after these, under its own name.
 GROUP_CAPTIONS: dict[str, str] = {
     "Training": "Optimiser, DPO loss and seeding.",
+    "MADPO stabilisers": "Opt-in remedies for the seed's reference-free MADPO loss; the defaults are CoMLRL's.",
     "Generation": "How every agent samples its candidates.",
     "Preference pairs": "Which joint responses become pairs, and the oracle that scores them.",
     "Evaluation": "Fresh samples from the current policy, scored by the task reward.",

@@ -73,6 +73,7 @@ class Collector(Protocol):
 class Learner(Protocol):
     """Trains the agents on the selected pairs (train phase); ``extra_weights`` is its part of the weights file."""
 
+    def on_pairs_collected(self, pairs: Sequence[PreferencePair]) -> None: ...
     def train(self, pairs: Sequence[PreferencePair], records: PhaseRecords) -> None: ...
     def state_dict(self) -> dict[str, Any]: ...
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
@@ -291,6 +292,7 @@ class PreferenceTrainerBase:
     def _run_phase(self, phase: str, records: PhaseRecords) -> None:
         if phase == "collect":
             self.collector.collect(records)
+            self.learner.on_pairs_collected(self.collector.round_pairs)
         elif phase == "select":
             self.collector.select(records)
         elif phase == "train":

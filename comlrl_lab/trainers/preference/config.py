@@ -366,6 +366,31 @@ class MADPOConfig:
             "group": "Training",
         },
     )
+    madpo_reference: str = field(
+        default="none",
+        kw_only=True,
+        metadata={
+            "help": "MADPO only. 'none' (CoMLRL): reference-free margins. 'initial': each agent's margin is measured against a frozen copy of its initial policy, as in standard DPO (log-probs taken once when a pair is collected; with LoRA the frozen base, at no memory cost).",
+            "choices": ("none", "initial"),
+            "group": "MADPO stabilisers",
+        },
+    )
+    madpo_length_normalize: bool = field(
+        default=False,
+        kw_only=True,
+        metadata={
+            "help": "MADPO only. Margins from the mean per-token log-prob instead of the sum (SimPO-style), so a longer winner is not penalised for its length. False = CoMLRL.",
+            "group": "MADPO stabilisers",
+        },
+    )
+    madpo_nll_weight: float = field(
+        default=0.0,
+        kw_only=True,
+        metadata={
+            "help": "MADPO only. Adds this weight times the winner's per-token negative log-likelihood to each agent's loss (as in RPO), so the winner's likelihood cannot fall (>= 0; 0 = CoMLRL).",
+            "group": "MADPO stabilisers",
+        },
+    )
     max_grad_norm: float | None = field(
         default=None,
         kw_only=True,
@@ -465,6 +490,11 @@ class MADPOConfig:
             raise ValueError("preference_pairs_per_sample must be >= 1 or null.")
 
         _check_positive("dpo_beta", self.dpo_beta)
+        _choose(self, "madpo_reference")
+        if not isinstance(self.madpo_length_normalize, bool):
+            raise ValueError(f"madpo_length_normalize must be true or false, got {self.madpo_length_normalize!r}.")
+        if not _is_number(self.madpo_nll_weight) or self.madpo_nll_weight < 0 or math.isinf(self.madpo_nll_weight):
+            raise ValueError("madpo_nll_weight must be a finite number >= 0.")
         _check_int_at_least("environment_steps_per_pair", self.environment_steps_per_pair, 1)
 
         selection = _choose(self, "pair_selection")

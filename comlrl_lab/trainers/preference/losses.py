@@ -44,6 +44,43 @@ def check_finite(loss: Tensor, what: str) -> Tensor:
 
 
 # ------------------------------------------------------------------------------------------------- MADPO
+def madpo_margin(
+    winner_logps: Tensor,
+    loser_logps: Tensor,
+    *,
+    reference_winner_logps: Tensor | None = None,
+    reference_loser_logps: Tensor | None = None,
+    winner_counts: Tensor | None = None,
+    loser_counts: Tensor | None = None,
+) -> Tensor:
+    """One agent's margin Δ_i (B,) from summed completion log-probs (B,), with the opt-in stabilisers.
+
+    Seed (all options off): Δ_i = log π_i(w) - log π_i(l), reference-free.
+    With references (``madpo_reference="initial"``), as in standard DPO:
+    Δ_i = [log π_i(w) - log π_ref,i(w)] - [log π_i(l) - log π_ref,i(l)].
+    With token counts (``madpo_length_normalize``, SimPO-style), every log-prob, the reference's too, is divided
+    by its completion's number of scored tokens first, so a longer winner is not penalised for its length.
+    """
+    # Differs from CoMLRL: references and length normalisation are opt-in; with neither this is its margin.
+    if reference_winner_logps is not None:
+        winner_logps = winner_logps - reference_winner_logps.to(winner_logps.device, winner_logps.dtype)
+        loser_logps = loser_logps - reference_loser_logps.to(loser_logps.device, loser_logps.dtype)
+    if winner_counts is not None:
+        winner_logps = winner_logps / winner_counts.to(winner_logps.device, winner_logps.dtype).clamp(min=1)
+        loser_logps = loser_logps / loser_counts.to(loser_logps.device, loser_logps.dtype).clamp(min=1)
+    return winner_logps - loser_logps
+
+
+def winner_nll(winner_logps: Tensor, winner_counts: Tensor) -> Tensor:
+    """Mean over pairs of the winner's per-token negative log-likelihood, -log π_i(w) / |w| (B,) -> ().
+
+    ``madpo_nll_weight`` · this is added to agent i's loss (RPO), so the winner's likelihood cannot fall while
+    the margin grows.
+    """
+    counts = winner_counts.to(winner_logps.device, winner_logps.dtype).clamp(min=1)
+    return (-winner_logps / counts).mean()
+
+
 def madpo_agent_loss(own_margin: Tensor, others_margin: Tensor, beta: float) -> Tensor:
     """L_i = mean_p -log σ(β (Δ_i(p) + sg[Σ_{k≠i} Δ_k(p)])) for one agent; both inputs (B,).
 

@@ -29,7 +29,8 @@ import torch
 
 from comlrl_lab.data import metric_names as M
 from comlrl_lab.data.records import PreferencePair
-from comlrl_lab.models.scoring import sequence_logps
+from comlrl_lab.models.reference import frozen_references
+from comlrl_lab.models.scoring import scored_token_counts, sequence_logps
 from comlrl_lab.trainers.preference.base import PreferenceTrainerBase, finite_mean
 from comlrl_lab.trainers.preference.collection import map_agents
 from comlrl_lab.trainers.preference.collectors import ComparatorCollector, CurrentCollector
@@ -38,7 +39,9 @@ from comlrl_lab.trainers.preference.losses import (
     NonFiniteLossError,
     check_finite,
     madpo_losses,
+    madpo_margin,
     madpo_pair_losses,
+    winner_nll,
 )
 from comlrl_lab.trainers.preference.sink import PhaseRecords
 
@@ -49,14 +52,60 @@ SHUFFLE_STREAM = "shuffle"
 
 
 class DPOLearner:
-    """The MADPO train phase: shuffled epochs of joint-margin DPO over the selected pairs."""
+    """The MADPO train phase: shuffled epochs of joint-margin DPO over the selected pairs.
+
+    The opt-in stabilisers (``madpo_reference``, ``madpo_length_normalize``, ``madpo_nll_weight``) change the
+    margin and the loss; with all three off this is the seed's reference-free loss.
+    """
 
     def __init__(self, host: PreferenceTrainerBase):
         self.host = host
+        args = host.args
+        self.length_normalize = bool(args.madpo_length_normalize)
+        self.nll_weight = float(args.madpo_nll_weight)
+        # The reference is the agents as constructed: a resumed run loads its trained weights only afterwards.
+        self.references = (
+            frozen_references(host.agents, host.agent_devices, host.devices.reference)
+            if args.madpo_reference == "initial"
+            else None
+        )
+
+    def on_pairs_collected(self, pairs: Sequence[PreferencePair]) -> None:
+        """Take the reference log-probs of new pairs once, so replayed pairs never need the reference again."""
+        if self.references is None:
+            return
+        host = self.host
+        pairs = [host.ensure_token_ids(p) for p in pairs if p.reference_winner_logps is None]
+        if not pairs:
+            return
+        final = self._score_final_token
+        with torch.no_grad():
+            winners, losers = [], []
+            for i, reference in enumerate(self.references):
+                prompt_ids = [p.prompt_ids[i] for p in pairs]
+                logps = sequence_logps(
+                    reference,
+                    prompt_ids + prompt_ids,
+                    [p.winner_ids[i] for p in pairs] + [p.loser_ids[i] for p in pairs],
+                    pad_token_id=host.pad_token_id(i),
+                    score_final_token=final,
+                    micro_batch_size=max(1, int(host.args.scoring_batch_size)),
+                ).tolist()
+                winners.append(logps[: len(pairs)])
+                losers.append(logps[len(pairs) :])
+        for k, pair in enumerate(pairs):
+            pair.reference_winner_logps = [float(w[k]) for w in winners]
+            pair.reference_loser_logps = [float(lo[k]) for lo in losers]
+
+    @property
+    def _score_final_token(self) -> bool:
+        # Centralized joint completions are scored whole, EOS included (CoMLRL's centralized path).
+        return bool(self.host.args.score_final_token or self.host.centralized)
 
     def train(self, pairs: Sequence[PreferencePair], records: PhaseRecords) -> None:
         host = self.host
         pairs = [host.ensure_token_ids(p) for p in pairs]
+        self.on_pairs_collected(pairs)  # imported pairs arrive without reference log-probs
         batch_size = int(host.args.train_batch_size)
         batches_per_epoch = math.ceil(len(pairs) / batch_size) if pairs else 0
         host.control.begin(host.round_index, "train", batches_per_epoch * host.args.num_train_epochs)
@@ -136,6 +185,8 @@ class DPOLearner:
             M.EXPECTED_RETURN: reward_mean,
         }
         for i in range(host.num_agents):
+            if self.nll_weight > 0:
+                metrics[M.name(M.MADPO_WINNER_NLL, agent=i)] = sums.winner_nll[i] / total
             metrics[M.name(M.MADPO_AGENT_MARGIN, agent=i)] = sums.margins[i] / total
             metrics[M.name(M.WINNER_LOGPS, agent=i)] = sums.winner_logps[i] / total
             metrics[M.name(M.LOSER_LOGPS, agent=i)] = sums.loser_logps[i] / total
@@ -156,8 +207,7 @@ class DPOLearner:
                     prompt_ids + prompt_ids,
                     completion_ids,
                     pad_token_id=host.pad_token_id(i),
-                    # Centralized joint completions are scored whole, EOS included (CoMLRL's centralized path).
-                    score_final_token=host.args.score_final_token or host.centralized,
+                    score_final_token=self._score_final_token,
                     micro_batch_size=2 * size,
                 )
                 return logps, sum(len(c) for c in completion_ids)
@@ -169,13 +219,33 @@ class DPOLearner:
                 sums.tokens += tokens
                 winner_logps.append(logps[:size])
                 loser_logps.append(logps[size:])
-            margins = [w - lo for w, lo in zip(winner_logps, loser_logps)]  # (size,) Δ_i with grad, per agent
-            losses, joint = madpo_losses(margins, beta)
+            margins = [self._margin(chunk, i, w, lo) for i, (w, lo) in enumerate(zip(winner_logps, loser_logps))]
+            losses, joint = madpo_losses(margins, beta)  # (size,) Δ_i with grad per agent -> L_i, Δ
+            if self.nll_weight > 0:
+                for i, winner in enumerate(winner_logps):
+                    nll = winner_nll(winner, self._counts(chunk, i, "winner_ids"))
+                    losses[i] = losses[i] + self.nll_weight * nll
+                    sums.winner_nll[i] += float(nll.detach()) * size
             for i, loss in enumerate(losses):
                 check_finite(loss, f"{host.algorithm_name} loss of agent {i} (update {host.updates_seen + 1})")
             # Each loss_i reaches only agent i's parameters, so one backward over the sum is A separate ones.
             torch.stack([(loss * (size / total)).to(losses[0].device) for loss in losses]).sum().backward()
             sums.add(joint, madpo_pair_losses(joint, beta), margins, winner_logps, loser_logps)
+
+    def _margin(self, chunk: list[PreferencePair], i: int, winner_logps, loser_logps):
+        """Agent i's margin Δ_i over ``chunk`` (size,), with the stabilisers the config turns on."""
+        options = {}
+        if self.references is not None:
+            options["reference_winner_logps"] = torch.tensor([p.reference_winner_logps[i] for p in chunk])
+            options["reference_loser_logps"] = torch.tensor([p.reference_loser_logps[i] for p in chunk])
+        if self.length_normalize:
+            options["winner_counts"] = self._counts(chunk, i, "winner_ids")
+            options["loser_counts"] = self._counts(chunk, i, "loser_ids")
+        return madpo_margin(winner_logps, loser_logps, **options)
+
+    def _counts(self, chunk: list[PreferencePair], i: int, side: str) -> torch.Tensor:
+        """Scored tokens of agent i's winner or loser completions (``side`` names the ids field)."""
+        return torch.tensor(scored_token_counts([getattr(p, side)[i] for p in chunk], self._score_final_token))
 
     # state: everything DPO trains lives in the agents and optimisers, which the trainer checkpoints itself.
     def state_dict(self) -> dict[str, Any]:
@@ -200,6 +270,7 @@ class _UpdateSums:
         self.margins = [0.0] * num_agents
         self.winner_logps = [0.0] * num_agents
         self.loser_logps = [0.0] * num_agents
+        self.winner_nll = [0.0] * num_agents
 
     def add(self, joint, pair_losses, margins, winner_logps, loser_logps) -> None:
         self.loss += float(pair_losses.sum())
@@ -213,13 +284,14 @@ class _UpdateSums:
     def all_reduce(self, dist, failed_here: bool) -> bool:
         """Sum every rank's sums in place; True when any rank's loss was not finite."""
         flat = [self.loss, self.joint, self.accuracy, float(self.tokens), float(failed_here)]
-        flat += self.margins + self.winner_logps + self.loser_logps
+        flat += self.margins + self.winner_logps + self.loser_logps + self.winner_nll
         flat = dist.all_reduce_sum(flat)
         a = len(self.margins)
         self.loss, self.joint, self.accuracy, self.tokens = flat[0], flat[1], flat[2], int(flat[3])
         self.margins = list(flat[5 : 5 + a])
         self.winner_logps = list(flat[5 + a : 5 + 2 * a])
         self.loser_logps = list(flat[5 + 2 * a : 5 + 3 * a])
+        self.winner_nll = list(flat[5 + 3 * a : 5 + 4 * a])
         return flat[4] > 0
 
 

@@ -91,6 +91,9 @@ class RLHFLearner:
         self.bt_epochs_seen = 0
 
     # train --------------------------------------------------------------------------------------------
+    def on_pairs_collected(self, pairs: Sequence[PreferencePair]) -> None:
+        """Nothing to annotate: the reward model is fitted on the pairs' texts at train time."""
+
     def train(self, pairs: Sequence[PreferencePair], records: PhaseRecords) -> None:
         host = self.host
         args = host.args
