@@ -422,3 +422,23 @@ def test_three_rounds_equal_two_rounds_kill_resume_one(model_dir, tmp_path):
     # Round files of rounds 1-2 were written by the killed process, round 3 by the resumed one; all in one folder.
     names = sorted(p.name for p in Path(resumed.collector.replay.replay_dir).glob("iteration_*.json"))
     assert names == ["iteration_0001.json", "iteration_0002.json", "iteration_0003.json"]
+
+
+def test_evaluation_uses_the_same_samples_every_round_and_reports_mean_sem_and_n(model_dir, tmp_path):
+    trainer = make_iter_trainer(model_dir, iter_config(tmp_path, num_iterations=2, agent_learning_rate=0.0))
+    first = trainer.evaluate()
+    texts = [c.completions for c in trainer._last_eval_candidates]
+    for _ in range(4):
+        trainer.step()  # a whole round; with lr 0 the policy is unchanged
+    assert trainer.round_index == 2
+    second = trainer.evaluate()
+    # Common random numbers: same prompts, same seeds, same policy -> the same samples and the same reward.
+    assert [c.completions for c in trainer._last_eval_candidates] == texts
+    assert second == first
+    rewards = [c.reward for c in trainer._last_eval_candidates]
+    n = len(rewards)
+    mean = sum(rewards) / n
+    sem = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (n - 1) / n)
+    assert first["eval/num_samples"] == n == 3
+    assert first["eval/turn_1/reward_mean"] == pytest.approx(mean)
+    assert first["eval/turn_1/reward_sem"] == pytest.approx(sem)

@@ -113,6 +113,8 @@ RL_ROUND_SUMMARY = (RL_LOSS, RL_REWARD_MODEL_MEAN)
 # -- evaluation and timing -----------------------------------------------------------------------------------
 EVAL_REWARD_MEAN = EVAL_PREFIX + REWARD_MEAN
 EVAL_EXPECTED_RETURN = EVAL_PREFIX + EXPECTED_RETURN
+EVAL_REWARD_SEM = EVAL_PREFIX + "turn_1/reward_sem"
+EVAL_NUM_SAMPLES = EVAL_PREFIX + "num_samples"
 EVAL_AGGREGATED = EVAL_PREFIX + "{key}"
 PHASE_SECONDS = "time/{phase}_seconds"
 
@@ -260,6 +262,12 @@ METRICS: tuple[Metric, ...] = (
         "reward",
         "CoMLRL's single-turn expected return of the evaluation samples (equal to the reward mean).",
     ),
+    Metric(
+        EVAL_REWARD_SEM,
+        "reward",
+        "Standard error of eval/turn_1/reward_mean: the sample std of the evaluation rewards over sqrt(n).",
+    ),
+    Metric(EVAL_NUM_SAMPLES, "count", "n: how many evaluation samples were scored (unparsed ones are left out)."),
     Metric(EVAL_AGGREGATED, "other", "A value returned by the user's eval_aggregator, under its own key."),
     Metric(PHASE_SECONDS, "time", "Wall-clock seconds of one phase (collect, select, train, evaluate)."),
 )

@@ -38,7 +38,7 @@ from comlrl_lab.seeding import RandomStreams
 from comlrl_lab.trainers.preference import checkpoint as ckpt
 from comlrl_lab.trainers.preference.collection import (
     agent_prompts,
-    mean_reward,
+    reward_summary,
     sample_joint_candidates,
     score_with_task_reward,
 )
@@ -226,16 +226,21 @@ class PreferenceTrainerBase:
         """The mode agents score in while learning: train mode only when dropout is wanted or checkpointing needs it."""
         return (not self.args.disable_dropout) or bool(self.args.gradient_checkpointing)
 
-    def row_seeds(self, purpose: str, item_indices: Sequence[int], agent: int) -> list[int] | None:
+    def row_seeds(
+        self, purpose: str, item_indices: Sequence[int], agent: int, *, per_round: bool = True
+    ) -> list[int] | None:
         """One sampling seed per item for ``purpose`` in this round, or None when sampling is stream-based.
 
         Seeds are named after (purpose, round, item, agent), never after a batch or a rank, so the tokens a row
-        gets are the same whatever the batching, the sharding across ranks, or a resume in between.
+        gets are the same whatever the batching, the sharding across ranks, or a resume in between. With
+        ``per_round=False`` the round is left out of the name: every round draws the same numbers (evaluation's
+        common random numbers).
         """
         # Differs from CoMLRL: one global, unseeded stream there; per-row seeds here (batch_invariant_sampling).
         if not self.args.batch_invariant_sampling:
             return None
-        return [self.streams.stream_seed(f"sample/{purpose}/{self.round_index}/{int(k)}/{agent}") for k in item_indices]
+        scope = f"{purpose}/{self.round_index}" if per_round else purpose
+        return [self.streams.stream_seed(f"sample/{scope}/{int(k)}/{agent}") for k in item_indices]
 
     # ---------------------------------------------------------------------------------------------------
     # Settings derived from the config
@@ -426,14 +431,21 @@ class PreferenceTrainerBase:
             self.sampling_settings(),
             generators,
             side="current",
-            row_seeds=[self.row_seeds(f"eval/{self.updates_seen}", indices, i) for i in range(self.num_agents)],
+            # Differs from CoMLRL: the same prompts and sampling seeds every round (common random numbers), so a
+            # change from one round's evaluation to the next is the policy's, not the sampler's.
+            row_seeds=[self.row_seeds("eval", indices, i, per_round=False) for i in range(self.num_agents)],
             devices=self.agent_devices,
         )
         local = [row[0] for row in joint if row]
         self.score_task(local, dict(zip(indices, local_items)))
         flat = [row[0] for row in self.gather_rows([[c] for c in local])]
-        reward = mean_reward(flat)
-        metrics = {M.EVAL_REWARD_MEAN: reward, M.EVAL_EXPECTED_RETURN: reward}
+        reward, sem, count = reward_summary(flat)
+        metrics = {
+            M.EVAL_REWARD_MEAN: reward,
+            M.EVAL_EXPECTED_RETURN: reward,
+            M.EVAL_REWARD_SEM: sem,
+            M.EVAL_NUM_SAMPLES: count,
+        }
         if self.eval_logger is not None and self.eval_aggregator is not None:
             logged = self.eval_logger(
                 agent_completions_turns=[[[c.completions[i]] for c in flat] for i in range(self.num_agents)],

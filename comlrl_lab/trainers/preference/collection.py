@@ -135,6 +135,23 @@ def score_with(candidates: list[JointCandidate], score_fn: ScoreFn) -> None:
         candidate.raw_reward = candidate.reward = float(value)
 
 
+def _scored_rewards(candidates: Sequence[JointCandidate]) -> list[float]:
+    return [c.reward for c in candidates if c.parse_status == PARSE_OK and not math.isnan(c.reward)]
+
+
 def mean_reward(candidates: Sequence[JointCandidate]) -> float:
-    values = [c.reward for c in candidates if c.parse_status == PARSE_OK and not math.isnan(c.reward)]
+    values = _scored_rewards(candidates)
     return sum(values) / len(values) if values else math.nan
+
+
+def reward_summary(candidates: Sequence[JointCandidate]) -> tuple[float, float, int]:
+    """(mean, standard error of the mean, n) of the scored candidates' rewards; NaN where n is too small."""
+    values = _scored_rewards(candidates)
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan, 0
+    mean = sum(values) / n
+    if n < 2:
+        return mean, math.nan, n
+    variance = sum((v - mean) ** 2 for v in values) / (n - 1)  # unbiased sample variance
+    return mean, math.sqrt(variance / n), n
