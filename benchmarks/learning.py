@@ -1,0 +1,166 @@
+"""Does MADPOIter learn? Evaluation-reward curves per built-in task and MADPO setting, as mean ± 95% CI over seeds.
+
+For each built-in task and each setting (the seed's reference-free loss, each opt-in stabiliser alone, and all
+of them combined) it runs MADPOIter on the embedded tiny model once per seed, evaluates before training (round
+0) and after every round on the task's eval split (the same samples every round: common random numbers), and
+prints the curve and the final rise (last round minus round 0) as mean ± 95% CI over the seeds (Student t).
+
+    python benchmarks/learning.py                      # every task, every setting, 3 seeds (long: see --help)
+    python benchmarks/learning.py --tasks length_ratio --settings seed,combined --seeds 3 --json out.json
+
+A rise "learns" when its CI excludes 0. It is a claim about these settings on a 1M-parameter model, not about
+MADPO in general.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: Opt-in MADPO stabilisers per setting name; "seed" is CoMLRL's loss.
+SETTINGS: dict[str, dict[str, object]] = {
+    "seed": {},
+    "reference": {"madpo_reference": "initial"},
+    "length_norm": {"madpo_length_normalize": True},
+    "nll": {"madpo_nll_weight": 0.2},
+    "combined": {"madpo_reference": "initial", "madpo_length_normalize": True, "madpo_nll_weight": 0.2},
+}
+
+#: Two-sided 97.5% quantiles of Student's t for 1..10 degrees of freedom; 1.96 beyond.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean and the half-width of its 95% confidence interval (NaN with fewer than two values)."""
+
+    mean: float
+    half_width: float
+    n: int
+
+    def excludes_zero(self) -> bool:
+        return self.n >= 2 and abs(self.mean) > self.half_width
+
+    def __str__(self) -> str:
+        if self.n < 2:
+            return f"{self.mean:+.3f}"
+        return f"{self.mean:+.3f} ± {self.half_width:.3f}"
+
+
+def mean_ci(values: Sequence[float]) -> Interval:
+    """Mean ± t_{0.975, n-1} · s / sqrt(n) of ``values`` (sample std s)."""
+    n = len(values)
+    mean = statistics.fmean(values)
+    if n < 2:
+        return Interval(mean, math.nan, n)
+    t = _T975[n - 2] if n - 2 < len(_T975) else 1.96
+    return Interval(mean, t * statistics.stdev(values) / math.sqrt(n), n)
+
+
+def run_curve(task_name: str, setting: str, seed: int, args: argparse.Namespace) -> list[float]:
+    """Evaluation reward before training and after each round of one MADPOIter run."""
+    import torch
+
+    from comlrl_lab.data import metric_names
+    from comlrl_lab.data.tasks import get_task
+    from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
+    from comlrl_lab.trainers.preference import MADPOIterConfig, MADPOIterTrainer
+
+    torch.set_num_threads(1)
+    task = get_task(task_name)
+    eval_items = task.eval_items()[: args.eval_items]
+    config = MADPOIterConfig(
+        num_iterations=args.rounds,
+        preference_num_candidates=args.candidates,
+        preference_pairs_per_sample=4,
+        num_train_epochs=args.epochs,
+        agent_learning_rate=args.lr,
+        dpo_beta=args.beta,
+        train_batch_size=8,
+        max_new_tokens=args.max_new_tokens,
+        temperature=1.0,
+        top_p=1.0,
+        eval_num_samples=len(eval_items),
+        comparator_policy="current",
+        preference_replay_mode="lambda_decay",
+        preference_replay_lambda=0.5,
+        agent_devices="cpu",
+        seed=seed,
+        output_dir=tempfile.mkdtemp(prefix="learning-"),
+        **SETTINGS[setting],
+    )
+    trainer = MADPOIterTrainer(
+        agent_model=TINY_MODEL_NAME,
+        num_agents=task.num_agents,
+        train_dataset=task.train_items()[: args.items],
+        eval_dataset=eval_items,
+        reward_func=task.reward_func,
+        formatters=list(task.formatters),
+        args=config,
+    )
+    curve = [trainer.evaluate()[metric_names.EVAL_REWARD_MEAN]]
+    while not trainer.finished:
+        records = trainer.step()
+        if records.phase == "evaluate":
+            curve.append(next(m["value"] for m in records.metrics if m["name"] == metric_names.EVAL_REWARD_MEAN))
+    return curve
+
+
+def summarise(curves: Sequence[Sequence[float]]) -> tuple[list[Interval], Interval]:
+    """Per-round mean ± CI over seeds, and the final rise (last round minus round 0) with its CI."""
+    per_round = [mean_ci([c[r] for c in curves]) for r in range(len(curves[0]))]
+    rise = mean_ci([c[-1] - c[0] for c in curves])
+    return per_round, rise
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", default="length_ratio,topic_relay,stance_agreement")
+    parser.add_argument("--settings", default=",".join(SETTINGS))
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--items", type=int, default=16)
+    parser.add_argument("--eval-items", type=int, default=32)
+    parser.add_argument("--candidates", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=24)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--lr", type=float, default=2e-4)
+    parser.add_argument("--beta", type=float, default=0.1)
+    parser.add_argument("--json", default=None, help="also write every curve to this file")
+    args = parser.parse_args(argv)
+    unknown = [s for s in args.settings.split(",") if s not in SETTINGS]
+    if unknown:
+        parser.error(f"unknown setting(s) {unknown}; choose from {', '.join(SETTINGS)}")
+
+    print(
+        f"MADPOIter, tiny model, {args.rounds} rounds, {args.items} items, {args.candidates} candidates, "
+        f"{args.max_new_tokens} tokens, {args.epochs} epochs, lr {args.lr}, beta {args.beta}, "
+        f"{args.eval_items} eval items, {args.seeds} seeds; mean ± 95% CI over seeds"
+    )
+    results = {}
+    for task in args.tasks.split(","):
+        for setting in args.settings.split(","):
+            started = time.perf_counter()
+            curves = [run_curve(task, setting, seed, args) for seed in range(args.seeds)]
+            per_round, rise = summarise(curves)
+            results[f"{task}/{setting}"] = curves
+            verdict = "learns" if rise.excludes_zero() and rise.mean > 0 else "no clear rise"
+            print(
+                f"{task:<17} {setting:<12} eval by round: {' | '.join(str(r) for r in per_round)}  "
+                f"rise {rise}  ({verdict}; {(time.perf_counter() - started) / args.seeds:.0f} s/run)",
+                flush=True,
+            )
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump({"args": vars(args), "curves": results}, handle, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,72 @@
+"""The statistics of benchmarks/learning.py against hand-computed answers, and one tiny run of its loop."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_learning():
+    spec = importlib.util.spec_from_file_location("learning_benchmark", ROOT / "benchmarks" / "learning.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_mean_ci_uses_student_t():
+    learning = load_learning()
+    interval = learning.mean_ci([1.0, 2.0, 3.0])  # mean 2, s = 1, t(0.975, 2) = 4.303
+    assert interval.mean == 2.0 and interval.n == 3
+    assert interval.half_width == pytest.approx(4.303 / math.sqrt(3))
+    assert not interval.excludes_zero()  # 2 < 2.484
+    assert learning.mean_ci([1.0, 1.1, 0.9]).excludes_zero()  # s = 0.1: 1 ± 0.248
+    single = learning.mean_ci([0.5])
+    assert single.n == 1 and math.isnan(single.half_width) and not single.excludes_zero()
+    assert str(learning.mean_ci([0.1, 0.3])) == f"+0.200 ± {12.706 * math.sqrt(0.02) / math.sqrt(2):.3f}"
+
+
+def test_summarise_gives_per_round_intervals_and_the_rise():
+    learning = load_learning()
+    per_round, rise = learning.summarise([[0.2, 0.3, 0.5], [0.4, 0.4, 0.6]])
+    assert [r.mean for r in per_round] == pytest.approx([0.3, 0.35, 0.55])
+    assert rise.mean == pytest.approx(0.25) and rise.n == 2  # rises 0.3 and 0.2
+    assert rise.half_width == pytest.approx(12.706 * math.sqrt(0.005) / math.sqrt(2))
+
+
+@pytest.mark.slow
+def test_one_short_curve_per_setting_runs(capsys):
+    learning = load_learning()
+    assert (
+        learning.main(
+            [
+                "--tasks",
+                "length_ratio",
+                "--settings",
+                "seed,combined",
+                "--seeds",
+                "1",
+                "--rounds",
+                "1",
+                "--items",
+                "4",
+                "--eval-items",
+                "4",
+                "--candidates",
+                "2",
+                "--max-new-tokens",
+                "6",
+                "--epochs",
+                "1",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "length_ratio      seed" in out and "length_ratio      combined" in out
