@@ -26,8 +26,15 @@ from comlrl_lab.data.phases import InvalidTransition
 from comlrl_lab.data.run_ids import new_run_id
 from comlrl_lab.engine.spec import ExperimentSpec, build_trainer
 from comlrl_lab.store import RunStore, snapshot_parquet
-from comlrl_lab.trainers.preference import checkpoint as ckpt
 from comlrl_lab.trainers.preference.sink import PHASES, PhaseControl, PhaseRecords
+
+
+def _ckpt():
+    """The checkpoint module, imported on first use: it imports torch, which opening the workbench must not."""
+    from comlrl_lab.trainers.preference import checkpoint
+
+    return checkpoint
+
 
 SPEC_FILE = "spec.json"
 STORE_FILE = "run.duckdb"
@@ -141,7 +148,7 @@ class Run:
                 self.spec, output_dir=self.run_dir, run_id=self.run_id, sink=sink, control=self.control
             )
             trainer.checkpoint_dir = self.checkpoint_dir
-            if ckpt.has_checkpoint(self.checkpoint_dir):
+            if _ckpt().has_checkpoint(self.checkpoint_dir):
                 trainer.load_checkpoint(self.checkpoint_dir)
             self.trainer = trainer
         return self.trainer
@@ -151,8 +158,8 @@ class Run:
         """(round, next phase) without building the trainer when a checkpoint can tell."""
         if self.trainer is not None:
             return self.trainer.round_index, self.trainer.next_phase
-        if ckpt.has_checkpoint(self.checkpoint_dir):
-            state, _ = ckpt.load_checkpoint(self.checkpoint_dir)
+        if _ckpt().has_checkpoint(self.checkpoint_dir):
+            state, _ = _ckpt().load_checkpoint(self.checkpoint_dir)
             return int(state["round_index"]), None if state["finished"] else PHASES[int(state["phase_index"])]
         return 1, PHASES[0]
 
@@ -187,7 +194,7 @@ class Run:
     def restore_last_good(self) -> None:
         if self.trainer is None:
             return
-        if ckpt.has_checkpoint(self.checkpoint_dir):
+        if _ckpt().has_checkpoint(self.checkpoint_dir):
             self.trainer.load_checkpoint(self.checkpoint_dir)
         else:
             # Nothing finished yet: rebuild from scratch so no half-run phase leaks into the next attempt.

@@ -23,7 +23,7 @@ from typing import Any
 import streamlit as st
 
 from comlrl_lab.data.tasks import get_task, list_tasks
-from comlrl_lab.engine import ALGORITHMS, ExperimentSpec
+from comlrl_lab.engine import ExperimentSpec
 from comlrl_lab.engine.spec import resolve_task
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME, is_tiny_model_name
 from comlrl_lab.trainers.preference import config as config_module
@@ -139,7 +139,7 @@ def field_specs(config_class: type) -> dict[str, FieldSpec]:
 
 
 def config_class(algorithm: str) -> type:
-    return ALGORITHMS[algorithm][0]
+    return algorithm_row(algorithm).config_class
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -528,7 +528,7 @@ def _data_input(label: str, key: str, save_upload) -> str | None:
 
 
 def algorithm_section() -> str:
-    """MADPO or MARLHF, iterative or not; returns the algorithm name (a key of ``ALGORITHMS``)."""
+    """MADPO or MARLHF, iterative or not; returns the algorithm name (a row of the algorithm table)."""
     left, right = st.columns([1, 2], vertical_alignment="bottom")
     with left:
         family = st.segmented_control(
