@@ -133,17 +133,18 @@ st.header("Agents", divider="gray")
 models, agent_problems = forms.agents_section()
 
 st.header("Task", divider="gray")
-task_fields, task_problems = forms.task_section(ws.save_upload)
+task_fields, task_problems = forms.task_section(ws.save_upload, len(models))
 
 st.header("Algorithm", divider="gray")
 algorithm = forms.algorithm_section()
 config_class = forms.config_class(algorithm)
-values, parse_error = forms.current_values(algorithm)
-config, error = forms.validate(algorithm, forms.overrides(algorithm, values), len(models))
-error = parse_error or error
+forms.fill_suggested(algorithm)
+values, parse_errors = forms.current_values(algorithm)
+config, config_errors = forms.validate(algorithm, forms.overrides(algorithm, values), len(models))
+errors = parse_errors + [e for e in config_errors if e.field not in {p.field for p in parse_errors}]
 iterative = forms.algorithm_row(algorithm).iterative
 st.caption(config_class.__doc__.strip().splitlines()[0] if config_class.__doc__ else "")
-forms.render_fields(algorithm, forms.ESSENTIALS, error, columns=5)
+forms.render_fields(algorithm, forms.ESSENTIALS, errors, columns=5)
 
 # -- comparator ------------------------------------------------------------------------------------------------
 
@@ -170,16 +171,16 @@ if iterative:
         primary.append("comparator_centralized_agent_index")
     primary += POLICY_FIELDS.get(policy, [])
     st.caption(POLICY_NOTES.get(policy, ""))
-    forms.render_fields(algorithm, primary, error)
+    forms.render_fields(algorithm, primary, errors)
     rest = [n for n in forms.COMPARATOR_FIELDS if n not in primary]
     api_rest = [n for n in forms.API_FIELDS if n not in primary]
-    with st.expander("More comparator fields", expanded=forms.field_names_in(rest, error)):
-        forms.render_fields(algorithm, rest, error)
-    with st.expander("API comparator settings", expanded=policy == "api" or forms.field_names_in(api_rest, error)):
+    with st.expander("More comparator fields", expanded=forms.field_names_in(rest, errors)):
+        forms.render_fields(algorithm, rest, errors)
+    with st.expander("API comparator settings", expanded=policy == "api" or forms.field_names_in(api_rest, errors)):
         st.caption(
             "Used when comparator_policy = api. Retries with backoff on 429/5xx and timeouts; bounded concurrency."
         )
-        forms.render_fields(algorithm, api_rest, error)
+        forms.render_fields(algorithm, api_rest, errors)
 
     # -- replay buffer -----------------------------------------------------------------------------------------
     st.header("Replay buffer", divider="gray")
@@ -201,10 +202,10 @@ if iterative:
                 "lambda_decay": "Draw from every round dataset with weight (1-λ)λ^age / (1-λ^K); newest has age 0.",
             }.get(mode, "")
         )
-        forms.render_fields(algorithm, replay_primary, error, columns=2)
+        forms.render_fields(algorithm, replay_primary, errors, columns=2)
         replay_rest = [n for n in forms.REPLAY_FIELDS if n not in replay_primary]
-        with st.expander("More replay fields", expanded=forms.field_names_in(replay_rest, error)):
-            forms.render_fields(algorithm, replay_rest, error, columns=2)
+        with st.expander("More replay fields", expanded=forms.field_names_in(replay_rest, errors)):
+            forms.render_fields(algorithm, replay_rest, errors, columns=2)
     with right:
         lam = values.get("preference_replay_lambda")
         rounds = int(values.get("num_iterations") or 1)
@@ -228,21 +229,20 @@ st.caption(
     "Every remaining field of " + config_class.__name__ + ", grouped. Hover a field's ⓘ for its help text and default."
 )
 for title, caption, names in forms.grouped_fields(algorithm):
-    with st.expander(f"{title} ({len(names)})", expanded=forms.field_names_in(names, error)):
+    with st.expander(f"{title} ({len(names)})", expanded=forms.field_names_in(names, errors)):
         st.caption(caption)
-        forms.render_fields(algorithm, names, error)
+        forms.render_fields(algorithm, names, errors)
 
 # -- check, create, save ------------------------------------------------------------------------------------
 
 st.header("Create the run", divider="gray")
 problems = agent_problems + task_problems
-if error is not None:
+for error in errors:
     where = f" (field `{error.field}`)" if error.field else ""
     st.error(f"**{config_class.__name__} is invalid{where}:** {error.message}", icon=":material/error:")
-elif problems:
-    for problem in problems:
-        st.warning(problem, icon=":material/warning:")
-else:
+for problem in problems:
+    st.warning(problem, icon=":material/warning:")
+if not errors and not problems:
     st.success(f"{config_class.__name__} is valid.", icon=":material/check_circle:")
 
 spec = services.ExperimentSpec(
@@ -263,7 +263,7 @@ name_col.text_input(
     placeholder=algorithm,
     help="Prefix of the run id; the run folder is <runs folder>/<run id>.",
 )
-can_create = error is None and not problems
+can_create = not errors and not problems
 if create_col.button(
     "Create run",
     type="primary",

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from comlrl_lab.ui import services, state
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,3 +39,104 @@ def test_the_first_render_of_setup_imports_neither_torch_nor_transformers():
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+# -- AppTest of the form --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def setup_page(tmp_path, monkeypatch):
+    """The app on Setup (MADPOIter) with an empty runs folder."""
+    monkeypatch.setenv(services.RUNS_DIR_ENV, str(tmp_path))
+    services.close_all()
+    st.cache_resource.clear()
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+    assert not at.exception, [e.value for e in at.exception]
+    yield at
+    services.close_all()
+    st.cache_resource.clear()
+
+
+def _key(name: str) -> str:
+    return state.config_field_key("MADPOIter", name)
+
+
+def _spec(at: AppTest) -> dict:
+    return json.loads(at.get("json")[0].proto.body)
+
+
+def _valid(at: AppTest) -> bool:
+    return (
+        any("MADPOIterConfig is valid" in s.value for s in at.success)
+        and not at.button(key=state.SETUP_CREATE).disabled
+    )
+
+
+def test_a_replay_field_left_from_another_mode_is_hidden_and_never_blocks_creation(setup_page):
+    at = setup_page
+    at.selectbox(key=_key("preference_replay_mode")).select("nearest_k").run()
+    at.number_input(key=_key("preference_replay_k")).set_value(3).run()
+    at.number_input(key=_key("preference_replay_sample_size")).set_value(40).run()
+    assert _valid(at) and _spec(at)["config"]["preference_replay_k"] == 3
+
+    # CoMLRL refuses k and a sample size under 'current'; the form drops them instead of trapping the user.
+    at.selectbox(key=_key("preference_replay_mode")).select("current").run()
+    assert not at.error and _valid(at)
+    config = _spec(at)["config"]
+    assert "preference_replay_k" not in config and "preference_replay_sample_size" not in config
+    drawn = [w.key for w in at.number_input]
+    assert _key("preference_replay_k") not in drawn and _key("preference_replay_sample_size") not in drawn
+
+    # Back on nearest_k the values the user typed are still there.
+    at.selectbox(key=_key("preference_replay_mode")).select("nearest_k").run()
+    assert at.number_input(key=_key("preference_replay_k")).value == 3
+    assert _valid(at)
+
+
+def test_choosing_lambda_decay_fills_in_half_and_says_so(setup_page):
+    at = setup_page
+    at.selectbox(key=_key("preference_replay_mode")).select("lambda_decay").run()
+    assert at.number_input(key=_key("preference_replay_lambda")).value == 0.5
+    assert not at.error and _valid(at)
+    assert any("Filled in 0.5" in c.value for c in at.caption)
+    at.number_input(key=_key("preference_replay_lambda")).set_value(0.8).run()
+    assert not any("Filled in" in c.value for c in at.caption)
+
+
+def test_every_validation_error_shows_at_once(setup_page):
+    at = setup_page
+    at.selectbox(key=_key("preference_replay_mode")).select("lambda_decay").run()
+    at.number_input(key=_key("preference_replay_lambda")).set_value(1.5).run()
+    at.number_input(key=_key("comparator_num_candidates")).set_value(0).run()
+    shown = " ".join(e.value for e in at.error)
+    assert "preference_replay_lambda must be in [0, 1]." in shown
+    assert "comparator_num_candidates must be >= 1." in shown
+    assert at.button(key=state.SETUP_CREATE).disabled
+
+
+def test_an_optional_number_field_can_be_emptied_back_to_none(setup_page):
+    at = setup_page
+    top_k = at.number_input(key=_key("top_k"))
+    assert top_k.value == 50
+    # Streamlit lets the box be emptied only when the widget has no number as its default.
+    assert not top_k.proto.HasField("default")
+    at.number_input(key=_key("top_k")).set_value(7).run()
+    at.number_input(key=_key("top_k")).set_value(None).run()
+    assert at.number_input(key=_key("top_k")).value is None
+    assert not at.number_input(key=_key("top_k")).proto.HasField("default")
+    assert _spec(at)["config"]["top_k"] is None and _valid(at)
+
+
+def test_an_empty_comparator_history_k_says_what_none_means(setup_page):
+    at = setup_page
+    at.selectbox(key=_key("comparator_policy")).select("history").run()
+    assert at.number_input(key=_key("comparator_history_k")).placeholder == "None = 1 round back"
+
+
+def test_more_agents_than_the_task_has_prompts_for_is_refused_in_the_form(setup_page):
+    at = setup_page
+    at.number_input(key=state.SETUP_NUM_AGENTS).set_value(3).run()
+    assert any("has prompts for 2 agents, the Agents section has 3" in w.value for w in at.warning)
+    assert at.button(key=state.SETUP_CREATE).disabled
+    at.number_input(key=state.SETUP_NUM_AGENTS).set_value(2).run()
+    assert _valid(at)
