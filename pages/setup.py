@@ -259,7 +259,7 @@ name_col, create_col, save_col = st.columns([2, 1, 1], vertical_alignment="botto
 name_col.text_input(
     "Run name (optional)",
     key=state.SETUP_RUN_NAME,
-    persist_state="session",
+    **forms.KEEP,
     placeholder=algorithm,
     help="Prefix of the run id; the run folder is <runs folder>/<run id>.",
 )

@@ -140,3 +140,23 @@ def test_more_agents_than_the_task_has_prompts_for_is_refused_in_the_form(setup_
     assert at.button(key=state.SETUP_CREATE).disabled
     at.number_input(key=state.SETUP_NUM_AGENTS).set_value(2).run()
     assert _valid(at)
+
+
+def test_a_reload_brings_the_setup_draft_back_from_the_url(tmp_path, monkeypatch):
+    # The browser writes every Setup value that differs from its default into the URL (bound widgets); a reload
+    # sends that URL back. An empty value is an emptied optional field.
+    monkeypatch.setenv(services.RUNS_DIR_ENV, str(tmp_path))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.query_params = {
+        _key("preference_replay_mode"): "nearest_k",
+        _key("preference_replay_k"): "3",
+        _key("top_k"): "",
+        state.SETUP_RUN_NAME: "draft",
+    }
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key=_key("preference_replay_mode")).value == "nearest_k"
+    assert at.number_input(key=_key("preference_replay_k")).value == 3
+    assert at.number_input(key=_key("top_k")).value is None
+    assert at.text_input(key=state.SETUP_RUN_NAME).value == "draft"
+    assert _valid(at)

@@ -5,8 +5,8 @@ the field name as label and its ``metadata["help"]`` plus the default as tooltip
 field and the section a field sits in are its ``metadata["choices"]``, ``["aliases"]`` and ``["group"]``. So the
 form follows the configs without a list of its own to keep in step. A config is checked the one way the Python API checks it:
 by constructing it. The ``ValueError`` is shown next to the field its message names (CoMLRL's messages start
-with the field). Widget values persist for the session (``persist_state="session"``), so leaving the page
-loses nothing. This module draws widgets and builds specs; it never starts a run or loads a model.
+with the field). Widget values persist for the session and in the URL (``KEEP``), so leaving the page or
+reloading it loses nothing. This module draws widgets and builds specs; it never starts a run or loads a model.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ from comlrl_lab.trainers.preference.algorithms import FAMILIES, algorithm_name
 from comlrl_lab.trainers.preference.algorithms import algorithm as algorithm_row
 from comlrl_lab.ui import state
 
-PERSIST = "session"
+#: Every Setup widget keeps its value for the session and in the URL: leaving the page loses nothing, and a
+#: reload or a shared link brings the draft back (only values that differ from the widget's default are written).
+KEEP: dict[str, Any] = {"persist_state": "session", "bind": "query-params"}
 
 # ------------------------------------------------------------------------------------------------------------
 # Fields: kinds, choices, groups
@@ -381,7 +383,7 @@ def _number_value(key: str, spec: FieldSpec, fresh: bool) -> dict[str, Any]:
     ``value=None`` and its default goes in through the session state instead.
     """
     if spec.optional:
-        if fresh:
+        if fresh and key not in st.query_params:  # a value in the URL (a reload) is the draft: keep it
             st.session_state[key] = _raw_default(spec)
         return {"value": None}
     return {"value": _raw_default(spec)} if fresh else {}
@@ -394,7 +396,7 @@ def render_field(algorithm: str, spec: FieldSpec, errors: Sequence[FieldError] =
     help_text = _tooltip(spec)
     fresh = key not in st.session_state
     default = _raw_default(spec)
-    common: dict[str, Any] = {"key": key, "help": help_text, "persist_state": PERSIST}
+    common: dict[str, Any] = {"key": key, "help": help_text, **KEEP}
     none_text = f"None = {spec.none_means}" if spec.none_means else "None"
     if spec.kind == "bool":
         st.toggle(label, **({"value": bool(default)} if fresh else {}), **common)
@@ -479,7 +481,7 @@ def agents_section(max_agents: int = 8) -> tuple[list[str], list[str]]:
         max_value=max_agents,
         step=1,
         key=state.SETUP_NUM_AGENTS,
-        persist_state=PERSIST,
+        **KEEP,
         help="One policy per agent role; the task's formatters give each agent its own prompt.",
         **_fresh(state.SETUP_NUM_AGENTS, value=2),
     )
@@ -492,7 +494,7 @@ def agents_section(max_agents: int = 8) -> tuple[list[str], list[str]]:
                 f"Agent {i + 1} model",
                 AGENT_SOURCES,
                 key=state.agent_source_key(i),
-                persist_state=PERSIST,
+                **KEEP,
                 required=True,
                 help="The embedded tiny model needs no network; a local path is a save_pretrained folder; a hub id "
                 "loads from the Hugging Face cache or the hub.",
@@ -510,7 +512,7 @@ def agents_section(max_agents: int = 8) -> tuple[list[str], list[str]]:
                 value = st.text_input(
                     f"Agent {i + 1} model",
                     key=state.agent_model_key(i),
-                    persist_state=PERSIST,
+                    **KEEP,
                     placeholder=placeholder,
                     label_visibility="collapsed",
                 ).strip()
@@ -538,7 +540,7 @@ def task_section(save_upload, num_agents: int) -> tuple[dict[str, Any], list[str
         "Task source",
         TASK_KINDS,
         key=state.SETUP_TASK_KIND,
-        persist_state=PERSIST,
+        **KEEP,
         required=True,
         **_fresh(state.SETUP_TASK_KIND, default=TASK_KINDS[0]),
     )
@@ -550,7 +552,7 @@ def task_section(save_upload, num_agents: int) -> tuple[dict[str, Any], list[str
             "Built-in task",
             names,
             key=state.SETUP_TASK,
-            persist_state=PERSIST,
+            **KEEP,
             format_func=lambda n: f"{get_task(n).title} ({n})",
             help="Small cooperative tasks shipped with comlrl-lab; they run with the embedded tiny model and no network.",
         )
@@ -569,7 +571,7 @@ def task_section(save_upload, num_agents: int) -> tuple[dict[str, Any], list[str
             module = st.text_input(
                 "Task module",
                 key=state.SETUP_USER_MODULE,
-                persist_state=PERSIST,
+                **KEEP,
                 placeholder="my_package.my_task  or  /path/to/my_task.py",
                 help="A module defining reward_func (CoMLRL's convention), optionally formatters, reward_processor, "
                 "NUM_AGENTS, DATA_PATH and EVAL_DATA_PATH.",
@@ -612,7 +614,7 @@ def task_section(save_upload, num_agents: int) -> tuple[dict[str, Any], list[str
             min_value=1,
             step=1,
             key=state.SETUP_MAX_TRAIN_ITEMS,
-            persist_state=PERSIST,
+            **KEEP,
             placeholder="all",
             help="Empty = every item. A small N makes a quick first look (a round takes seconds).",
             **_fresh(state.SETUP_MAX_TRAIN_ITEMS, value=None),
@@ -623,7 +625,7 @@ def task_section(save_upload, num_agents: int) -> tuple[dict[str, Any], list[str
             min_value=1,
             step=1,
             key=state.SETUP_MAX_EVAL_ITEMS,
-            persist_state=PERSIST,
+            **KEEP,
             placeholder="all",
             help="Empty = every item (eval_num_samples still caps each evaluation).",
             **_fresh(state.SETUP_MAX_EVAL_ITEMS, value=None),
@@ -632,9 +634,7 @@ def task_section(save_upload, num_agents: int) -> tuple[dict[str, Any], list[str
 
 
 def _data_input(label: str, key: str, save_upload) -> str | None:
-    path = st.text_input(
-        label, key=key, persist_state=PERSIST, placeholder="/path/to/items.jsonl (or .csv / .json)"
-    ).strip()
+    path = st.text_input(label, key=key, **KEEP, placeholder="/path/to/items.jsonl (or .csv / .json)").strip()
     uploaded = st.file_uploader(f"…or upload {label.lower()}", type=["jsonl", "json", "csv"], key=state.upload_key(key))
     if uploaded is not None:
         path = str(save_upload(uploaded.name, uploaded.getvalue()))
@@ -650,7 +650,7 @@ def algorithm_section() -> str:
             "Algorithm",
             FAMILIES,
             key=state.SETUP_FAMILY,
-            persist_state=PERSIST,
+            **KEEP,
             required=True,
             help="MADPO: joint-margin DPO on the pairs. MARLHF: a Bradley-Terry reward model, then online multi-agent RL.",
             **_fresh(state.SETUP_FAMILY, default=FAMILIES[0]),
@@ -659,7 +659,7 @@ def algorithm_section() -> str:
         iterative = st.toggle(
             "Iterative (rounds against a comparator, with a replay buffer)",
             key=state.SETUP_ITERATIVE,
-            persist_state=PERSIST,
+            **KEEP,
             help="MADPOIter / MARLHFIter repeat collect -> select -> train -> evaluate for num_iterations rounds.",
             **_fresh(state.SETUP_ITERATIVE, value=True),
         )
