@@ -362,6 +362,26 @@ def test_pairs_browses_filters_and_shows_both_sides_per_agent(open_app, seeded):
     assert any(f"**{expected:,} pairs** match" in m.value for m in at.markdown)
 
 
+def test_the_url_keeps_the_open_run_and_setup_has_its_own_address(open_app, seeded, monkeypatch):
+    at = open_app("pages/pairs.py")
+    assert at.query_params[state.URL_RUN] == seeded.run_id  # written on every rerun, page switches included
+
+    # A reload is a new session with the same URL: the Pairs page opens on the same run.
+    monkeypatch.setenv(services.RUNS_DIR_ENV, str(seeded.root))
+    reloaded = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    reloaded.query_params = dict(at.query_params)
+    reloaded.run()
+    reloaded.switch_page("pages/pairs.py").run()
+    assert not reloaded.exception, [e.value for e in reloaded.exception]
+    assert reloaded.session_state[state.RUN_ID] == seeded.run_id
+    total = _store(seeded).pairs_count(seeded.run_id)
+    assert any(f"**{total:,} pairs** match" in m.value for m in reloaded.markdown)
+
+    # Streamlit serves its default page at "/" only: Setup must not be it, or /setup is "Page not found".
+    paths = {info["url_pathname"] for info in reloaded._registered_pages.values()}
+    assert {"setup", "rounds", "pairs", "replay", "learning", "data"} <= paths
+
+
 def test_pairs_sql_box_answers_read_only_queries_and_refuses_writes(open_app, seeded, downloads):
     at = open_app("pages/pairs.py")
     at.text_area(key=state.SQL_QUERY).input(
