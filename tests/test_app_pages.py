@@ -305,6 +305,10 @@ def test_rounds_shows_a_failed_phase_with_its_cause_and_a_retry(open_app, seeded
     assert any("The last phase failed" in e and "no-such-model" in e for e in errors)
     assert at.button(key=state.ROUNDS_RETRY).label == "Retry collect"
     assert any("Nothing committed is lost" in c.value for c in at.caption)
+    # The event log has the failure (here: loading the models) as an error of round 1, collect.
+    events = services.workspace().view(run_id).store.events(run_id, level="error")
+    assert len(events) == 1 and "no-such-model" in events.loc[0, "message"]
+    assert (events.loc[0, "round"], events.loc[0, "phase"]) == (1, "collect")
 
 
 def test_rounds_pause_lets_the_phase_finish_and_stops_before_the_next(open_app, seeded, tmp_path):
@@ -318,8 +322,10 @@ def test_rounds_pause_lets_the_phase_finish_and_stops_before_the_next(open_app, 
     assert at.button(key=state.ROUNDS_PAUSE).disabled is False  # the worker is loading the models or running
     at.button(key=state.ROUNDS_PAUSE).click().run()
     progress = services.workspace().manager.wait(run_id, timeout=300)
-    assert progress.status == "idle" and progress.next_phase is not None, progress
+    assert progress.status == "paused" and progress.next_phase is not None, progress
     at.run()
+    assert any(":orange-badge[:material/pause_circle: paused]" in m.value for m in at.markdown)
+    assert {m.label: m.value for m in at.metric}["phases left"] == "–"
     assert at.button(key=state.ROUNDS_PAUSE).disabled
     assert at.button(key=state.phase_button_key(progress.next_phase)).disabled is False
     assert {m.label: m.value for m in at.metric}["round"] == "1 / 2"

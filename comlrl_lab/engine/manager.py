@@ -28,7 +28,7 @@ class Progress:
     """What a page shows about a run; a copy, safe to read from any thread."""
 
     run_id: str
-    status: str = "idle"  # idle | loading | running | pausing | stopping | error | finished
+    status: str = "idle"  # idle | loading | running | pausing | paused | stopping | error | finished
     round_index: int = 1
     phase: str | None = None
     next_phase: str | None = "collect"
@@ -217,6 +217,8 @@ class RunManager:
         try:
             run.ensure_trainer()
         except Exception as error:  # model loading, task loading, config
+            round_index, phase = run.cursor()
+            run.record_failure(error, round=round_index, phase=phase)
             self._update(
                 run_id,
                 status="error",
@@ -225,8 +227,10 @@ class RunManager:
                 phases_left=0,
             )
             return
+        paused = False
         for left in range(count, 0, -1):
             if self._pause[run_id].is_set():
+                paused = True
                 break
             trainer = run.trainer
             if trainer.finished:
@@ -264,7 +268,10 @@ class RunManager:
             self._update(
                 run_id, message=(run.trainer.last_message if run.trainer else None), **self._cursor_fields(run)
             )
-        final = "finished" if run.trainer is not None and run.trainer.finished else "idle"
+        if run.trainer is not None and run.trainer.finished:
+            final = "finished"
+        else:
+            final = "paused" if paused else "idle"
         self._update(run_id, status=final, phases_left=0, **self._cursor_fields(run))
 
     @staticmethod

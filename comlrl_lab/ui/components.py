@@ -30,6 +30,7 @@ STATUS_BADGES = {
     "loading": ("loading models", "blue", ":material/hourglass_top:"),
     "running": ("running", "blue", ":material/progress_activity:"),
     "pausing": ("pausing after this phase", "orange", ":material/pause:"),
+    "paused": ("paused", "orange", ":material/pause_circle:"),
     "stopping": ("stopping", "orange", ":material/stop_circle:"),
     "error": ("error", "red", ":material/error:"),
     "finished": ("finished", "green", ":material/check_circle:"),
@@ -159,7 +160,7 @@ def progress_panel(view: services.RunView, started: Progress) -> None:
                 status_badge(now)
             top[1].metric("tokens/s", f"{now.tokens_per_second:,.0f}" if now.busy else "–")
             top[2].metric("ETA (phase)", fmt_eta(now.eta_seconds) if now.busy else "–")
-            top[3].metric("phases left", now.phases_left if now.busy else 0)
+            top[3].metric("phases left", now.phases_left if now.busy else "–")
             if now.busy:
                 st.progress(now.fraction, text=progress_text(now))
             elif now.status == "finished":
