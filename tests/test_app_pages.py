@@ -258,7 +258,18 @@ def test_rounds_shows_the_finished_runs_phase_timeline(open_app, seeded):
     assert list(table["round"]) == [1, 2]
     for column in ("Collect", "Select replay sample", "Train", "Evaluate"):
         assert all(cell.startswith("✓") for cell in table[column])
-    assert list(table["pairs"]) == list(rounds["num_pairs"])
+    assert list(table["pairs"]) == [f"{n:,}" for n in rounds["num_pairs"]]
+    # Candidates are the collected ones that pairs are made of; the evaluation's samples are counted apart.
+    cur = _store(seeded).cursor()
+    for r in (1, 2):
+        collected, evaluated = cur.execute(
+            "SELECT count(*) FILTER (WHERE side <> 'eval'), count(*) FILTER (WHERE side = 'eval') FROM candidates "
+            "WHERE run_id = ? AND round = ?",
+            [seeded.run_id, r],
+        ).fetchone()
+        assert evaluated > 0
+        assert table.loc[r - 1, "candidates"] == f"{collected:,}"
+        assert table.loc[r - 1, "evaluation samples"] == f"{evaluated:,}"
     assert all(at.button(key=state.phase_button_key(p)).disabled for p in ("collect", "select", "train", "evaluate"))
     timeline = _plotly(at)[0]
     assert {trace["name"] for trace in timeline["data"]} >= {"collect", "train", "evaluate"}
@@ -287,7 +298,7 @@ def test_rounds_creates_a_run_from_setup_then_runs_one_phase(open_app, seeded, t
     at.run()
     table = at.dataframe[0].value
     assert table.loc[0, "Collect"].startswith("✓") and table.loc[0, "Select replay sample"] == "next"
-    assert table.loc[0, "pairs"] == services.workspace().view(run_id).store.pairs_count(run_id)
+    assert table.loc[0, "pairs"] == f"{services.workspace().view(run_id).store.pairs_count(run_id):,}"
     assert at.button(key=state.phase_button_key("select")).disabled is False
 
 

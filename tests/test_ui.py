@@ -137,3 +137,30 @@ def test_pair_filters_return_the_store_keywords_and_keep_each_page_s_choices_apa
     assert json.loads(at.json[1].value) == {"export": {**empty, "winner_side": "current"}}
     assert [m.value for m in at.markdown] == ["**Filters**"]
     assert at.get_by_key(state.PAIRS_FILTERS.box) is not None and at.get_by_key(state.EXPORT_FILTERS.box) is not None
+
+
+def test_the_phase_table_shows_a_dash_for_counts_of_rounds_not_reached_yet():
+    import pandas as pd
+
+    from comlrl_lab.ui import frames
+
+    rounds = pd.DataFrame(
+        [
+            {
+                "round": 1,
+                "collect_at": pd.Timestamp("2026-01-01"),
+                "num_candidates": 256,
+                "num_pairs": 1200,
+                "num_drawn": 0,
+                "num_eval_samples": 4,
+            }
+        ]
+    )
+    table = frames.phase_table(rounds, {}, 2, (1, "select"))
+    assert table.loc[0, ["candidates", "pairs", "drawn for training", "evaluation samples"]].tolist() == [
+        "256",
+        "1,200",
+        "0",
+        "4",
+    ]
+    assert table.loc[1, ["candidates", "pairs", "drawn for training", "evaluation samples"]].tolist() == ["–"] * 4

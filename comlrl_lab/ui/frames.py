@@ -64,6 +64,16 @@ def timeline(rounds: pd.DataFrame, durations: Mapping[tuple[int, str], float]) -
     return pd.DataFrame(rows, columns=["round", "phase", "start", "finish", "seconds"])
 
 
+#: The count columns of the phase table: label -> column of the store's rounds table. Evaluation samples are
+#: counted apart from the collected candidates that pairs are made of.
+ROUND_COUNTS = {
+    "candidates": "num_candidates",
+    "pairs": "num_pairs",
+    "drawn for training": "num_drawn",
+    "evaluation samples": "num_eval_samples",
+}
+
+
 def phase_table(
     rounds: pd.DataFrame,
     durations: Mapping[tuple[int, str], float],
@@ -97,12 +107,12 @@ def phase_table(
             else:
                 record[PHASE_LABELS[phase]] = "·"
         row = info.get(r)
-        record["candidates"] = int(row.num_candidates) if row is not None else None
-        record["pairs"] = int(row.num_pairs) if row is not None else None
-        record["drawn for training"] = int(row.num_drawn) if row is not None else None
+        for label, column in ROUND_COUNTS.items():
+            value = getattr(row, column, None) if row is not None else None
+            # A round not reached yet has no counts: a dash, not the table's "None".
+            record[label] = f"{int(value):,}" if value is not None and not pd.isna(value) else "–"
         records.append(record)
-    counts = {"candidates": "Int64", "pairs": "Int64", "drawn for training": "Int64"}
-    return pd.DataFrame(records).astype(counts) if records else pd.DataFrame(records)
+    return pd.DataFrame(records)
 
 
 # -- metrics ------------------------------------------------------------------------------------------------
