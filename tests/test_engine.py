@@ -198,3 +198,19 @@ def test_kill_9_during_training_then_resume_keeps_every_committed_row_once(model
         phases = store.committed_phases(run_id)
         assert len(phases) == 12  # 3 rounds x 4 phases, each once
         assert store.pairs_count(run_id) >= committed_before
+
+
+def test_the_phase_eta_comes_from_the_same_phase_in_earlier_rounds():
+    from comlrl_lab.engine.manager import EngineControl
+
+    published: dict = {}
+    control = EngineControl(published.update)
+    control.begin(1, "train", total=10)
+    control.advance(5)  # half the steps in no time: counting steps says "done in a moment"
+    assert published["eta_seconds"] is not None and published["eta_seconds"] < 1.0
+
+    control.record_phase("train", 24.0)
+    control.record_phase("collect", 3.0)
+    control.begin(2, "train", total=10)
+    control.advance(5)
+    assert 23.0 < published["eta_seconds"] <= 24.0  # the last train phase took 24 s

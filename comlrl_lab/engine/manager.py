@@ -62,6 +62,11 @@ class EngineControl(PhaseControl):
         super().__init__()
         self._publish_changes = publish
         self.cancel_event = threading.Event()
+        self.phase_seconds: dict[str, list[float]] = {}  # phase -> wall times of its earlier runs, oldest first
+
+    def record_phase(self, phase: str, seconds: float) -> None:
+        """Remember how long ``phase`` took, for the next round's estimate."""
+        self.phase_seconds.setdefault(phase, []).append(float(seconds))
 
     def begin(self, round_index: int, phase: str, total: int) -> None:
         super().begin(round_index, phase, total)
@@ -80,6 +85,11 @@ class EngineControl(PhaseControl):
         elapsed = max(1e-9, time.monotonic() - self.started_at)
         rate = self.done / elapsed if self.done else 0.0
         eta = (self.total - self.done) / rate if rate > 0 and self.total >= self.done else None
+        past = self.phase_seconds.get(self.phase or "", [])[-3:]
+        if past:
+            # A phase's steps are not equally long (train fits a reward model, then learns the policy), so its own
+            # count extrapolates badly; the same phase in earlier rounds is the better guide.
+            eta = max(0.0, sum(past) / len(past) - elapsed)
         self._publish_changes(
             round_index=self.round_index,
             phase=self.phase,
@@ -245,6 +255,7 @@ class RunManager:
                 done=0,
                 total=0,
             )
+            phase, began = trainer.next_phase, time.monotonic()
             try:
                 run.step()
             except PhaseCancelled as cancelled:
@@ -265,6 +276,7 @@ class RunManager:
                     **self._cursor_fields(run),
                 )
                 return
+            self._controls[run_id].record_phase(phase, time.monotonic() - began)
             self._update(
                 run_id, message=(run.trainer.last_message if run.trainer else None), **self._cursor_fields(run)
             )
