@@ -457,8 +457,8 @@ def test_learning_plots_rewards_losses_margins_accuracy_and_distributions(open_a
     titles = [c["layout"]["title"]["text"] for c in charts if c["layout"].get("title")]
     assert titles[:4] == [
         "Rewards per round",
-        "Loss per round (mean over updates)",
-        "Margins per round",
+        "Preference loss per round (mean over updates)",
+        "Log-prob margins per round",
         "Pair accuracy and current agents' win share",
     ]
     rewards = {t["name"]: _array(t["y"]) for t in charts[0]["data"]}

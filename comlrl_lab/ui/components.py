@@ -307,7 +307,9 @@ def pair_view(view: services.RunView, detail: dict[str, Any]) -> None:
     l_tag = f"Loser · {loser_side or '?'} side · candidate {_int_or_dash(detail.get('loser_candidate_index'))}"
     for i, (prompt, win, lose) in enumerate(zip(prompts, winners, losers)):
         with st.container(border=True, key=state.pair_agent_key(i)):
-            st.markdown(f"**Agent {i + 1}** · words in common: {diff.similarity(win, lose):.0%}")
+            st.markdown(
+                f"**Agent {i + 1}** · words in common: {diff.similarity(win, lose):.0%}", help=diff.SIMILARITY_HELP
+            )
             st.html(diff.text_box(diff.plain_html(prompt), label="Prompt"))
             left_html, right_html = diff.diff_html(win, lose)
             left, right = st.columns(2)
