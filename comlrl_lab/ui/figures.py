@@ -81,10 +81,18 @@ REWARD_COLORS = {
 #: losses sit near log 2 while policy-learning losses can be a hundred times larger (on one axis the former look
 #: flat at 0), and log-prob margins and reward-model margins are different quantities: each gets its own panel.
 TRAINING_PANELS: dict[str, tuple[tuple[str, ...], str, str]] = {
-    "loss": (("dpo_loss", "bt_loss"), "Preference loss per round (mean over updates)", "DPO / Bradley-Terry loss"),
-    "rl_loss": (("rl_loss",), "Policy-learning loss per round (mean over updates)", "RL loss"),
-    "margins": (("margin",), "Log-prob margins per round", "log-prob margin"),
-    "reward_margins": (("reward_margin",), "Reward-model margins per round", "reward margin R(w) - R(l)"),
+    "loss": (
+        metric_names.PREFERENCE_LOSS_KINDS,
+        "Preference loss per round (mean over updates)",
+        "DPO / Bradley-Terry loss",
+    ),
+    "rl_loss": (metric_names.RL_LOSS_KINDS, "Policy-learning loss per round (mean over updates)", "RL loss"),
+    "margins": (metric_names.LOGPROB_MARGIN_KINDS, "Log-prob margins per round", "log-prob margin"),
+    "reward_margins": (
+        metric_names.REWARD_MARGIN_KINDS,
+        "Reward-model margins per round",
+        "reward margin R(w) - R(l)",
+    ),
 }
 
 
@@ -106,7 +114,7 @@ def learning(run_id: str, version: str) -> LearningData | None:
     if metrics.empty:
         return None
     rewards = frames.per_round(metrics, frames.REWARD_SERIES)
-    losses = frames.per_round(metrics, frames.training_metrics(metrics, ("dpo_loss", "bt_loss")))
+    losses = frames.per_round(metrics, frames.training_metrics(metrics, metric_names.PREFERENCE_LOSS_KINDS))
     accuracy = frames.per_round(metrics, frames.training_metrics(metrics, metric_names.ACCURACY_KINDS))
     win_share = frames.per_round(
         metrics, {"current agents' share of wins": (metric_names.CURRENT_WIN_SHARE, "collect")}
