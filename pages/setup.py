@@ -96,10 +96,7 @@ with top_left, st.container(border=True, height="stretch"):
     st.markdown("**Reopen a past run**")
     past = services.past_runs()
     if len(past):
-        labels = {
-            row.path: f"{row.run_id} — {row.algorithm or row.kind}" + (f" · {row.task}" if row.task else "")
-            for row in past.itertuples(index=False)
-        }
+        labels = {row.path: services.run_label(row) for row in past.itertuples(index=False)}
         st.selectbox(
             "Past run", list(labels), format_func=labels.get, key=state.SETUP_PAST, label_visibility="collapsed"
         )

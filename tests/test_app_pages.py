@@ -528,3 +528,14 @@ def test_data_imports_a_comlrl_replay_directory_and_browses_it(open_app, seeded)
         at.switch_page(page).run()
         assert not at.exception, (page, [e.value for e in at.exception])
         assert at.title[0].value == title
+        if page == "pages/rounds.py":
+            assert not at.get("plotly_chart")  # no phase-time chart: an import's "phases" took microseconds
+        if page == "pages/learning.py":
+            assert any("imported pair set" in i.value and "no learning curves" in i.value for i in at.info)
+    # In the pickers an import has a title, not "nan · nan".
+    import_id = at.session_state[state.RUN_ID]
+    row = next(r for r in services.past_runs().itertuples(index=False) if r.run_id == import_id)
+    assert services.run_label(row) == f"{import_id} — imported CoMLRL pairs"
+    assert services.run_label(
+        next(r for r in services.past_runs().itertuples(index=False) if r.kind == "experiment")
+    ) == (f"{seeded.run_id} — MADPOIter · length_ratio")

@@ -100,9 +100,11 @@ def sidebar_run_card() -> None:
         st.caption("No runs yet: set one up on the Setup page.")
         return
     st.session_state[state.SIDEBAR_RUN] = current if current in options else None
+    labels = {row.run_id: services.run_label(row) for row in past.itertuples(index=False)} if len(past) else {}
     st.selectbox(
         "Run",
         options,
+        format_func=lambda run_id: labels.get(run_id, run_id),
         key=state.SIDEBAR_RUN,
         on_change=_choose_run,
         placeholder="Open a run…",

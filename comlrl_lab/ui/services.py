@@ -320,6 +320,19 @@ def _past_runs(root: str, stamp: int) -> pd.DataFrame:
     return workspace().past_runs()
 
 
+def _text(value: Any) -> str | None:
+    """A cell of ``past_runs`` as text; None for an empty cell (None or NaN, which pandas makes of None)."""
+    return None if value is None or (not isinstance(value, str) and pd.isna(value)) else str(value)
+
+
+def run_label(row: Any) -> str:
+    """How a row of ``past_runs`` reads in a picker: "id — MADPOIter · length_ratio", "id — imported CoMLRL pairs"."""
+    if row.kind != "experiment":
+        return f"{row.run_id} — imported CoMLRL pairs"
+    parts = [p for p in (_text(row.algorithm), _text(row.task)) if p]
+    return f"{row.run_id} — {' · '.join(parts)}" if parts else str(row.run_id)
+
+
 def past_runs() -> pd.DataFrame:
     """``Workspace.past_runs``, re-read only when a run folder is added or removed (the folder's mtime changes)."""
     root = workspace().root
