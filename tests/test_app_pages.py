@@ -432,7 +432,10 @@ def test_replay_shows_weights_and_draws_and_recomputes_lambda_live(open_app, see
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["training sample size"] == str(int(round2["drawn_count"].sum()))
     modes = at.dataframe[1].value.set_index("mode")
-    assert modes.loc["current", "datasets used"] == 1 and modes.loc["lambda_decay  (this run)", "datasets used"] == 2
+    assert (
+        modes.loc["current", "datasets used"] == 1
+        and modes.loc["this run: lambda_decay (λ = 0.5)", "datasets used"] == 2
+    )
 
     def weights_text() -> str:
         return _texts(at.get_by_key(state.REPLAY_LAMBDA_TEXT), "markdown")[0]
@@ -441,6 +444,11 @@ def test_replay_shows_weights_and_draws_and_recomputes_lambda_live(open_app, see
     at.slider(key=state.REPLAY_LAMBDA).set_value(0.8).run()
     w = lambda_decay_weights(2, 0.8)
     assert weights_text() == f"round 1: **{w[0]:.3f}** · round 2: **{w[1]:.3f}**"
+    # The run's own row keeps the run's λ = 0.5; the slider moves the lambda_decay row of the comparison.
+    modes = at.dataframe[1].value.set_index("mode")
+    this_run, slider = modes.loc["this run: lambda_decay (λ = 0.5)"], modes.loc["lambda_decay (λ = 0.8)"]
+    assert [round(this_run[c], 4) for c in modes.columns[:2]] == [round(x, 4) for x in lambda_decay_weights(2, 0.5)]
+    assert [round(slider[c], 4) for c in modes.columns[:2]] == [round(x, 4) for x in w]
     chart = next(c for c in _plotly(at) if c["data"][0].get("name") == "weight")
     assert [round(y, 6) for y in _array(chart["data"][0]["y"])] == [round(x, 6) for x in w]
     at.segmented_control(key=state.REPLAY_ROUND).set_value(1).run()

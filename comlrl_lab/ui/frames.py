@@ -179,15 +179,35 @@ def replay_round(replay: pd.DataFrame, sizes: Mapping[int, int], round_index: in
     )
 
 
+def _setting(mode: str, k: int | None, lam: float | None) -> str:
+    return {"nearest_k": f" (k = {k})", "lambda_decay": f" (λ = {lam:g})" if lam is not None else ""}.get(mode, "")
+
+
 def mode_weights(
-    sizes: Mapping[int, int], round_index: int, *, k: int, lam: float, run_mode: str | None = None
+    sizes: Mapping[int, int],
+    round_index: int,
+    *,
+    k: int,
+    lam: float,
+    run_mode: str | None = None,
+    run_k: int | None = None,
+    run_lam: float | None = None,
 ) -> pd.DataFrame:
-    """For each replay mode, the weight it gives each round dataset at ``round_index`` (blank: not eligible)."""
+    """For each replay mode, the weight it gives each round dataset at ``round_index`` (blank: not eligible).
+
+    The rows of the four modes use the view's ``k`` and ``lam``; with ``run_mode``, a first row shows the run's
+    own mode with the run's own k and λ, so moving the view's λ never relabels what the run did.
+    """
     rounds = sorted(r for r in sizes if r <= round_index)
+    rows = [(f"{mode}{_setting(mode, k, lam)}", mode, k, lam) for mode in REPLAY_MODES]
+    if run_mode in REPLAY_MODES:
+        rows.insert(0, (f"this run: {run_mode}{_setting(run_mode, run_k, run_lam)}", run_mode, run_k, run_lam))
     records = []
-    for mode in REPLAY_MODES:
-        weights = dict(replay_weights(mode, {r: sizes[r] for r in rounds}, k=k, lam=lam, current_round=round_index))
-        record: dict[str, object] = {"mode": mode + ("  (this run)" if mode == run_mode else "")}
+    for label, mode, mode_k, mode_lam in rows:
+        weights = dict(
+            replay_weights(mode, {r: sizes[r] for r in rounds}, k=mode_k, lam=mode_lam, current_round=round_index)
+        )
+        record: dict[str, object] = {"mode": label}
         for r in rounds:
             record[f"round {r} ({sizes[r]} pairs)"] = round(weights[r], 4) if r in weights else None
         record["datasets used"] = len(weights)
