@@ -89,7 +89,7 @@ def test_a_replay_field_left_from_another_mode_is_hidden_and_never_blocks_creati
 
     # Back on nearest_k the values the user typed are still there.
     at.selectbox(key=_key("preference_replay_mode")).select("nearest_k").run()
-    assert at.number_input(key=_key("preference_replay_k")).value == 3
+    assert at.number_input(key=_key("preference_replay_sample_size")).value == 40
     assert _valid(at)
 
 

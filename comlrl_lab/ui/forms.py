@@ -252,8 +252,9 @@ def current_values(algorithm: str) -> tuple[dict[str, Any], list[FieldError]]:
 def fill_suggested(algorithm: str) -> None:
     """Fill a field that has just become required and is empty with its suggested value (call before the widgets).
 
-    Choosing lambda_decay with λ empty would otherwise greet the user with a red "required" error. The filled
-    fields are remembered so the form can say what it did (``filled_note``).
+    Choosing lambda_decay with λ empty would otherwise greet the user with a red "required" error; a draft that
+    comes back from the URL with lambda_decay gets the same. The filled fields are remembered so the form can say
+    what it did (``filled_note``). A field the user empties while it applies stays empty (it is not newly required).
     """
     specs = field_specs(config_class(algorithm))
     values, _ = current_values(algorithm)
@@ -264,7 +265,7 @@ def fill_suggested(algorithm: str) -> None:
     for name in now - (before or set()):
         spec = specs[name]
         key = state.config_field_key(algorithm, name)
-        if before is not None and spec.suggested is not None and st.session_state.get(key) is None:
+        if spec.suggested is not None and st.session_state.get(key) is None:
             st.session_state[key] = to_raw(spec, spec.suggested)
             filled[key] = to_raw(spec, spec.suggested)
     seen[algorithm] = now
@@ -396,7 +397,10 @@ def render_field(algorithm: str, spec: FieldSpec, errors: Sequence[FieldError] =
     help_text = _tooltip(spec)
     fresh = key not in st.session_state
     default = _raw_default(spec)
-    common: dict[str, Any] = {"key": key, "help": help_text, **KEEP}
+    # A field the form fills in (``suggested``) is kept for the session but not bound to the URL: at a session's
+    # start a bound widget takes the URL's value, which would undo the fill; after a reload it is filled again.
+    keep = KEEP if spec.suggested is None else {"persist_state": KEEP["persist_state"]}
+    common: dict[str, Any] = {"key": key, "help": help_text, **keep}
     none_text = f"None = {spec.none_means}" if spec.none_means else "None"
     if spec.kind == "bool":
         st.toggle(label, **({"value": bool(default)} if fresh else {}), **common)
