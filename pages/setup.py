@@ -124,6 +124,89 @@ with top_right, st.container(border=True, height="stretch"):
     )
     st.button("Apply the file", on_click=_load_file, icon=":material/upload_file:", key=state.SETUP_APPLY_FILE)
 
+# -- the run list: filter, sort, archive, delete ------------------------------------------------------------
+
+
+def _remove(archive: bool) -> None:
+    run_id = st.session_state.get(state.RUNS_PICK)
+    if not run_id:
+        return
+    try:
+        where = ws.remove_run(run_id, archive=archive)
+    except Exception as error:
+        st.session_state[state.SETUP_NOTICE] = ("error", f"{run_id} was kept: {components.format_exception(error)}")
+        return
+    if state.current_run_id() == run_id:
+        state.set_current_run(None)
+    st.session_state[state.RUNS_CONFIRM] = False
+    done = f"Archived {run_id} to {where}." if archive else f"Deleted {run_id} and its files."
+    st.session_state[state.SETUP_NOTICE] = ("success", done)
+
+
+runs = services.run_list()
+if len(runs):
+    with st.expander(f"Your runs ({len(runs)}): filter, sort, archive, delete"), st.container(key=state.RUNS_BOX):
+        cols = st.columns([1, 1, 1, 1, 1])
+        algorithms = cols[0].multiselect(
+            "Algorithm", sorted(runs["algorithm"].dropna().unique()), key=state.RUNS_ALGORITHM
+        )
+        tasks = cols[1].multiselect("Task", sorted(runs["task"].dropna().unique()), key=state.RUNS_TASK)
+        statuses = cols[2].multiselect(
+            "Status",
+            sorted(runs["status"].unique()),
+            key=state.RUNS_STATUS,
+            help="The engine's status for runs this server has open; 'closed' for the others.",
+        )
+        text = cols[3].text_input(
+            "Run id contains",
+            key=state.RUNS_TEXT,
+            help="A run id starts with the run name given here: use it as a tag.",
+        )
+        sort = cols[4].selectbox("Sort", list(frames.RUN_SORTS), key=state.RUNS_SORT)
+        shown = frames.filter_runs(runs, algorithms=algorithms, tasks=tasks, statuses=statuses, text=text, sort=sort)
+        st.dataframe(
+            shown[["run_id", "algorithm", "task", "agents", "rounds", "status", "modified"]],
+            hide_index=True,
+            width="stretch",
+            key=state.RUNS_TABLE,
+        )
+        if len(shown):
+            labels = {row.run_id: services.run_label(row) for row in shown.itertuples(index=False)}
+            pick_col, confirm_col, archive_col, delete_col = st.columns([3, 3, 1, 1], vertical_alignment="bottom")
+            picked = pick_col.selectbox("Run", list(labels), format_func=labels.get, key=state.RUNS_PICK)
+            status = shown.loc[shown["run_id"] == picked, "status"].iloc[0]
+            active = status in ("loading", "running", "pausing", "stopping")
+            confirmed = confirm_col.checkbox(
+                "Yes, archive or delete this run",
+                key=state.RUNS_CONFIRM,
+                disabled=active,
+                help="Archive moves the folder to _archive/ in the runs folder; delete removes it and all its files.",
+            )
+            archive_col.button(
+                "Archive",
+                on_click=_remove,
+                args=(True,),
+                disabled=active or not confirmed,
+                icon=":material/archive:",
+                key=state.RUNS_ARCHIVE,
+                width="stretch",
+            )
+            delete_col.button(
+                "Delete",
+                on_click=_remove,
+                args=(False,),
+                disabled=active or not confirmed,
+                icon=":material/delete:",
+                key=state.RUNS_DELETE,
+                width="stretch",
+            )
+            if active:
+                st.caption(
+                    f"{picked} is {status}: pause or stop it on the Rounds page before archiving or deleting it."
+                )
+        else:
+            st.caption("No run matches these filters.")
+
 # -- agents, task, algorithm -----------------------------------------------------------------------------------
 
 st.header("Agents", divider="gray")

@@ -149,14 +149,78 @@ def test_a_reload_brings_the_setup_draft_back_from_the_url(tmp_path, monkeypatch
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
     at.query_params = {
         _key("preference_replay_mode"): "nearest_k",
-        _key("preference_replay_k"): "3",
+        _key("preference_replay_sample_size"): "40",
         _key("top_k"): "",
         state.SETUP_RUN_NAME: "draft",
     }
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.selectbox(key=_key("preference_replay_mode")).value == "nearest_k"
-    assert at.number_input(key=_key("preference_replay_k")).value == 3
+    assert at.number_input(key=_key("preference_replay_sample_size")).value == 40
     assert at.number_input(key=_key("top_k")).value is None
     assert at.text_input(key=state.SETUP_RUN_NAME).value == "draft"
     assert _valid(at)
+
+
+# -- the run list ---------------------------------------------------------------------------------------------
+
+
+def _make_runs(root: Path) -> dict[str, str]:
+    ws = services.workspace()
+    return {
+        "alpha": ws.create_run(services.ExperimentSpec(name="alpha", config={"num_iterations": 2})),
+        "beta": ws.create_run(services.ExperimentSpec(name="beta")),
+        "single": ws.create_run(services.ExperimentSpec(algorithm="MADPO", name="single")),
+    }
+
+
+def test_the_run_list_filters_sorts_archives_and_deletes_with_a_confirmation(setup_page, tmp_path):
+    runs = _make_runs(tmp_path)
+    at = setup_page
+    at.run()
+    table = at.dataframe[0].value
+    assert list(table["run_id"]) == [runs["single"], runs["beta"], runs["alpha"]]  # newest first
+
+    at.multiselect(key=state.RUNS_ALGORITHM).select("MADPOIter").run()
+    assert set(at.dataframe[0].value["run_id"]) == {runs["alpha"], runs["beta"]}
+    at.text_input(key=state.RUNS_TEXT).input("alph").run()
+    assert list(at.dataframe[0].value["run_id"]) == [runs["alpha"]]
+    at.text_input(key=state.RUNS_TEXT).input("").run()
+    at.selectbox(key=state.RUNS_SORT).select("oldest first").run()
+    assert list(at.dataframe[0].value["run_id"]) == [runs["alpha"], runs["beta"]]
+
+    # Nothing is removed without the confirmation box.
+    at.selectbox(key=state.RUNS_PICK).select(runs["alpha"]).run()
+    assert at.button(key=state.RUNS_ARCHIVE).disabled and at.button(key=state.RUNS_DELETE).disabled
+    at.checkbox(key=state.RUNS_CONFIRM).check().run()
+    at.button(key=state.RUNS_ARCHIVE).click().run()
+    assert not (tmp_path / runs["alpha"]).exists() and (tmp_path / "_archive" / runs["alpha"] / "spec.json").is_file()
+    assert any(f"Archived {runs['alpha']}" in s.value for s in at.success)
+    assert runs["alpha"] not in set(at.dataframe[0].value["run_id"])
+
+    at.selectbox(key=state.RUNS_PICK).select(runs["beta"]).run()
+    assert at.checkbox(key=state.RUNS_CONFIRM).value is False  # the confirmation does not carry over
+    at.checkbox(key=state.RUNS_CONFIRM).check().run()
+    at.button(key=state.RUNS_DELETE).click().run()
+    assert not (tmp_path / runs["beta"]).exists()
+    assert any(f"Deleted {runs['beta']}" in s.value for s in at.success)
+
+
+def test_an_active_run_cannot_be_archived_or_deleted(setup_page, tmp_path):
+    from dataclasses import replace
+
+    runs = _make_runs(tmp_path)
+    ws = services.workspace()
+    ws.view(runs["beta"])  # open it, as the Rounds page does
+    ws.manager._progress[runs["beta"]] = replace(ws.manager.progress(runs["beta"]), status="running")
+    with pytest.raises(RuntimeError, match="running: pause or stop it first"):
+        ws.remove_run(runs["beta"], archive=False)
+    assert (tmp_path / runs["beta"] / "spec.json").is_file()
+
+    at = setup_page
+    at.run()
+    at.selectbox(key=state.RUNS_PICK).select(runs["beta"]).run()
+    assert at.checkbox(key=state.RUNS_CONFIRM).disabled
+    assert at.button(key=state.RUNS_DELETE).disabled and at.button(key=state.RUNS_ARCHIVE).disabled
+    assert any("is running: pause or stop it" in c.value for c in at.caption)
+    ws.manager._progress[runs["beta"]] = replace(ws.manager.progress(runs["beta"]), status="idle")

@@ -153,6 +153,18 @@ class RunManager:
     def open_runs(self) -> list[str]:
         return list(self._runs)
 
+    def forget(self, run_id: str) -> None:
+        """Close an idle run and let go of it (before its folder is archived or deleted); refused while it works."""
+        with self._lock:
+            if run_id not in self._runs:
+                return
+            if self._progress[run_id].busy:
+                raise RuntimeError(f"run {run_id} is {self._progress[run_id].status}: pause or stop it first")
+            run = self._runs.pop(run_id)
+            for table in (self._controls, self._threads, self._progress, self._pause):
+                table.pop(run_id, None)
+        run.close()
+
     # Commands ----------------------------------------------------------------------------------------------
     def start(
         self, run_id: str, *, phases: int | None = None, rounds: int | None = None, phase: str | None = None

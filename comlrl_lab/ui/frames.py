@@ -227,3 +227,39 @@ def lambda_table(rounds: Sequence[int], lam: float, sample_size: int | None = No
     if sample_size is not None:
         frame["expected pairs"] = [w * sample_size for w in weights]
     return frame
+
+
+# -- run list -----------------------------------------------------------------------------------------------
+
+#: Orders of the run list: label -> (column, ascending).
+RUN_SORTS: dict[str, tuple[str, bool]] = {
+    "newest first": ("modified", False),
+    "oldest first": ("modified", True),
+    "run id": ("run_id", True),
+    "algorithm": ("algorithm", True),
+    "task": ("task", True),
+    "status": ("status", True),
+}
+
+
+def filter_runs(
+    runs: pd.DataFrame,
+    *,
+    algorithms: Sequence[str] = (),
+    tasks: Sequence[str] = (),
+    statuses: Sequence[str] = (),
+    text: str = "",
+    sort: str = "newest first",
+) -> pd.DataFrame:
+    """The runs that match every filter given (an empty filter matches all), in the order ``sort`` names.
+
+    ``text`` matches anywhere in the run id, which starts with the run name given at Setup: a tag of sorts.
+    """
+    keep = pd.Series(True, index=runs.index)
+    for column, wanted in (("algorithm", algorithms), ("task", tasks), ("status", statuses)):
+        if wanted:
+            keep &= runs[column].isin(list(wanted))
+    if text.strip():
+        keep &= runs["run_id"].str.contains(text.strip(), case=False, regex=False)
+    column, ascending = RUN_SORTS[sort]
+    return runs[keep].sort_values(column, ascending=ascending, na_position="last", kind="stable", ignore_index=True)

@@ -51,6 +51,19 @@ SETUP_RUN_NAME = "setup.run_name"
 SETUP_CREATE = "setup.create"
 SETUP_SAVE = "setup.save"
 
+# Setup page: the run list (filters, sort, archive and delete)
+RUNS_BOX = "runs.box"
+RUNS_ALGORITHM = "runs.algorithm"
+RUNS_TASK = "runs.task"
+RUNS_STATUS = "runs.status"
+RUNS_TEXT = "runs.text"
+RUNS_SORT = "runs.sort"
+RUNS_TABLE = "runs.table"
+RUNS_PICK = "runs.pick"
+RUNS_CONFIRM = "runs.confirm"
+RUNS_ARCHIVE = "runs.archive"
+RUNS_DELETE = "runs.delete"
+
 # Rounds page (the progress and error panels are drawn by ``components``)
 ROUNDS_COUNT = "rounds.count"
 ROUNDS_CONTROLS = "rounds.controls"
