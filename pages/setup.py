@@ -89,7 +89,7 @@ def _load_file() -> None:
 
 
 if st.session_state.pop(state.SETUP_GO_ROUNDS, False):
-    st.switch_page(components.ROUNDS_PAGE)
+    state.switch_page(components.ROUNDS_PAGE)
 
 top_left, top_right = st.columns(2)
 with top_left, st.container(border=True, height="stretch"):
@@ -358,7 +358,7 @@ if create_col.button(
         st.error(components.format_exception(exc))
     else:
         state.set_current_run(run_id)
-        st.switch_page(components.ROUNDS_PAGE)
+        state.switch_page(components.ROUNDS_PAGE)
 save_col.download_button(
     "Save config",
     data=json.dumps(spec.to_dict(), indent=2, ensure_ascii=False),

@@ -224,3 +224,19 @@ def test_an_active_run_cannot_be_archived_or_deleted(setup_page, tmp_path):
     assert at.button(key=state.RUNS_DELETE).disabled and at.button(key=state.RUNS_ARCHIVE).disabled
     assert any("is running: pause or stop it" in c.value for c in at.caption)
     ws.manager._progress[runs["beta"]] = replace(ws.manager.progress(runs["beta"]), status="idle")
+
+
+def test_create_moves_on_to_rounds_while_the_draft_is_in_the_url(tmp_path, monkeypatch):
+    # Streamlit refuses to clear a query that widgets are bound to, which a plain st.switch_page does.
+    monkeypatch.setenv(services.RUNS_DIR_ENV, str(tmp_path))
+    services.close_all()
+    st.cache_resource.clear()
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.query_params = {_key("num_iterations"): "2"}
+    at.run()
+    at.button(key=state.SETUP_CREATE).click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.title[0].value == "Rounds"
+    assert at.query_params[state.URL_RUN] == at.session_state[state.RUN_ID]
+    services.close_all()
+    st.cache_resource.clear()

@@ -231,6 +231,16 @@ def sync_run_with_url() -> None:
         st.query_params[URL_RUN] = run_id
 
 
+def switch_page(page) -> None:
+    """``st.switch_page`` that keeps the open run in the URL.
+
+    Streamlit's own clears the query and, while Setup's widgets are bound to it, refuses to (an exception instead
+    of the page); handing it the query to keep avoids both.
+    """
+    run_id = current_run_id()
+    st.switch_page(page, query_params={URL_RUN: run_id} if run_id else {})
+
+
 def follow_latest(key: str, options: list) -> None:
     """Keep the choice ``key`` on the newest option unless the user picked an older one (call before the widget).
 
