@@ -207,3 +207,15 @@ def test_words_in_common_counts_words_not_spaces_and_says_how():
     assert diff.similarity("the cat sat down", "the cat sat up") == 0.75
     assert diff.similarity("", "") == 1.0
     assert "2 × (words matched in order)" in diff.SIMILARITY_HELP
+
+
+def test_the_pair_chart_leaves_room_for_the_winner_label_above_the_best_candidate():
+    import pandas as pd
+
+    from comlrl_lab.ui import charts
+
+    frame = pd.DataFrame({"side": ["current"] * 3, "candidate_index": [0, 1, 2], "reward": [0.2, 0.5, 1.0]})
+    fig = charts.candidate_rewards(frame, winner=("current", 2), loser=("current", 0))
+    winner = next(t for t in fig.data if t.name == "winner")
+    assert winner.cliponaxis is False
+    assert fig.layout.yaxis.range[1] > 1.0 + 0.1 and fig.layout.yaxis.range[0] < 0.2

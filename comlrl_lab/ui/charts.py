@@ -195,10 +195,16 @@ def candidate_rewards(
                 name=role,
                 text=[role],
                 textposition="top center",
+                cliponaxis=False,
                 marker={"symbol": "circle-open", "size": 20, "line": {"width": 3, "color": color}},
             )
     fig.update_xaxes(title="candidate index", dtick=1)
     fig.update_yaxes(title="reward")
+    if len(frame):
+        # Headroom above the best candidate, where the "winner" label sits (it was cut off at the plot's edge).
+        low, high = float(frame["reward"].min()), float(frame["reward"].max())
+        pad = 0.12 * (high - low) or 0.1
+        fig.update_yaxes(range=[low - pad, high + 2 * pad])
     return _layout(fig, "Every candidate of this item", height=300)
 
 
