@@ -351,6 +351,20 @@ def test_pairs_browses_filters_and_shows_both_sides_per_agent(open_app, seeded):
     total = store.pairs_count(seeded.run_id)
     assert any(f"**{total:,} pairs** match" in m.value for m in at.markdown)
     assert len(at.dataframe[0].value) == min(25, total)
+    # The page box is not in the row's last column, under the table toolbar's corner.
+    page_column = _container_holding(at, state.PAIRS_PAGE)
+
+    def parent_of(node, target):
+        for child in getattr(node, "children", {}).values():
+            if child is target:
+                return node
+            found = parent_of(child, target)
+            if found is not None:
+                return found
+        return None
+
+    row = parent_of(at._tree, page_column)
+    assert list(row.children.values()).index(page_column) < len(row.children) - 1
 
     first = at.selectbox(key=state.PAIRS_OPEN).value
     detail = store.pair_detail(seeded.run_id, *first)
