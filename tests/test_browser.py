@@ -387,8 +387,8 @@ def test_pairs_page_opens_a_pair_with_winner_and_loser_of_both_agents(browser_pa
     settle(page)
     page.locator("[data-testid='stDataFrame']").first.wait_for()
     assert parse_qs(urlparse(page.url).query)[state.URL_RUN] == [run_id]
-    assert run_id in page.locator(key(state.SIDEBAR_RUN)).inner_text()
-    assert page.get_by_text("pairs", exact=False).filter(has_text="match").first.is_visible()
+    assert run_id in page.locator(f"{key(state.SIDEBAR_RUN)} input").input_value()
+    page.locator("[data-testid='stMarkdownContainer']", has_text="pairs match").first.wait_for(state="visible")
 
 
 def test_replay_page_weights_follow_the_lambda_slider(browser_page):
