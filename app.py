@@ -6,13 +6,23 @@ in ``comlrl_lab.ui.services``; the session remembers only the open run and view 
 
 import streamlit as st
 
-from comlrl_lab.ui import components
+from comlrl_lab.ui import components, state
 
 st.set_page_config(page_title="comlrl-lab", page_icon=":material/hub:", layout="wide")
 
+SETUP = st.Page("pages/setup.py", title="Setup", icon=":material/tune:", url_path="setup")
+
+
+def _home() -> None:
+    # Streamlit serves its default page at "/" only, so /setup would be "Page not found" if Setup were the
+    # default: the root is a hidden page that moves on to /setup, keeping the query (the open run, the draft).
+    st.switch_page(SETUP, query_params=st.query_params.to_dict())
+
+
 PAGES = {
     "Experiment": [
-        st.Page("pages/setup.py", title="Setup", icon=":material/tune:", url_path="setup", default=True),
+        st.Page(_home, title="Home", url_path="home", default=True, visibility="hidden"),
+        SETUP,
         st.Page("pages/rounds.py", title="Rounds", icon=":material/play_circle:", url_path="rounds"),
     ],
     "Results": [
@@ -24,6 +34,7 @@ PAGES = {
 }
 
 page = st.navigation(PAGES)
+state.sync_run_with_url()
 
 with st.sidebar:
     st.markdown("### comlrl-lab")

@@ -126,7 +126,7 @@ with import_tab:
                 if st.button("Browse these pairs", key=state.IMPORT_OPEN, type="primary", icon=":material/compare:"):
                     state.set_current_run(result["run_id"])
                     st.session_state.pop(state.IMPORT_RESULT, None)
-                    st.switch_page(components.PAIRS_PAGE)
+                    state.switch_page(components.PAIRS_PAGE)
             else:
                 st.error("Nothing was imported.")
             for name, reason in result["skipped"]:

@@ -16,7 +16,15 @@ st.caption(
 version = figures.data_version(view.store.rounds(run_id))
 data = figures.learning(run_id, version)
 if data is None:
-    st.info("No metrics yet: they appear as phases finish on the Rounds page.")
+    if view.spec is None:
+        st.info(
+            "This is an imported pair set: CoMLRL's round files hold the pairs and their rewards, not training "
+            "metrics, candidates or evaluations, so there are no learning curves to draw. Its pairs are on the "
+            "Pairs page; its replay datasets on the Replay page.",
+            icon=":material/inventory_2:",
+        )
+    else:
+        st.info("No metrics yet: they appear as phases finish on the Rounds page.")
     st.stop()
 
 for col, tile in zip(st.columns(len(data.tiles)), data.tiles):
@@ -39,9 +47,10 @@ for col, name, empty in (
             st.plotly_chart(data.figures[name], key=state.learning_chart_key(name))
         else:
             st.caption(empty)
-left, right = st.columns(2)
-for col, name in ((left, "margins"), (right, "accuracy")):
-    if name in data.figures:
+# MARLHF: the policy-learning loss and the reward model's margins get panels of their own.
+panels = [name for name in ("rl_loss", "margins", "reward_margins", "accuracy") if name in data.figures]
+for start in range(0, len(panels), 2):
+    for col, name in zip(st.columns(2), panels[start : start + 2]):
         col.plotly_chart(data.figures[name], key=state.learning_chart_key(name))
 
 if st.toggle(

@@ -31,7 +31,8 @@ def browse_pairs() -> None:
     pages = max(1, -(-total // PAGE_SIZE))
     if st.session_state.get(state.PAIRS_PAGE, 1) > pages:
         st.session_state[state.PAIRS_PAGE] = 1
-    count_col, page_col = st.columns([3, 1], vertical_alignment="bottom")
+    # The page box stays clear of the right edge, where the table's toolbar appears on hover.
+    count_col, page_col, _ = st.columns([2, 1, 1], vertical_alignment="bottom")
     page = page_col.number_input(f"Page (of {pages})", min_value=1, max_value=pages, step=1, key=state.PAIRS_PAGE)
     count_col.markdown(
         f"**{total:,} pairs** match"

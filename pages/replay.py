@@ -79,51 +79,61 @@ else:
 
 # -- every mode ------------------------------------------------------------------------------------------------
 
-st.subheader(f"What each mode can use in round {nu}")
-st.caption(
-    "Weights per round dataset (blank: not eligible). nearest_k and all_history weight every eligible dataset "
-    "equally whatever its size; lambda_decay favours the newest."
-)
-k_col, lam_col = st.columns(2)
-if state.REPLAY_K not in st.session_state:
-    st.session_state[state.REPLAY_K] = int(k or 2)
-if state.REPLAY_LAMBDA not in st.session_state:
-    st.session_state[state.REPLAY_LAMBDA] = float(lam if lam is not None else 0.5)
-k_value = k_col.number_input("k (nearest_k)", min_value=1, step=1, key=state.REPLAY_K)
-lam_value = lam_col.slider(
-    "λ (lambda_decay)",
-    min_value=0.0,
-    max_value=1.0,
-    step=0.01,
-    key=state.REPLAY_LAMBDA,
-    help="0 keeps only the newest dataset; 1 weights every dataset equally. The weights below follow as you move it.",
-)
-st.dataframe(
-    frames.mode_weights(sizes, nu, k=int(k_value), lam=float(lam_value), run_mode=mode),
-    hide_index=True,
-    width="stretch",
-    key=state.REPLAY_MODE_WEIGHTS,
-)
 
-eligible = frames.eligible_rounds(sizes, nu)
-if eligible:
-    table = frames.lambda_table(
-        eligible, float(lam_value), sample_size=int(drawn["drawn_count"].sum()) if len(drawn) else sample_size
+# The comparison below reruns on its own when λ or k moves (a fragment): a quick rerun keeps the tables in step
+# with the slider even when it is dragged fast, where a whole-page rerun per step fell behind.
+@st.fragment
+def mode_comparison() -> None:
+    st.subheader(f"What each mode can use in round {nu}")
+    st.caption(
+        "Weights per round dataset (blank: not eligible). nearest_k and all_history weight every eligible dataset "
+        "equally whatever its size; lambda_decay favours the newest."
     )
-    left, right = st.columns([3, 2])
-    left.plotly_chart(
-        charts.lambda_weights(eligible, table["weight"].tolist(), lam=float(lam_value)),
-        key=state.REPLAY_LAMBDA_CHART,
+    k_col, lam_col = st.columns(2)
+    if state.REPLAY_K not in st.session_state:
+        st.session_state[state.REPLAY_K] = int(k or 2)
+    if state.REPLAY_LAMBDA not in st.session_state:
+        st.session_state[state.REPLAY_LAMBDA] = float(lam if lam is not None else 0.5)
+    k_value = k_col.number_input("k (nearest_k)", min_value=1, step=1, key=state.REPLAY_K)
+    lam_value = lam_col.slider(
+        "λ (lambda_decay)",
+        min_value=0.0,
+        max_value=1.0,
+        step=0.01,
+        key=state.REPLAY_LAMBDA,
+        help="0 keeps only the newest dataset; 1 weights every dataset equally. The weights below follow as you move it.",
     )
-    with right:
-        st.markdown("**λ-decay weights, oldest → newest**")
-        with st.container(key=state.REPLAY_LAMBDA_TEXT):
-            st.markdown(" · ".join(f"round {r}: **{w:.3f}**" for r, w in zip(table["source round"], table["weight"])))
-        shown = table.assign(**{"source round": [f"round {r}" for r in table["source round"]]}).set_index(
-            "source round"
+    st.dataframe(
+        frames.mode_weights(sizes, nu, k=int(k_value), lam=float(lam_value), run_mode=mode, run_k=k, run_lam=lam),
+        hide_index=True,
+        width="stretch",
+        key=state.REPLAY_MODE_WEIGHTS,
+    )
+
+    eligible = frames.eligible_rounds(sizes, nu)
+    if eligible:
+        table = frames.lambda_table(
+            eligible, float(lam_value), sample_size=int(drawn["drawn_count"].sum()) if len(drawn) else sample_size
         )
-        st.table(shown.style.format({"weight": "{:.4f}", "expected pairs": "{:.1f}"}))
-        if mode == "lambda_decay" and lam is not None and abs(float(lam_value) - float(lam)) > 1e-9:
-            st.caption(f"The run itself used λ = {lam}; this view is what λ = {lam_value:g} would give.")
-else:
-    st.caption("No non-empty round dataset up to this round.")
+        left, right = st.columns([3, 2])
+        left.plotly_chart(
+            charts.lambda_weights(eligible, table["weight"].tolist(), lam=float(lam_value)),
+            key=state.REPLAY_LAMBDA_CHART,
+        )
+        with right:
+            st.markdown("**λ-decay weights, oldest → newest**")
+            with st.container(key=state.REPLAY_LAMBDA_TEXT):
+                st.markdown(
+                    " · ".join(f"round {r}: **{w:.3f}**" for r, w in zip(table["source round"], table["weight"]))
+                )
+            shown = table.assign(**{"source round": [f"round {r}" for r in table["source round"]]}).set_index(
+                "source round"
+            )
+            st.table(shown.style.format({"weight": "{:.4f}", "expected pairs": "{:.1f}"}))
+            if mode == "lambda_decay" and lam is not None and abs(float(lam_value) - float(lam)) > 1e-9:
+                st.caption(f"The run itself used λ = {lam}; this view is what λ = {lam_value:g} would give.")
+    else:
+        st.caption("No non-empty round dataset up to this round.")
+
+
+mode_comparison()

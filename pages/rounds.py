@@ -19,7 +19,10 @@ with head_left:
             f"Run `{view.run_id}` · {view.spec.algorithm} · task {task} · {len(view.spec.agent_models)} agents ({agents})"
         )
     else:
-        st.caption(f"Pair set `{view.run_id}`, imported: its rounds hold pairs only; nothing can be run here.")
+        st.caption(
+            f"Pair set `{view.run_id}`, imported from CoMLRL round files: its rounds hold pairs only (no candidates, "
+            "metrics or phase times), so nothing can be run or timed here. Browse it on the Pairs and Data pages."
+        )
 with head_right:
     components.status_badge(progress)
 
@@ -135,7 +138,8 @@ if table.empty:
     )
 else:
     st.dataframe(table, hide_index=True, width="stretch", key=state.ROUNDS_TIMELINE_TABLE)
-    if timeline_fig is not None:
+    # An import was written in one go: its phase times are the import's, not training's, and would mislead.
+    if timeline_fig is not None and progress is not None:
         st.plotly_chart(timeline_fig, key=state.ROUNDS_TIMELINE_CHART)
     if len(rounds):
         last = int(rounds["round"].max())

@@ -89,17 +89,14 @@ def _load_file() -> None:
 
 
 if st.session_state.pop(state.SETUP_GO_ROUNDS, False):
-    st.switch_page(components.ROUNDS_PAGE)
+    state.switch_page(components.ROUNDS_PAGE)
 
 top_left, top_right = st.columns(2)
 with top_left, st.container(border=True, height="stretch"):
     st.markdown("**Reopen a past run**")
     past = services.past_runs()
     if len(past):
-        labels = {
-            row.path: f"{row.run_id} — {row.algorithm or row.kind}" + (f" · {row.task}" if row.task else "")
-            for row in past.itertuples(index=False)
-        }
+        labels = {row.path: services.run_label(row) for row in past.itertuples(index=False)}
         st.selectbox(
             "Past run", list(labels), format_func=labels.get, key=state.SETUP_PAST, label_visibility="collapsed"
         )
@@ -127,23 +124,107 @@ with top_right, st.container(border=True, height="stretch"):
     )
     st.button("Apply the file", on_click=_load_file, icon=":material/upload_file:", key=state.SETUP_APPLY_FILE)
 
+# -- the run list: filter, sort, archive, delete ------------------------------------------------------------
+
+
+def _remove(archive: bool) -> None:
+    run_id = st.session_state.get(state.RUNS_PICK)
+    if not run_id:
+        return
+    try:
+        where = ws.remove_run(run_id, archive=archive)
+    except Exception as error:
+        st.session_state[state.SETUP_NOTICE] = ("error", f"{run_id} was kept: {components.format_exception(error)}")
+        return
+    if state.current_run_id() == run_id:
+        state.set_current_run(None)
+    st.session_state[state.RUNS_CONFIRM] = False
+    done = f"Archived {run_id} to {where}." if archive else f"Deleted {run_id} and its files."
+    st.session_state[state.SETUP_NOTICE] = ("success", done)
+
+
+runs = services.run_list()
+if len(runs):
+    with st.expander(f"Your runs ({len(runs)}): filter, sort, archive, delete"), st.container(key=state.RUNS_BOX):
+        cols = st.columns([1, 1, 1, 1, 1])
+        algorithms = cols[0].multiselect(
+            "Algorithm", sorted(runs["algorithm"].dropna().unique()), key=state.RUNS_ALGORITHM
+        )
+        tasks = cols[1].multiselect("Task", sorted(runs["task"].dropna().unique()), key=state.RUNS_TASK)
+        statuses = cols[2].multiselect(
+            "Status",
+            sorted(runs["status"].unique()),
+            key=state.RUNS_STATUS,
+            help="The engine's status for runs this server has open; 'closed' for the others.",
+        )
+        text = cols[3].text_input(
+            "Run id contains",
+            key=state.RUNS_TEXT,
+            help="A run id starts with the run name given here: use it as a tag.",
+        )
+        sort = cols[4].selectbox("Sort", list(frames.RUN_SORTS), key=state.RUNS_SORT)
+        shown = frames.filter_runs(runs, algorithms=algorithms, tasks=tasks, statuses=statuses, text=text, sort=sort)
+        st.dataframe(
+            shown[["run_id", "algorithm", "task", "agents", "rounds", "status", "modified"]],
+            hide_index=True,
+            width="stretch",
+            key=state.RUNS_TABLE,
+        )
+        if len(shown):
+            labels = {row.run_id: services.run_label(row) for row in shown.itertuples(index=False)}
+            pick_col, confirm_col, archive_col, delete_col = st.columns([3, 3, 1, 1], vertical_alignment="bottom")
+            picked = pick_col.selectbox("Run", list(labels), format_func=labels.get, key=state.RUNS_PICK)
+            status = shown.loc[shown["run_id"] == picked, "status"].iloc[0]
+            active = status in ("loading", "running", "pausing", "stopping")
+            confirmed = confirm_col.checkbox(
+                "Yes, archive or delete this run",
+                key=state.RUNS_CONFIRM,
+                disabled=active,
+                help="Archive moves the folder to _archive/ in the runs folder; delete removes it and all its files.",
+            )
+            archive_col.button(
+                "Archive",
+                on_click=_remove,
+                args=(True,),
+                disabled=active or not confirmed,
+                icon=":material/archive:",
+                key=state.RUNS_ARCHIVE,
+                width="stretch",
+            )
+            delete_col.button(
+                "Delete",
+                on_click=_remove,
+                args=(False,),
+                disabled=active or not confirmed,
+                icon=":material/delete:",
+                key=state.RUNS_DELETE,
+                width="stretch",
+            )
+            if active:
+                st.caption(
+                    f"{picked} is {status}: pause or stop it on the Rounds page before archiving or deleting it."
+                )
+        else:
+            st.caption("No run matches these filters.")
+
 # -- agents, task, algorithm -----------------------------------------------------------------------------------
 
 st.header("Agents", divider="gray")
 models, agent_problems = forms.agents_section()
 
 st.header("Task", divider="gray")
-task_fields, task_problems = forms.task_section(ws.save_upload)
+task_fields, task_problems = forms.task_section(ws.save_upload, len(models))
 
 st.header("Algorithm", divider="gray")
 algorithm = forms.algorithm_section()
 config_class = forms.config_class(algorithm)
-values, parse_error = forms.current_values(algorithm)
-config, error = forms.validate(algorithm, forms.overrides(algorithm, values), len(models))
-error = parse_error or error
+forms.fill_suggested(algorithm)
+values, parse_errors = forms.current_values(algorithm)
+config, config_errors = forms.validate(algorithm, forms.overrides(algorithm, values), len(models))
+errors = parse_errors + [e for e in config_errors if e.field not in {p.field for p in parse_errors}]
 iterative = forms.algorithm_row(algorithm).iterative
 st.caption(config_class.__doc__.strip().splitlines()[0] if config_class.__doc__ else "")
-forms.render_fields(algorithm, forms.ESSENTIALS, error, columns=5)
+forms.render_fields(algorithm, forms.ESSENTIALS, errors, columns=5)
 
 # -- comparator ------------------------------------------------------------------------------------------------
 
@@ -170,16 +251,16 @@ if iterative:
         primary.append("comparator_centralized_agent_index")
     primary += POLICY_FIELDS.get(policy, [])
     st.caption(POLICY_NOTES.get(policy, ""))
-    forms.render_fields(algorithm, primary, error)
+    forms.render_fields(algorithm, primary, errors)
     rest = [n for n in forms.COMPARATOR_FIELDS if n not in primary]
     api_rest = [n for n in forms.API_FIELDS if n not in primary]
-    with st.expander("More comparator fields", expanded=forms.field_names_in(rest, error)):
-        forms.render_fields(algorithm, rest, error)
-    with st.expander("API comparator settings", expanded=policy == "api" or forms.field_names_in(api_rest, error)):
+    with st.expander("More comparator fields", expanded=forms.field_names_in(rest, errors)):
+        forms.render_fields(algorithm, rest, errors)
+    with st.expander("API comparator settings", expanded=policy == "api" or forms.field_names_in(api_rest, errors)):
         st.caption(
             "Used when comparator_policy = api. Retries with backoff on 429/5xx and timeouts; bounded concurrency."
         )
-        forms.render_fields(algorithm, api_rest, error)
+        forms.render_fields(algorithm, api_rest, errors)
 
     # -- replay buffer -----------------------------------------------------------------------------------------
     st.header("Replay buffer", divider="gray")
@@ -201,10 +282,10 @@ if iterative:
                 "lambda_decay": "Draw from every round dataset with weight (1-λ)λ^age / (1-λ^K); newest has age 0.",
             }.get(mode, "")
         )
-        forms.render_fields(algorithm, replay_primary, error, columns=2)
+        forms.render_fields(algorithm, replay_primary, errors, columns=2)
         replay_rest = [n for n in forms.REPLAY_FIELDS if n not in replay_primary]
-        with st.expander("More replay fields", expanded=forms.field_names_in(replay_rest, error)):
-            forms.render_fields(algorithm, replay_rest, error, columns=2)
+        with st.expander("More replay fields", expanded=forms.field_names_in(replay_rest, errors)):
+            forms.render_fields(algorithm, replay_rest, errors, columns=2)
     with right:
         lam = values.get("preference_replay_lambda")
         rounds = int(values.get("num_iterations") or 1)
@@ -228,21 +309,20 @@ st.caption(
     "Every remaining field of " + config_class.__name__ + ", grouped. Hover a field's ⓘ for its help text and default."
 )
 for title, caption, names in forms.grouped_fields(algorithm):
-    with st.expander(f"{title} ({len(names)})", expanded=forms.field_names_in(names, error)):
+    with st.expander(f"{title} ({len(names)})", expanded=forms.field_names_in(names, errors)):
         st.caption(caption)
-        forms.render_fields(algorithm, names, error)
+        forms.render_fields(algorithm, names, errors)
 
 # -- check, create, save ------------------------------------------------------------------------------------
 
 st.header("Create the run", divider="gray")
 problems = agent_problems + task_problems
-if error is not None:
+for error in errors:
     where = f" (field `{error.field}`)" if error.field else ""
     st.error(f"**{config_class.__name__} is invalid{where}:** {error.message}", icon=":material/error:")
-elif problems:
-    for problem in problems:
-        st.warning(problem, icon=":material/warning:")
-else:
+for problem in problems:
+    st.warning(problem, icon=":material/warning:")
+if not errors and not problems:
     st.success(f"{config_class.__name__} is valid.", icon=":material/check_circle:")
 
 spec = services.ExperimentSpec(
@@ -259,11 +339,11 @@ name_col, create_col, save_col = st.columns([2, 1, 1], vertical_alignment="botto
 name_col.text_input(
     "Run name (optional)",
     key=state.SETUP_RUN_NAME,
-    persist_state="session",
+    **forms.KEEP,
     placeholder=algorithm,
     help="Prefix of the run id; the run folder is <runs folder>/<run id>.",
 )
-can_create = error is None and not problems
+can_create = not errors and not problems
 if create_col.button(
     "Create run",
     type="primary",
@@ -278,7 +358,7 @@ if create_col.button(
         st.error(components.format_exception(exc))
     else:
         state.set_current_run(run_id)
-        st.switch_page(components.ROUNDS_PAGE)
+        state.switch_page(components.ROUNDS_PAGE)
 save_col.download_button(
     "Save config",
     data=json.dumps(spec.to_dict(), indent=2, ensure_ascii=False),

@@ -144,9 +144,11 @@ def test_setup_shows_every_field_with_its_help_and_the_api_message_next_to_the_f
         at.segmented_control(key=state.SETUP_FAMILY).set_value(family)
         at.toggle(key=state.SETUP_ITERATIVE).set_value(iterative).run()
         algorithm = f"{family}{'Iter' if iterative else ''}"
+        specs = forms.field_specs(CONFIG_CLASSES[algorithm])
+        defaults = {name: spec.default for name, spec in specs.items()}
         for name, help_text in CONFIG_CLASSES[algorithm].field_help().items():
-            if name in forms.HIDDEN_FIELDS:
-                continue
+            if name in forms.HIDDEN_FIELDS or not forms.applies(algorithm, specs[name], defaults):
+                continue  # fields of other modes are drawn once their mode is chosen (tests/test_setup_form.py)
             widget = at.get_by_key(state.config_field_key(algorithm, name))
             assert widget.label == name
             assert help_text in widget.help and "Default" in widget.help
@@ -158,6 +160,8 @@ def test_setup_shows_every_field_with_its_help_and_the_api_message_next_to_the_f
         MADPOIterConfig(preference_replay_mode="lambda_decay")
     at.selectbox(key=state.config_field_key("MADPOIter", "preference_replay_mode")).select("lambda_decay").run()
     lam_key = state.config_field_key("MADPOIter", "preference_replay_lambda")
+    assert at.number_input(key=lam_key).value == 0.5  # filled in on the switch, see tests/test_setup_form.py
+    at.number_input(key=lam_key).set_value(None).run()
     assert str(raised.value) in _texts(_container_holding(at, lam_key), "error")
     assert any("field `preference_replay_lambda`" in e.value for e in at.error)
     assert at.button(key=state.SETUP_CREATE).disabled
@@ -168,15 +172,14 @@ def test_setup_shows_every_field_with_its_help_and_the_api_message_next_to_the_f
     preview = _plotly(at)[-1]
     assert [round(y, 6) for y in _array(preview["data"][0]["y"])] == [round(w, 6) for w in lambda_decay_weights(6, 0.5)]
 
-    # A comparator field: history k on a current comparator is refused with CoMLRL's message, next to the field.
+    # A comparator field: history k is drawn for a history comparator only, and never blocks another policy.
     at.selectbox(key=state.config_field_key("MADPOIter", "comparator_policy")).select("history").run()
     history_key = state.config_field_key("MADPOIter", "comparator_history_k")
-    at.number_input(key=history_key).set_value(2).run()
-    assert not at.error
+    at.number_input(key=history_key).set_value(0).run()
+    assert "comparator_history_k must be >= 1." in _texts(_container_holding(at, history_key), "error")
     at.selectbox(key=state.config_field_key("MADPOIter", "comparator_policy")).select("current").run()
-    assert "comparator_history_k is only valid when comparator_policy='history'." in _texts(
-        _container_holding(at, history_key), "error"
-    )
+    assert not at.error and history_key not in [w.key for w in at.number_input]
+    assert any("MADPOIterConfig is valid" in s.value for s in at.success)
 
     # The spec that "Save config" downloads carries the form's values and never an API key field.
     spec = json.loads(at.get("json")[0].proto.body)
@@ -255,7 +258,18 @@ def test_rounds_shows_the_finished_runs_phase_timeline(open_app, seeded):
     assert list(table["round"]) == [1, 2]
     for column in ("Collect", "Select replay sample", "Train", "Evaluate"):
         assert all(cell.startswith("✓") for cell in table[column])
-    assert list(table["pairs"]) == list(rounds["num_pairs"])
+    assert list(table["pairs"]) == [f"{n:,}" for n in rounds["num_pairs"]]
+    # Candidates are the collected ones that pairs are made of; the evaluation's samples are counted apart.
+    cur = _store(seeded).cursor()
+    for r in (1, 2):
+        collected, evaluated = cur.execute(
+            "SELECT count(*) FILTER (WHERE side <> 'eval'), count(*) FILTER (WHERE side = 'eval') FROM candidates "
+            "WHERE run_id = ? AND round = ?",
+            [seeded.run_id, r],
+        ).fetchone()
+        assert evaluated > 0
+        assert table.loc[r - 1, "candidates"] == f"{collected:,}"
+        assert table.loc[r - 1, "evaluation samples"] == f"{evaluated:,}"
     assert all(at.button(key=state.phase_button_key(p)).disabled for p in ("collect", "select", "train", "evaluate"))
     timeline = _plotly(at)[0]
     assert {trace["name"] for trace in timeline["data"]} >= {"collect", "train", "evaluate"}
@@ -284,7 +298,7 @@ def test_rounds_creates_a_run_from_setup_then_runs_one_phase(open_app, seeded, t
     at.run()
     table = at.dataframe[0].value
     assert table.loc[0, "Collect"].startswith("✓") and table.loc[0, "Select replay sample"] == "next"
-    assert table.loc[0, "pairs"] == services.workspace().view(run_id).store.pairs_count(run_id)
+    assert table.loc[0, "pairs"] == f"{services.workspace().view(run_id).store.pairs_count(run_id):,}"
     assert at.button(key=state.phase_button_key("select")).disabled is False
 
 
@@ -302,6 +316,10 @@ def test_rounds_shows_a_failed_phase_with_its_cause_and_a_retry(open_app, seeded
     assert any("The last phase failed" in e and "no-such-model" in e for e in errors)
     assert at.button(key=state.ROUNDS_RETRY).label == "Retry collect"
     assert any("Nothing committed is lost" in c.value for c in at.caption)
+    # The event log has the failure (here: loading the models) as an error of round 1, collect.
+    events = services.workspace().view(run_id).store.events(run_id, level="error")
+    assert len(events) == 1 and "no-such-model" in events.loc[0, "message"]
+    assert (events.loc[0, "round"], events.loc[0, "phase"]) == (1, "collect")
 
 
 def test_rounds_pause_lets_the_phase_finish_and_stops_before_the_next(open_app, seeded, tmp_path):
@@ -315,8 +333,10 @@ def test_rounds_pause_lets_the_phase_finish_and_stops_before_the_next(open_app, 
     assert at.button(key=state.ROUNDS_PAUSE).disabled is False  # the worker is loading the models or running
     at.button(key=state.ROUNDS_PAUSE).click().run()
     progress = services.workspace().manager.wait(run_id, timeout=300)
-    assert progress.status == "idle" and progress.next_phase is not None, progress
+    assert progress.status == "paused" and progress.next_phase is not None, progress
     at.run()
+    assert any(":orange-badge[:material/pause_circle: paused]" in m.value for m in at.markdown)
+    assert {m.label: m.value for m in at.metric}["phases left"] == "–"
     assert at.button(key=state.ROUNDS_PAUSE).disabled
     assert at.button(key=state.phase_button_key(progress.next_phase)).disabled is False
     assert {m.label: m.value for m in at.metric}["round"] == "1 / 2"
@@ -331,6 +351,20 @@ def test_pairs_browses_filters_and_shows_both_sides_per_agent(open_app, seeded):
     total = store.pairs_count(seeded.run_id)
     assert any(f"**{total:,} pairs** match" in m.value for m in at.markdown)
     assert len(at.dataframe[0].value) == min(25, total)
+    # The page box is not in the row's last column, under the table toolbar's corner.
+    page_column = _container_holding(at, state.PAIRS_PAGE)
+
+    def parent_of(node, target):
+        for child in getattr(node, "children", {}).values():
+            if child is target:
+                return node
+            found = parent_of(child, target)
+            if found is not None:
+                return found
+        return None
+
+    row = parent_of(at._tree, page_column)
+    assert list(row.children.values()).index(page_column) < len(row.children) - 1
 
     first = at.selectbox(key=state.PAIRS_OPEN).value
     detail = store.pair_detail(seeded.run_id, *first)
@@ -357,6 +391,26 @@ def test_pairs_browses_filters_and_shows_both_sides_per_agent(open_app, seeded):
     at.number_input(key=state.PAIRS_MIN_GAP).set_value(0.99).run()
     expected = store.pairs_count(seeded.run_id, winner_side="comparator", round=2, min_gap=0.99)
     assert any(f"**{expected:,} pairs** match" in m.value for m in at.markdown)
+
+
+def test_the_url_keeps_the_open_run_and_setup_has_its_own_address(open_app, seeded, monkeypatch):
+    at = open_app("pages/pairs.py")
+    assert at.query_params[state.URL_RUN] == seeded.run_id  # written on every rerun, page switches included
+
+    # A reload is a new session with the same URL: the Pairs page opens on the same run.
+    monkeypatch.setenv(services.RUNS_DIR_ENV, str(seeded.root))
+    reloaded = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    reloaded.query_params = dict(at.query_params)
+    reloaded.run()
+    reloaded.switch_page("pages/pairs.py").run()
+    assert not reloaded.exception, [e.value for e in reloaded.exception]
+    assert reloaded.session_state[state.RUN_ID] == seeded.run_id
+    total = _store(seeded).pairs_count(seeded.run_id)
+    assert any(f"**{total:,} pairs** match" in m.value for m in reloaded.markdown)
+
+    # Streamlit serves its default page at "/" only: Setup must not be it, or /setup is "Page not found".
+    paths = {info["url_pathname"] for info in reloaded._registered_pages.values()}
+    assert {"setup", "rounds", "pairs", "replay", "learning", "data"} <= paths
 
 
 def test_pairs_sql_box_answers_read_only_queries_and_refuses_writes(open_app, seeded, downloads):
@@ -392,7 +446,10 @@ def test_replay_shows_weights_and_draws_and_recomputes_lambda_live(open_app, see
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["training sample size"] == str(int(round2["drawn_count"].sum()))
     modes = at.dataframe[1].value.set_index("mode")
-    assert modes.loc["current", "datasets used"] == 1 and modes.loc["lambda_decay  (this run)", "datasets used"] == 2
+    assert (
+        modes.loc["current", "datasets used"] == 1
+        and modes.loc["this run: lambda_decay (λ = 0.5)", "datasets used"] == 2
+    )
 
     def weights_text() -> str:
         return _texts(at.get_by_key(state.REPLAY_LAMBDA_TEXT), "markdown")[0]
@@ -401,6 +458,11 @@ def test_replay_shows_weights_and_draws_and_recomputes_lambda_live(open_app, see
     at.slider(key=state.REPLAY_LAMBDA).set_value(0.8).run()
     w = lambda_decay_weights(2, 0.8)
     assert weights_text() == f"round 1: **{w[0]:.3f}** · round 2: **{w[1]:.3f}**"
+    # The run's own row keeps the run's λ = 0.5; the slider moves the lambda_decay row of the comparison.
+    modes = at.dataframe[1].value.set_index("mode")
+    this_run, slider = modes.loc["this run: lambda_decay (λ = 0.5)"], modes.loc["lambda_decay (λ = 0.8)"]
+    assert [round(this_run[c], 4) for c in modes.columns[:2]] == [round(x, 4) for x in lambda_decay_weights(2, 0.5)]
+    assert [round(slider[c], 4) for c in modes.columns[:2]] == [round(x, 4) for x in w]
     chart = next(c for c in _plotly(at) if c["data"][0].get("name") == "weight")
     assert [round(y, 6) for y in _array(chart["data"][0]["y"])] == [round(x, 6) for x in w]
     at.segmented_control(key=state.REPLAY_ROUND).set_value(1).run()
@@ -417,8 +479,8 @@ def test_learning_plots_rewards_losses_margins_accuracy_and_distributions(open_a
     titles = [c["layout"]["title"]["text"] for c in charts if c["layout"].get("title")]
     assert titles[:4] == [
         "Rewards per round",
-        "Loss per round (mean over updates)",
-        "Margins per round",
+        "Preference loss per round (mean over updates)",
+        "Log-prob margins per round",
         "Pair accuracy and current agents' win share",
     ]
     rewards = {t["name"]: _array(t["y"]) for t in charts[0]["data"]}
@@ -488,3 +550,14 @@ def test_data_imports_a_comlrl_replay_directory_and_browses_it(open_app, seeded)
         at.switch_page(page).run()
         assert not at.exception, (page, [e.value for e in at.exception])
         assert at.title[0].value == title
+        if page == "pages/rounds.py":
+            assert not at.get("plotly_chart")  # no phase-time chart: an import's "phases" took microseconds
+        if page == "pages/learning.py":
+            assert any("imported pair set" in i.value and "no learning curves" in i.value for i in at.info)
+    # In the pickers an import has a title, not "nan · nan".
+    import_id = at.session_state[state.RUN_ID]
+    row = next(r for r in services.past_runs().itertuples(index=False) if r.run_id == import_id)
+    assert services.run_label(row) == f"{import_id} — imported CoMLRL pairs"
+    assert services.run_label(
+        next(r for r in services.past_runs().itertuples(index=False) if r.kind == "experiment")
+    ) == (f"{seeded.run_id} — MADPOIter · length_ratio")

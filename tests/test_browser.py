@@ -23,6 +23,7 @@ import time
 import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
+from urllib.parse import parse_qs, urlparse
 
 import pandas as pd
 import pytest
@@ -242,9 +243,15 @@ def _after_the_earlier_steps():
 
 def test_setup_page_configures_madpo_iter_and_creates_the_run(server, browser_page, tmp_path):
     page = browser_page
+    # Setup has an address of its own (a bookmark, a link); the root moves on to it.
+    page.goto(server["url"] + "/setup")
+    page.locator("h1").filter(has_text="Set up an experiment").wait_for()
+    settle(page)
+    assert not page.get_by_text("Page not found").count()
     page.goto(server["url"] + "/")
     page.locator("h1").filter(has_text="Set up an experiment").wait_for()
     settle(page)
+    assert page.url.split("?")[0].endswith("/setup")
 
     # Agents: the embedded tiny model (a random tiny Llama by local path when the embedded one is not built).
     model = agent_model(tmp_path)
@@ -276,13 +283,23 @@ def test_setup_page_configures_madpo_iter_and_creates_the_run(server, browser_pa
         page, state.config_field_key("MADPOIter", "num_train_epochs"), 4
     )  # a training phase long enough to switch pages in
 
-    # Comparator: history. Replay: lambda_decay, whose missing λ is reported next to the field, then λ = 0.5.
+    # Comparator: history. Replay: nearest_k with k = 3 first, then a switch to lambda_decay: the k left behind
+    # does not block creation, and λ is filled in with 0.5, saying so.
     choose(page, state.config_field_key("MADPOIter", "comparator_policy"), "history")
+    choose(page, state.config_field_key("MADPOIter", "preference_replay_mode"), "nearest_k")
+    fill_number(page, state.config_field_key("MADPOIter", "preference_replay_k"), 3)
+    page.get_by_text("MADPOIterConfig is valid.").wait_for()
     choose(page, state.config_field_key("MADPOIter", "preference_replay_mode"), "lambda_decay")
-    message = "preference_replay_lambda is required when preference_replay_mode='lambda_decay'."
-    assert page.get_by_text(message, exact=True).first.is_visible()
-    assert page.locator(f"{key(state.SETUP_CREATE)} button").is_disabled()
-    fill_number(page, state.config_field_key("MADPOIter", "preference_replay_lambda"), 0.5)
+    page.get_by_text("MADPOIterConfig is valid.").wait_for()
+    assert not page.locator(key(state.config_field_key("MADPOIter", "preference_replay_k"))).count()
+    lam_box = page.locator(f"{key(state.config_field_key('MADPOIter', 'preference_replay_lambda'))} input")
+    assert lam_box.input_value() == "0.5"
+    assert page.get_by_text("Filled in 0.5", exact=False).first.is_visible()
+    assert page.locator(f"{key(state.SETUP_CREATE)} button").is_enabled()
+
+    # The draft is in the URL (bound widgets), for a reload or a link.
+    draft = page.url
+    assert "preference_replay_mode=lambda_decay" in draft and "num_iterations=2" in draft, draft
     page.get_by_text("MADPOIterConfig is valid.").wait_for()
     shoot(page, "01-setup")
 
@@ -362,6 +379,17 @@ def test_pairs_page_opens_a_pair_with_winner_and_loser_of_both_agents(browser_pa
         assert "Winner" in winner.inner_text() and "Loser" in loser.inner_text()
     shoot(page, "04-pairs")
 
+    # A reload (a bookmark, a link to a colleague) comes back to the same page of the same run.
+    run_id = parse_qs(urlparse(page.url).query)[state.URL_RUN][0]
+    assert page.url.split("?")[0].endswith("/pairs")
+    page.reload()
+    page.locator("h1").filter(has_text="Pairs").wait_for()
+    settle(page)
+    page.locator("[data-testid='stDataFrame']").first.wait_for()
+    assert parse_qs(urlparse(page.url).query)[state.URL_RUN] == [run_id]
+    assert run_id in page.locator(f"{key(state.SIDEBAR_RUN)} input").input_value()
+    page.locator("[data-testid='stMarkdownContainer']", has_text="pairs match").first.wait_for(state="visible")
+
 
 def test_replay_page_weights_follow_the_lambda_slider(browser_page):
     page = browser_page
@@ -385,6 +413,19 @@ def test_replay_page_weights_follow_the_lambda_slider(browser_page):
         arg=[key(state.REPLAY_LAMBDA_TEXT), f"round 1: {w[0]:.3f} · round 2: {w[1]:.3f}"],
     )
     shoot(page, "05-replay")
+
+    # A hundred quick presses: the tables end in step with the slider, not a few reruns behind.
+    for _ in range(100):
+        thumb.press("ArrowLeft")
+    settle(page)
+    quiet(page)
+    assert float(thumb.input_value()) == 0.0
+    w = lambda_decay_weights(2, 0.0)
+    page.wait_for_function(
+        "([sel, want]) => document.querySelector(sel)?.innerText.trim() === want",
+        arg=[key(state.REPLAY_LAMBDA_TEXT), f"round 1: {w[0]:.3f} · round 2: {w[1]:.3f}"],
+        timeout=30_000,
+    )
 
 
 def test_learning_page_draws_its_charts(browser_page):

@@ -123,8 +123,9 @@ def test_reward_exception_stops_the_run_with_traceback_and_state_intact(model_di
     assert "reward server down" in progress.last_error
     assert "Traceback" in progress.last_traceback
     assert progress.next_phase == "evaluate" and progress.round_index == 1
-    events = manager.run(run_id).store.events(run_id)
-    assert any("reward server down" in m for m in events["message"])
+    events = manager.run(run_id).store.events(run_id, level="error")
+    assert len(events) == 1 and "reward server down" in events.loc[0, "message"]
+    assert (events.loc[0, "round"], events.loc[0, "phase"]) == (1, "evaluate")
     manager.close()
 
 
@@ -139,9 +140,13 @@ def test_stop_cancels_the_phase_and_returns_to_the_last_finished_one(model_dir, 
     progress = manager.wait(run_id, timeout=300)
     # Either the cancel arrived in time (idle, back at collect) or the phase had already finished.
     assert progress.status == "idle"
+    events = manager.run(run_id).store.events(run_id)
+    assert "error" not in set(events["level"])  # a stop the user asked for is not an error
     if "stopped" in (progress.message or ""):
         assert progress.next_phase == "collect"
         assert manager.run(run_id).store.committed_phases(run_id) == []
+        cancelled = events[events["level"] == "info"]
+        assert len(cancelled) == 1 and (cancelled.iloc[0]["round"], cancelled.iloc[0]["phase"]) == (1, "collect")
     manager.close()
 
 
@@ -193,3 +198,19 @@ def test_kill_9_during_training_then_resume_keeps_every_committed_row_once(model
         phases = store.committed_phases(run_id)
         assert len(phases) == 12  # 3 rounds x 4 phases, each once
         assert store.pairs_count(run_id) >= committed_before
+
+
+def test_the_phase_eta_comes_from_the_same_phase_in_earlier_rounds():
+    from comlrl_lab.engine.manager import EngineControl
+
+    published: dict = {}
+    control = EngineControl(published.update)
+    control.begin(1, "train", total=10)
+    control.advance(5)  # half the steps in no time: counting steps says "done in a moment"
+    assert published["eta_seconds"] is not None and published["eta_seconds"] < 1.0
+
+    control.record_phase("train", 24.0)
+    control.record_phase("collect", 3.0)
+    control.begin(2, "train", total=10)
+    control.advance(5)
+    assert 23.0 < published["eta_seconds"] <= 24.0  # the last train phase took 24 s

@@ -137,3 +137,85 @@ def test_pair_filters_return_the_store_keywords_and_keep_each_page_s_choices_apa
     assert json.loads(at.json[1].value) == {"export": {**empty, "winner_side": "current"}}
     assert [m.value for m in at.markdown] == ["**Filters**"]
     assert at.get_by_key(state.PAIRS_FILTERS.box) is not None and at.get_by_key(state.EXPORT_FILTERS.box) is not None
+
+
+def test_the_phase_table_shows_a_dash_for_counts_of_rounds_not_reached_yet():
+    import pandas as pd
+
+    from comlrl_lab.ui import frames
+
+    rounds = pd.DataFrame(
+        [
+            {
+                "round": 1,
+                "collect_at": pd.Timestamp("2026-01-01"),
+                "num_candidates": 256,
+                "num_pairs": 1200,
+                "num_drawn": 0,
+                "num_eval_samples": 4,
+            }
+        ]
+    )
+    table = frames.phase_table(rounds, {}, 2, (1, "select"))
+    assert table.loc[0, ["candidates", "pairs", "drawn for training", "evaluation samples"]].tolist() == [
+        "256",
+        "1,200",
+        "0",
+        "4",
+    ]
+    assert table.loc[1, ["candidates", "pairs", "drawn for training", "evaluation samples"]].tolist() == ["–"] * 4
+
+
+def _metrics(values: dict[str, list[float]]):
+    import pandas as pd
+
+    rows = [
+        {"round": r + 1, "step": r + 1, "phase": "train", "name": name, "value": v}
+        for name, per_round in values.items()
+        for r, v in enumerate(per_round)
+    ]
+    return pd.DataFrame(rows)
+
+
+def test_marlhf_losses_and_reward_model_margins_get_panels_of_their_own():
+    from comlrl_lab.data import metric_names as m
+    from comlrl_lab.ui import figures
+
+    panels = figures.training_panels(
+        _metrics({m.BT_LOSS: [0.69, 0.52], m.RL_LOSS: [104.0, 96.0], m.BT_MARGIN: [0.1, 1.4]})
+    )
+    assert set(panels) == {"loss", "rl_loss", "reward_margins"}
+    assert [t.name for t in panels["loss"].data] == [m.BT_LOSS]  # not on the RL loss's axis, where 0.5 looks flat
+    assert [t.name for t in panels["rl_loss"].data] == [m.RL_LOSS]
+    assert panels["reward_margins"].layout.yaxis.title.text == "reward margin R(w) - R(l)"
+
+
+def test_an_agents_margin_stays_visible_on_the_joint_margin():
+    from comlrl_lab.data import metric_names as m
+    from comlrl_lab.ui import figures
+
+    agent = m.name(m.MADPO_AGENT_MARGIN, agent=1)
+    panels = figures.training_panels(_metrics({m.MADPO_JOINT_MARGIN: [0.5, 0.9], agent: [0.5, 0.9]}))
+    assert panels["margins"].layout.yaxis.title.text == "log-prob margin"
+    first, second = panels["margins"].data
+    assert first.line.dash != second.line.dash and first.marker.symbol != second.marker.symbol
+
+
+def test_words_in_common_counts_words_not_spaces_and_says_how():
+    from comlrl_lab.ui import diff
+
+    assert diff.similarity("the cat sat down", "the cat sat up") == 0.75
+    assert diff.similarity("", "") == 1.0
+    assert "2 × (words matched in order)" in diff.SIMILARITY_HELP
+
+
+def test_the_pair_chart_leaves_room_for_the_winner_label_above_the_best_candidate():
+    import pandas as pd
+
+    from comlrl_lab.ui import charts
+
+    frame = pd.DataFrame({"side": ["current"] * 3, "candidate_index": [0, 1, 2], "reward": [0.2, 0.5, 1.0]})
+    fig = charts.candidate_rewards(frame, winner=("current", 2), loser=("current", 0))
+    winner = next(t for t in fig.data if t.name == "winner")
+    assert winner.cliponaxis is False
+    assert fig.layout.yaxis.range[1] > 1.0 + 0.1 and fig.layout.yaxis.range[0] < 0.2

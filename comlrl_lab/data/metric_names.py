@@ -296,8 +296,12 @@ def lookup(metric_name: str) -> Metric | None:
 
 
 #: Kinds the Learning page draws in its loss, margin and accuracy panels.
-LOSS_KINDS = ("dpo_loss", "bt_loss", "rl_loss")
-MARGIN_KINDS = ("margin", "reward_margin")
+#: Preference losses (near log 2) and policy-learning losses (often far larger) are drawn apart, and so are
+#: log-prob margins and reward-model margins: different quantities on different scales.
+PREFERENCE_LOSS_KINDS = ("dpo_loss", "bt_loss")
+RL_LOSS_KINDS = ("rl_loss",)
+LOGPROB_MARGIN_KINDS = ("margin",)
+REWARD_MARGIN_KINDS = ("reward_margin",)
 ACCURACY_KINDS = ("accuracy",)
 
 

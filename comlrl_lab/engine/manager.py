@@ -28,7 +28,7 @@ class Progress:
     """What a page shows about a run; a copy, safe to read from any thread."""
 
     run_id: str
-    status: str = "idle"  # idle | loading | running | pausing | stopping | error | finished
+    status: str = "idle"  # idle | loading | running | pausing | paused | stopping | error | finished
     round_index: int = 1
     phase: str | None = None
     next_phase: str | None = "collect"
@@ -62,6 +62,11 @@ class EngineControl(PhaseControl):
         super().__init__()
         self._publish_changes = publish
         self.cancel_event = threading.Event()
+        self.phase_seconds: dict[str, list[float]] = {}  # phase -> wall times of its earlier runs, oldest first
+
+    def record_phase(self, phase: str, seconds: float) -> None:
+        """Remember how long ``phase`` took, for the next round's estimate."""
+        self.phase_seconds.setdefault(phase, []).append(float(seconds))
 
     def begin(self, round_index: int, phase: str, total: int) -> None:
         super().begin(round_index, phase, total)
@@ -80,6 +85,11 @@ class EngineControl(PhaseControl):
         elapsed = max(1e-9, time.monotonic() - self.started_at)
         rate = self.done / elapsed if self.done else 0.0
         eta = (self.total - self.done) / rate if rate > 0 and self.total >= self.done else None
+        past = self.phase_seconds.get(self.phase or "", [])[-3:]
+        if past:
+            # A phase's steps are not equally long (train fits a reward model, then learns the policy), so its own
+            # count extrapolates badly; the same phase in earlier rounds is the better guide.
+            eta = max(0.0, sum(past) / len(past) - elapsed)
         self._publish_changes(
             round_index=self.round_index,
             phase=self.phase,
@@ -142,6 +152,18 @@ class RunManager:
 
     def open_runs(self) -> list[str]:
         return list(self._runs)
+
+    def forget(self, run_id: str) -> None:
+        """Close an idle run and let go of it (before its folder is archived or deleted); refused while it works."""
+        with self._lock:
+            if run_id not in self._runs:
+                return
+            if self._progress[run_id].busy:
+                raise RuntimeError(f"run {run_id} is {self._progress[run_id].status}: pause or stop it first")
+            run = self._runs.pop(run_id)
+            for table in (self._controls, self._threads, self._progress, self._pause):
+                table.pop(run_id, None)
+        run.close()
 
     # Commands ----------------------------------------------------------------------------------------------
     def start(
@@ -217,6 +239,8 @@ class RunManager:
         try:
             run.ensure_trainer()
         except Exception as error:  # model loading, task loading, config
+            round_index, phase = run.cursor()
+            run.record_failure(error, round=round_index, phase=phase)
             self._update(
                 run_id,
                 status="error",
@@ -225,8 +249,10 @@ class RunManager:
                 phases_left=0,
             )
             return
+        paused = False
         for left in range(count, 0, -1):
             if self._pause[run_id].is_set():
+                paused = True
                 break
             trainer = run.trainer
             if trainer.finished:
@@ -241,6 +267,7 @@ class RunManager:
                 done=0,
                 total=0,
             )
+            phase, began = trainer.next_phase, time.monotonic()
             try:
                 run.step()
             except PhaseCancelled as cancelled:
@@ -261,10 +288,14 @@ class RunManager:
                     **self._cursor_fields(run),
                 )
                 return
+            self._controls[run_id].record_phase(phase, time.monotonic() - began)
             self._update(
                 run_id, message=(run.trainer.last_message if run.trainer else None), **self._cursor_fields(run)
             )
-        final = "finished" if run.trainer is not None and run.trainer.finished else "idle"
+        if run.trainer is not None and run.trainer.finished:
+            final = "finished"
+        else:
+            final = "paused" if paused else "idle"
         self._update(run_id, status=final, phases_left=0, **self._cursor_fields(run))
 
     @staticmethod

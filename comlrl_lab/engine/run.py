@@ -26,8 +26,15 @@ from comlrl_lab.data.phases import InvalidTransition
 from comlrl_lab.data.run_ids import new_run_id
 from comlrl_lab.engine.spec import ExperimentSpec, build_trainer
 from comlrl_lab.store import RunStore, snapshot_parquet
-from comlrl_lab.trainers.preference import checkpoint as ckpt
-from comlrl_lab.trainers.preference.sink import PHASES, PhaseControl, PhaseRecords
+from comlrl_lab.trainers.preference.sink import PHASES, PhaseCancelled, PhaseControl, PhaseRecords
+
+
+def _ckpt():
+    """The checkpoint module, imported on first use: it imports torch, which opening the workbench must not."""
+    from comlrl_lab.trainers.preference import checkpoint
+
+    return checkpoint
+
 
 SPEC_FILE = "spec.json"
 STORE_FILE = "run.duckdb"
@@ -141,7 +148,7 @@ class Run:
                 self.spec, output_dir=self.run_dir, run_id=self.run_id, sink=sink, control=self.control
             )
             trainer.checkpoint_dir = self.checkpoint_dir
-            if ckpt.has_checkpoint(self.checkpoint_dir):
+            if _ckpt().has_checkpoint(self.checkpoint_dir):
                 trainer.load_checkpoint(self.checkpoint_dir)
             self.trainer = trainer
         return self.trainer
@@ -151,8 +158,8 @@ class Run:
         """(round, next phase) without building the trainer when a checkpoint can tell."""
         if self.trainer is not None:
             return self.trainer.round_index, self.trainer.next_phase
-        if ckpt.has_checkpoint(self.checkpoint_dir):
-            state, _ = ckpt.load_checkpoint(self.checkpoint_dir)
+        if _ckpt().has_checkpoint(self.checkpoint_dir):
+            state, _ = _ckpt().load_checkpoint(self.checkpoint_dir)
             return int(state["round_index"]), None if state["finished"] else PHASES[int(state["phase_index"])]
         return 1, PHASES[0]
 
@@ -165,29 +172,42 @@ class Run:
         trainer = self.ensure_trainer()
         if trainer.finished:
             raise InvalidTransition(f"run {self.run_id} has finished all {trainer.num_rounds} rounds")
+        where = {"round": trainer.round_index, "phase": trainer.next_phase}
         try:
             records = trainer.step(expected_phase)
         except InvalidTransition:
             raise  # refused before anything ran: there is no failure to log and nothing to restore
+        except PhaseCancelled:
+            # A stop the user asked for is not an error: log it as such, and go back to the last finished phase.
+            self._log(
+                "info",
+                f"{where['phase']} of round {where['round']} cancelled; back at the last finished phase",
+                **where,
+            )
+            self.restore_last_good()
+            raise
         except BaseException as error:
-            self.record_failure(error)
+            self.record_failure(error, **where)
             raise
         self.last_error = self.last_traceback = None
         return records
 
-    def record_failure(self, error: BaseException) -> None:
-        """Log the error and put the trainer back to the last finished phase (nothing committed is lost)."""
+    def record_failure(self, error: BaseException, *, round: int | None = None, phase: str | None = None) -> None:
+        """Log the error with the round and phase it hit, and put the trainer back to the last finished phase."""
         self.last_error = f"{type(error).__name__}: {error}"
         self.last_traceback = traceback.format_exc()
+        self._log("error", self.last_error, traceback=self.last_traceback, round=round, phase=phase)
+        self.restore_last_good()
+
+    def _log(self, level: str, message: str, **where: Any) -> None:
         if self.store is not None:
             with contextlib.suppress(Exception):  # the store must not hide the original error
-                self.store.log_event(self.run_id, "error", self.last_error, traceback=self.last_traceback)
-        self.restore_last_good()
+                self.store.log_event(self.run_id, level, message, **where)
 
     def restore_last_good(self) -> None:
         if self.trainer is None:
             return
-        if ckpt.has_checkpoint(self.checkpoint_dir):
+        if _ckpt().has_checkpoint(self.checkpoint_dir):
             self.trainer.load_checkpoint(self.checkpoint_dir)
         else:
             # Nothing finished yet: rebuild from scratch so no half-run phase leaks into the next attempt.

@@ -8,6 +8,7 @@ the environment variable that has it.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,10 +20,25 @@ from comlrl_lab.trainers import preference
 from comlrl_lab.trainers.preference.algorithms import ALGORITHM_TABLE, algorithm
 from comlrl_lab.trainers.preference.config import SECRET_FIELDS
 
-#: algorithm name -> (config class, trainer class), resolved from the algorithm table.
-ALGORITHMS: dict[str, tuple[type, type]] = {
-    name: (row.config_class, getattr(preference, row.trainer_class_name)) for name, row in ALGORITHM_TABLE.items()
-}
+
+class _AlgorithmClasses(Mapping):
+    """Algorithm name -> (config class, trainer class), from the algorithm table.
+
+    The trainer class is looked up on access, so importing the engine does not import torch.
+    """
+
+    def __getitem__(self, name: str) -> tuple[type, type]:
+        row = ALGORITHM_TABLE[name]
+        return row.config_class, getattr(preference, row.trainer_class_name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(ALGORITHM_TABLE)
+
+    def __len__(self) -> int:
+        return len(ALGORITHM_TABLE)
+
+
+ALGORITHMS: Mapping[str, tuple[type, type]] = _AlgorithmClasses()
 
 
 @dataclass
@@ -53,7 +69,7 @@ class ExperimentSpec:
 
     @property
     def config_class(self) -> type:
-        return ALGORITHMS[self.algorithm][0]
+        return algorithm(self.algorithm).config_class
 
     def build_config(self) -> Any:
         values = dict(self.config)

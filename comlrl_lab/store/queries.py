@@ -117,7 +117,19 @@ def run_info(cur: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | No
 
 
 def rounds(cur: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    return cur.execute("SELECT * EXCLUDE (run_id) FROM rounds WHERE run_id = ? ORDER BY round", [run_id]).df()
+    """One row per round; ``num_candidates`` counts the collected candidates, ``num_eval_samples`` the evaluation's."""
+    return cur.execute(
+        """
+        SELECT r.* EXCLUDE (run_id, num_candidates),
+               coalesce(c.collected, 0) AS num_candidates, coalesce(c.evaluated, 0) AS num_eval_samples
+        FROM rounds r
+        LEFT JOIN (SELECT round, count(*) FILTER (WHERE side <> 'eval') AS collected,
+                          count(*) FILTER (WHERE side = 'eval') AS evaluated
+                   FROM candidates WHERE run_id = $1 GROUP BY round) c USING (round)
+        WHERE r.run_id = $1 ORDER BY round
+        """,
+        [run_id],
+    ).df()
 
 
 def committed_phases(cur: duckdb.DuckDBPyConnection, run_id: str) -> list[tuple[int, str]]:

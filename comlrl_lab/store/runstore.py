@@ -154,12 +154,20 @@ class RunStore:
             writer.commit_batches(self._writable(), run_id, batches, **run_fields)
 
     def log_event(
-        self, run_id: str, level: str, message: str, *, traceback: str | None = None, round: int | None = None
+        self,
+        run_id: str,
+        level: str,
+        message: str,
+        *,
+        traceback: str | None = None,
+        round: int | None = None,
+        phase: str | None = None,
     ) -> None:
-        """Append one event on its own, outside any phase (a phase commit never replaces it)."""
+        """Append one event on its own, outside any phase commit (which never replaces it); ``round`` and
+        ``phase`` say which phase it is about."""
         rows = writer.event_table([{"level": level, "message": message, "traceback": traceback}])
         with self._lock:
-            writer.append_events(self._writable(), run_id, rows, round)
+            writer.append_events(self._writable(), run_id, rows, round, phase)
 
     def discard_after(self, run_id: str, round: int, phase: str | None) -> None:
         """Delete everything committed after (round, phase), e.g. to line the store up with a resumed checkpoint."""

@@ -175,12 +175,14 @@ def event_table(events: Rows) -> pa.Table:
     return _conform(events, EVENT_SCHEMA, _event_columns)
 
 
-def append_events(con: duckdb.DuckDBPyConnection, run_id: str, rows: pa.Table, round: int | None) -> None:
-    """Append log events outside any phase (they are never replaced by a phase commit)."""
+def append_events(
+    con: duckdb.DuckDBPyConnection, run_id: str, rows: pa.Table, round: int | None, phase: str | None = None
+) -> None:
+    """Append log events outside any phase commit (they are never replaced by one), tagged with round and phase."""
     con.execute("BEGIN TRANSACTION")
     try:
         _ensure_run(con, run_id, utcnow())
-        _append(con, "events", rows, [run_id, round, None])
+        _append(con, "events", rows, [run_id, round, phase])
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")

@@ -28,6 +28,8 @@ def _layout(fig: go.Figure, title: str | None = None, *, height: int = 320, **kw
         height=height,
         margin={"l": 10, "r": 10, "t": 44 if title else 16, "b": 10},
         legend={"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "x": 0, "xanchor": "left"},
+        # A vertical toolbar sits at the right edge, beside the plot instead of over the left-aligned title.
+        modebar={"orientation": "v"},
         **kwargs,
     )
     return fig
@@ -80,6 +82,12 @@ def replay_draws(frame: pd.DataFrame, *, title: str | None = None) -> go.Figure:
     return _layout(fig, title)
 
 
+#: Each series of a chart has its own dash and marker as well as its colour, so a line that lies on another (one
+#: agent's margin on the joint margin) still shows.
+SERIES_DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
+SERIES_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x")
+
+
 def round_curves(frame: pd.DataFrame, *, title: str, y_title: str, colors: dict[str, str] | None = None) -> go.Figure:
     """Lines over rounds. ``frame``: columns round, series, value (one row per round and series)."""
     fig = go.Figure()
@@ -91,7 +99,12 @@ def round_curves(frame: pd.DataFrame, *, title: str, y_title: str, colors: dict[
             y=part["value"],
             mode="lines+markers",
             name=str(series),
-            line={"color": colors.get(str(series), SERIES_PALETTE[i % len(SERIES_PALETTE)]), "width": 2},
+            marker={"symbol": SERIES_SYMBOLS[i % len(SERIES_SYMBOLS)], "size": 8},
+            line={
+                "color": colors.get(str(series), SERIES_PALETTE[i % len(SERIES_PALETTE)]),
+                "width": 2,
+                "dash": SERIES_DASHES[i % len(SERIES_DASHES)],
+            },
             hovertemplate=f"{series}<br>round %{{x}}: %{{y:.4g}}<extra></extra>",
         )
     fig.update_yaxes(title=y_title)
@@ -182,10 +195,16 @@ def candidate_rewards(
                 name=role,
                 text=[role],
                 textposition="top center",
+                cliponaxis=False,
                 marker={"symbol": "circle-open", "size": 20, "line": {"width": 3, "color": color}},
             )
     fig.update_xaxes(title="candidate index", dtick=1)
     fig.update_yaxes(title="reward")
+    if len(frame):
+        # Headroom above the best candidate, where the "winner" label sits (it was cut off at the plot's edge).
+        low, high = float(frame["reward"].min()), float(frame["reward"].max())
+        pad = 0.12 * (high - low) or 0.1
+        fig.update_yaxes(range=[low - pad, high + 2 * pad])
     return _layout(fig, "Every candidate of this item", height=300)
 
 

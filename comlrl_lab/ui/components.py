@@ -30,6 +30,7 @@ STATUS_BADGES = {
     "loading": ("loading models", "blue", ":material/hourglass_top:"),
     "running": ("running", "blue", ":material/progress_activity:"),
     "pausing": ("pausing after this phase", "orange", ":material/pause:"),
+    "paused": ("paused", "orange", ":material/pause_circle:"),
     "stopping": ("stopping", "orange", ":material/stop_circle:"),
     "error": ("error", "red", ":material/error:"),
     "finished": ("finished", "green", ":material/check_circle:"),
@@ -99,9 +100,11 @@ def sidebar_run_card() -> None:
         st.caption("No runs yet: set one up on the Setup page.")
         return
     st.session_state[state.SIDEBAR_RUN] = current if current in options else None
+    labels = {row.run_id: services.run_label(row) for row in past.itertuples(index=False)} if len(past) else {}
     st.selectbox(
         "Run",
         options,
+        format_func=lambda run_id: labels.get(run_id, run_id),
         key=state.SIDEBAR_RUN,
         on_change=_choose_run,
         placeholder="Open a run…",
@@ -159,7 +162,7 @@ def progress_panel(view: services.RunView, started: Progress) -> None:
                 status_badge(now)
             top[1].metric("tokens/s", f"{now.tokens_per_second:,.0f}" if now.busy else "–")
             top[2].metric("ETA (phase)", fmt_eta(now.eta_seconds) if now.busy else "–")
-            top[3].metric("phases left", now.phases_left if now.busy else 0)
+            top[3].metric("phases left", now.phases_left if now.busy else "–")
             if now.busy:
                 st.progress(now.fraction, text=progress_text(now))
             elif now.status == "finished":
@@ -306,7 +309,9 @@ def pair_view(view: services.RunView, detail: dict[str, Any]) -> None:
     l_tag = f"Loser · {loser_side or '?'} side · candidate {_int_or_dash(detail.get('loser_candidate_index'))}"
     for i, (prompt, win, lose) in enumerate(zip(prompts, winners, losers)):
         with st.container(border=True, key=state.pair_agent_key(i)):
-            st.markdown(f"**Agent {i + 1}** · words in common: {diff.similarity(win, lose):.0%}")
+            st.markdown(
+                f"**Agent {i + 1}** · words in common: {diff.similarity(win, lose):.0%}", help=diff.SIMILARITY_HELP
+            )
             st.html(diff.text_box(diff.plain_html(prompt), label="Prompt"))
             left_html, right_html = diff.diff_html(win, lose)
             left, right = st.columns(2)

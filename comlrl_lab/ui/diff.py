@@ -82,6 +82,18 @@ def plain_html(text: str) -> str:
     return html.escape(text or "")
 
 
+#: What ``similarity`` measures, for the help text beside it.
+SIMILARITY_HELP = (
+    "Words in common, in order: 2 × (words matched in order) / (the winner's words + the loser's words), with "
+    "punctuation marks counted as words and spaces ignored. 100% = the same words; two 4-word answers that share "
+    "3 words in the same places give 75%."
+)
+
+
 def similarity(winner: str, loser: str) -> float:
-    """Share of words the two responses have in common (1.0 = identical)."""
-    return difflib.SequenceMatcher(a=tokenize(winner), b=tokenize(loser), autojunk=False).ratio()
+    """Words in common, in order (``SIMILARITY_HELP``): difflib's ratio over the words, whitespace left out."""
+    a = [t for t in tokenize(winner) if not t.isspace()]
+    b = [t for t in tokenize(loser) if not t.isspace()]
+    if not a and not b:
+        return 1.0
+    return difflib.SequenceMatcher(a=a, b=b, autojunk=False).ratio()

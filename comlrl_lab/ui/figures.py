@@ -77,6 +77,35 @@ REWARD_COLORS = {
 }
 
 
+#: The Learning page's training panels: figure name -> (metric kinds, title, y-axis title). DPO and Bradley-Terry
+#: losses sit near log 2 while policy-learning losses can be a hundred times larger (on one axis the former look
+#: flat at 0), and log-prob margins and reward-model margins are different quantities: each gets its own panel.
+TRAINING_PANELS: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "loss": (
+        metric_names.PREFERENCE_LOSS_KINDS,
+        "Preference loss per round (mean over updates)",
+        "DPO / Bradley-Terry loss",
+    ),
+    "rl_loss": (metric_names.RL_LOSS_KINDS, "Policy-learning loss per round (mean over updates)", "RL loss"),
+    "margins": (metric_names.LOGPROB_MARGIN_KINDS, "Log-prob margins per round", "log-prob margin"),
+    "reward_margins": (
+        metric_names.REWARD_MARGIN_KINDS,
+        "Reward-model margins per round",
+        "reward margin R(w) - R(l)",
+    ),
+}
+
+
+def training_panels(metrics: pd.DataFrame) -> dict[str, go.Figure]:
+    """The ``TRAINING_PANELS`` that ``metrics`` has data for, each a figure of per-round means."""
+    out = {}
+    for name, (kinds, title, y_title) in TRAINING_PANELS.items():
+        frame = frames.per_round(metrics, frames.training_metrics(metrics, kinds))
+        if len(frame):
+            out[name] = charts.round_curves(frame, title=title, y_title=y_title)
+    return out
+
+
 @st.cache_resource(max_entries=CACHE_ENTRIES, show_spinner=False)
 def learning(run_id: str, version: str) -> LearningData | None:
     """Headline numbers and per-round figures of the Learning page; None when the run has no metrics yet."""
@@ -85,8 +114,7 @@ def learning(run_id: str, version: str) -> LearningData | None:
     if metrics.empty:
         return None
     rewards = frames.per_round(metrics, frames.REWARD_SERIES)
-    losses = frames.per_round(metrics, frames.training_metrics(metrics, metric_names.LOSS_KINDS))
-    margins = frames.per_round(metrics, frames.training_metrics(metrics, metric_names.MARGIN_KINDS))
+    losses = frames.per_round(metrics, frames.training_metrics(metrics, metric_names.PREFERENCE_LOSS_KINDS))
     accuracy = frames.per_round(metrics, frames.training_metrics(metrics, metric_names.ACCURACY_KINDS))
     win_share = frames.per_round(
         metrics, {"current agents' share of wins": (metric_names.CURRENT_WIN_SHARE, "collect")}
@@ -116,17 +144,16 @@ def learning(run_id: str, version: str) -> LearningData | None:
         figures["rewards"] = charts.round_curves(
             rewards, title="Rewards per round", y_title="mean reward", colors=REWARD_COLORS
         )
-    if len(losses):
-        figures["loss"] = charts.round_curves(losses, title="Loss per round (mean over updates)", y_title="loss")
-    if len(margins):
-        figures["margins"] = charts.round_curves(margins, title="Margins per round", y_title="log-prob margin")
+    panels = training_panels(metrics)
+    figures.update(panels)
     if len(accuracy) or len(win_share):
         figures["accuracy"] = charts.round_curves(
             pd.concat([accuracy, win_share], ignore_index=True),
             title="Pair accuracy and current agents' win share",
             y_title="share",
         )
-    step_series = [n for family in (losses, margins, accuracy) for n in family["series"].unique()]
+    step_series = [trace.name for name in TRAINING_PANELS if name in panels for trace in panels[name].data]
+    step_series += list(accuracy["series"].unique())
 
     rounds = [int(r) for r in store.rounds(run_id)["round"]]
     dist = _distributions(store, run_id, rounds)

@@ -5,8 +5,8 @@ the field name as label and its ``metadata["help"]`` plus the default as tooltip
 field and the section a field sits in are its ``metadata["choices"]``, ``["aliases"]`` and ``["group"]``. So the
 form follows the configs without a list of its own to keep in step. A config is checked the one way the Python API checks it:
 by constructing it. The ``ValueError`` is shown next to the field its message names (CoMLRL's messages start
-with the field). Widget values persist for the session (``persist_state="session"``), so leaving the page
-loses nothing. This module draws widgets and builds specs; it never starts a run or loads a model.
+with the field). Widget values persist for the session and in the URL (``KEEP``), so leaving the page or
+reloading it loses nothing. This module draws widgets and builds specs; it never starts a run or loads a model.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 import streamlit as st
 
 from comlrl_lab.data.tasks import get_task, list_tasks
-from comlrl_lab.engine import ALGORITHMS, ExperimentSpec
+from comlrl_lab.engine import ExperimentSpec
 from comlrl_lab.engine.spec import resolve_task
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME, is_tiny_model_name
 from comlrl_lab.trainers.preference import config as config_module
@@ -31,7 +31,9 @@ from comlrl_lab.trainers.preference.algorithms import FAMILIES, algorithm_name
 from comlrl_lab.trainers.preference.algorithms import algorithm as algorithm_row
 from comlrl_lab.ui import state
 
-PERSIST = "session"
+#: Every Setup widget keeps its value for the session and in the URL: leaving the page loses nothing, and a
+#: reload or a shared link brings the draft back (only values that differ from the widget's default are written).
+KEEP: dict[str, Any] = {"persist_state": "session", "bind": "query-params"}
 
 # ------------------------------------------------------------------------------------------------------------
 # Fields: kinds, choices, groups
@@ -85,6 +87,12 @@ class FieldSpec:
     choices: tuple[str, ...] = ()
     aliases: dict[str, str] = field(default_factory=dict, hash=False)
     group: str = ""
+    #: controlling field -> the values under which this field means something (``metadata["applies_when"]``).
+    applies_when: dict[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
+    #: the value the form fills in when the field becomes required and is empty (``metadata["suggested"]``).
+    suggested: Any = None
+    #: what None stands for, shown in the empty box (``metadata["none_means"]``).
+    none_means: str = ""
 
 
 @dataclass(frozen=True)
@@ -135,12 +143,15 @@ def field_specs(config_class: type) -> dict[str, FieldSpec]:
             config_module.field_choices(config_class, f.name),
             config_module.field_aliases(config_class, f.name),
             f.metadata["group"],
+            dict(f.metadata.get("applies_when", {})),
+            f.metadata.get("suggested"),
+            f.metadata.get("none_means", ""),
         )
     return specs
 
 
 def config_class(algorithm: str) -> type:
-    return ALGORITHMS[algorithm][0]
+    return algorithm_row(algorithm).config_class
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -205,11 +216,26 @@ def _raw_default(spec: FieldSpec) -> Any:
     return to_raw(spec, spec.default)
 
 
-def current_values(algorithm: str) -> tuple[dict[str, Any], FieldError | None]:
-    """The form's config values (defaults where the user has not been yet), and the first unreadable field."""
+def applies(algorithm: str, spec: FieldSpec, values: dict[str, Any]) -> bool:
+    """Whether ``spec``'s field means something under the form's other values (its ``applies_when``)."""
+    cls = config_class(algorithm)
+    for controller, allowed in spec.applies_when.items():
+        if controller in values and config_module.resolve_choice(cls, controller, values[controller]) not in allowed:
+            return False
+    return True
+
+
+def current_values(algorithm: str) -> tuple[dict[str, Any], list[FieldError]]:
+    """The form's config values (defaults where the user has not been yet), and every unreadable field.
+
+    A field that does not apply under the chosen modes (a k without nearest_k, a λ without lambda_decay) takes its
+    default, so a value left from another mode never blocks the config; its widget keeps the value for when the
+    mode comes back.
+    """
     values: dict[str, Any] = {}
-    error: FieldError | None = None
-    for name, spec in field_specs(config_class(algorithm)).items():
+    errors: list[FieldError] = []
+    specs = field_specs(config_class(algorithm))
+    for name, spec in specs.items():
         if name in HIDDEN_FIELDS:
             continue
         raw = st.session_state.get(state.config_field_key(algorithm, name), _raw_default(spec))
@@ -217,8 +243,42 @@ def current_values(algorithm: str) -> tuple[dict[str, Any], FieldError | None]:
             values[name] = from_raw(spec, raw)
         except ValueError as exc:
             values[name] = spec.default
-            error = error or FieldError(name, str(exc))
-    return values, error
+            errors.append(FieldError(name, str(exc)))
+    for name in list(values):
+        if not applies(algorithm, specs[name], values):
+            values[name] = specs[name].default
+    return values, [e for e in errors if applies(algorithm, specs[e.field], values)]
+
+
+def fill_suggested(algorithm: str) -> None:
+    """Fill a field that has just become required and is empty with its suggested value (call before the widgets).
+
+    Choosing lambda_decay with λ empty would otherwise greet the user with a red "required" error; a draft that
+    comes back from the URL with lambda_decay gets the same. The filled fields are remembered so the form can say
+    what it did (``filled_note``). A field the user empties while it applies stays empty (it is not newly required).
+    """
+    specs = field_specs(config_class(algorithm))
+    values, _ = current_values(algorithm)
+    seen = st.session_state.setdefault(state.SETUP_APPLICABLE, {})
+    filled = st.session_state.setdefault(state.SETUP_FILLED, {})
+    now = {n for n, spec in specs.items() if spec.applies_when and applies(algorithm, spec, values)}
+    before = seen.get(algorithm)
+    for name in now - (before or set()):
+        spec = specs[name]
+        key = state.config_field_key(algorithm, name)
+        if spec.suggested is not None and st.session_state.get(key) is None:
+            st.session_state[key] = to_raw(spec, spec.suggested)
+            filled[key] = to_raw(spec, spec.suggested)
+    seen[algorithm] = now
+
+
+def filled_note(algorithm: str, name: str) -> str | None:
+    """The note under a field the form filled in, while it still holds the filled value."""
+    key = state.config_field_key(algorithm, name)
+    filled = st.session_state.get(state.SETUP_FILLED, {})
+    if key in filled and st.session_state.get(key) == filled[key]:
+        return f"Filled in {filled[key]:g} because {name} is required in this mode; change it freely."
+    return None
 
 
 def overrides(algorithm: str, values: dict[str, Any]) -> dict[str, Any]:
@@ -238,15 +298,39 @@ def offending_field(message: str, names: Iterable[str]) -> str | None:
     return best[2] if best else None
 
 
-def validate(algorithm: str, config_overrides: dict[str, Any], num_agents: int) -> tuple[Any | None, FieldError | None]:
-    """Build the config as the Python API does; on failure, CoMLRL's message and the field it names."""
+def validate(algorithm: str, config_overrides: dict[str, Any], num_agents: int) -> tuple[Any | None, list[FieldError]]:
+    """Build the config as the Python API does; on failure, CoMLRL's message for every field that fails.
+
+    The config stops at its first error, so each failing field in turn is put back to its default (or, when the
+    default is refused too, its suggested value) and the config built again, until it builds or a field fails
+    a third time: every error shows at once.
+    """
     cls = config_class(algorithm)
-    try:
-        return cls(**{**config_overrides, "num_agents": int(num_agents)}), None
-    except (ValueError, TypeError) as exc:
-        message = str(exc)
-        visible = [n for n in field_specs(cls) if n not in HIDDEN_FIELDS or n == "num_agents"]
-        return None, FieldError(offending_field(message, visible), message)
+    specs = field_specs(cls)
+    visible = [n for n in specs if n not in HIDDEN_FIELDS or n == "num_agents"]
+    trial = dict(config_overrides)
+    errors: list[FieldError] = []
+    tries: dict[str | None, int] = {}
+    for _ in range(2 * len(specs)):
+        try:
+            config = cls(**{**trial, "num_agents": int(num_agents)})
+        except (ValueError, TypeError) as exc:
+            message = str(exc)
+            name = offending_field(message, visible)
+            tries[name] = tries.get(name, 0) + 1
+            if tries[name] == 1:
+                errors.append(FieldError(name, message))
+            if name is None or name == "num_agents":
+                break
+            if tries[name] == 1 and name in trial:
+                trial.pop(name)
+            elif tries[name] <= 2 and specs[name].suggested is not None:
+                trial[name] = specs[name].suggested
+            else:
+                break
+        else:
+            return (config if not errors else None), errors
+    return None, errors
 
 
 def load_config_into_state(algorithm: str, config: dict[str, Any]) -> list[str]:
@@ -293,27 +377,43 @@ def _tooltip(spec: FieldSpec) -> str:
     return f"{spec.help}\n\nDefault: `{default}`"
 
 
-def render_field(algorithm: str, spec: FieldSpec, error: FieldError | None = None) -> None:
-    """One config field's widget, with CoMLRL's validation message under it when it is the offending field."""
+def _number_value(key: str, spec: FieldSpec, fresh: bool) -> dict[str, Any]:
+    """The ``value`` argument of a number field's widget.
+
+    Streamlit lets a number box be emptied only when its widget was made with ``value=None``; made with a
+    number (or with no value, which means 0), emptying it snaps back. So an optional field is always made with
+    ``value=None`` and its default goes in through the session state instead.
+    """
+    if spec.optional:
+        if fresh and key not in st.query_params:  # a value in the URL (a reload) is the draft: keep it
+            st.session_state[key] = _raw_default(spec)
+        return {"value": None}
+    return {"value": _raw_default(spec)} if fresh else {}
+
+
+def render_field(algorithm: str, spec: FieldSpec, errors: Sequence[FieldError] = ()) -> None:
+    """One config field's widget, with CoMLRL's validation message under it when the field is an offending one."""
     key = state.config_field_key(algorithm, spec.name)
     label = spec.name
     help_text = _tooltip(spec)
     fresh = key not in st.session_state
     default = _raw_default(spec)
-    common: dict[str, Any] = {"key": key, "help": help_text, "persist_state": PERSIST}
+    # A field the form fills in (``suggested``) is kept for the session but not bound to the URL: at a session's
+    # start a bound widget takes the URL's value, which would undo the fill; after a reload it is filled again.
+    keep = KEEP if spec.suggested is None else {"persist_state": KEEP["persist_state"]}
+    common: dict[str, Any] = {"key": key, "help": help_text, **keep}
+    none_text = f"None = {spec.none_means}" if spec.none_means else "None"
     if spec.kind == "bool":
         st.toggle(label, **({"value": bool(default)} if fresh else {}), **common)
     elif spec.kind == "int":
-        st.number_input(
-            label, step=1, format="%d", **({"value": default} if fresh else {}), placeholder="None", **common
-        )
+        st.number_input(label, step=1, format="%d", **_number_value(key, spec, fresh), placeholder=none_text, **common)
     elif spec.kind == "float":
         st.number_input(
             label,
             step=_float_step(spec.default),
             format="%g",
-            **({"value": default} if fresh else {}),
-            placeholder="None",
+            **_number_value(key, spec, fresh),
+            placeholder=none_text,
             **common,
         )
     elif spec.kind == "choice":
@@ -332,22 +432,27 @@ def render_field(algorithm: str, spec: FieldSpec, error: FieldError | None = Non
         placeholders = {
             "devices": "None = automatic; or cpu, cuda:0, or a comma-separated list",
             "list": "None; or comma-separated model ids / paths",
-            "text": "None" if spec.optional else "",
+            "text": none_text if spec.optional else "",
         }
         st.text_input(label, **({"value": default} if fresh else {}), placeholder=placeholders[spec.kind], **common)
-    if error is not None and error.field == spec.name:
-        st.error(error.message, icon=":material/error:")
+    note = filled_note(algorithm, spec.name)
+    if note:
+        st.caption(note)
+    for error in errors:
+        if error.field == spec.name:
+            st.error(error.message, icon=":material/error:")
 
 
-def render_fields(algorithm: str, names: Sequence[str], error: FieldError | None, *, columns: int = 3) -> list[str]:
-    """Draw the named fields that ``algorithm``'s config has, in a grid; returns the names drawn."""
+def render_fields(algorithm: str, names: Sequence[str], errors: Sequence[FieldError], *, columns: int = 3) -> list[str]:
+    """Draw the named fields that ``algorithm``'s config has and that apply to its modes; returns the names drawn."""
     specs = field_specs(config_class(algorithm))
-    present = [n for n in names if n in specs and n not in HIDDEN_FIELDS]
+    values, _ = current_values(algorithm)
+    present = [n for n in names if n in specs and n not in HIDDEN_FIELDS and applies(algorithm, specs[n], values)]
     for start in range(0, len(present), columns):
         cols = st.columns(columns)
         for col, name in zip(cols, present[start : start + columns]):
             with col:
-                render_field(algorithm, specs[name], error)
+                render_field(algorithm, specs[name], errors)
     return present
 
 
@@ -381,7 +486,7 @@ def agents_section(max_agents: int = 8) -> tuple[list[str], list[str]]:
         max_value=max_agents,
         step=1,
         key=state.SETUP_NUM_AGENTS,
-        persist_state=PERSIST,
+        **KEEP,
         help="One policy per agent role; the task's formatters give each agent its own prompt.",
         **_fresh(state.SETUP_NUM_AGENTS, value=2),
     )
@@ -394,7 +499,7 @@ def agents_section(max_agents: int = 8) -> tuple[list[str], list[str]]:
                 f"Agent {i + 1} model",
                 AGENT_SOURCES,
                 key=state.agent_source_key(i),
-                persist_state=PERSIST,
+                **KEEP,
                 required=True,
                 help="The embedded tiny model needs no network; a local path is a save_pretrained folder; a hub id "
                 "loads from the Hugging Face cache or the hub.",
@@ -412,7 +517,7 @@ def agents_section(max_agents: int = 8) -> tuple[list[str], list[str]]:
                 value = st.text_input(
                     f"Agent {i + 1} model",
                     key=state.agent_model_key(i),
-                    persist_state=PERSIST,
+                    **KEEP,
                     placeholder=placeholder,
                     label_visibility="collapsed",
                 ).strip()
@@ -424,13 +529,23 @@ def agents_section(max_agents: int = 8) -> tuple[list[str], list[str]]:
     return models, problems
 
 
-def task_section(save_upload) -> tuple[dict[str, Any], list[str]]:
+def agent_count_problem(task: Any, num_agents: int) -> str | None:
+    """The form's message when the task is written for another number of agents than the Agents section has."""
+    if task.num_agents == num_agents:
+        return None
+    return (
+        f"Task {task.title} has prompts for {task.num_agents} agents, the Agents section has {num_agents}: set "
+        f"Number of agents to {task.num_agents} (otherwise Collect fails: Number of formatters must match num_agents)."
+    )
+
+
+def task_section(save_upload, num_agents: int) -> tuple[dict[str, Any], list[str]]:
     """Built-in task or a user module with data files; returns (spec fields, problems)."""
     kind = st.segmented_control(
         "Task source",
         TASK_KINDS,
         key=state.SETUP_TASK_KIND,
-        persist_state=PERSIST,
+        **KEEP,
         required=True,
         **_fresh(state.SETUP_TASK_KIND, default=TASK_KINDS[0]),
     )
@@ -442,7 +557,7 @@ def task_section(save_upload) -> tuple[dict[str, Any], list[str]]:
             "Built-in task",
             names,
             key=state.SETUP_TASK,
-            persist_state=PERSIST,
+            **KEEP,
             format_func=lambda n: f"{get_task(n).title} ({n})",
             help="Small cooperative tasks shipped with comlrl-lab; they run with the embedded tiny model and no network.",
         )
@@ -452,13 +567,16 @@ def task_section(save_upload) -> tuple[dict[str, Any], list[str]]:
             f"· {len(task.train_items())} train items, {len(task.eval_items())} eval items"
         )
         fields_["task"] = name
+        mismatch = agent_count_problem(task, num_agents)
+        if mismatch:
+            problems.append(mismatch)
     else:
         left, right = st.columns(2)
         with left:
             module = st.text_input(
                 "Task module",
                 key=state.SETUP_USER_MODULE,
-                persist_state=PERSIST,
+                **KEEP,
                 placeholder="my_package.my_task  or  /path/to/my_task.py",
                 help="A module defining reward_func (CoMLRL's convention), optionally formatters, reward_processor, "
                 "NUM_AGENTS, DATA_PATH and EVAL_DATA_PATH.",
@@ -491,6 +609,9 @@ def task_section(save_upload) -> tuple[dict[str, Any], list[str]]:
                     f"{len(task.eval_items())} evaluation items.",
                     icon=":material/check_circle:",
                 )
+                mismatch = agent_count_problem(task, num_agents)
+                if mismatch:
+                    problems.append(mismatch)
     left, right = st.columns(2)
     with left:
         fields_["max_train_items"] = st.number_input(
@@ -498,7 +619,7 @@ def task_section(save_upload) -> tuple[dict[str, Any], list[str]]:
             min_value=1,
             step=1,
             key=state.SETUP_MAX_TRAIN_ITEMS,
-            persist_state=PERSIST,
+            **KEEP,
             placeholder="all",
             help="Empty = every item. A small N makes a quick first look (a round takes seconds).",
             **_fresh(state.SETUP_MAX_TRAIN_ITEMS, value=None),
@@ -509,7 +630,7 @@ def task_section(save_upload) -> tuple[dict[str, Any], list[str]]:
             min_value=1,
             step=1,
             key=state.SETUP_MAX_EVAL_ITEMS,
-            persist_state=PERSIST,
+            **KEEP,
             placeholder="all",
             help="Empty = every item (eval_num_samples still caps each evaluation).",
             **_fresh(state.SETUP_MAX_EVAL_ITEMS, value=None),
@@ -518,9 +639,7 @@ def task_section(save_upload) -> tuple[dict[str, Any], list[str]]:
 
 
 def _data_input(label: str, key: str, save_upload) -> str | None:
-    path = st.text_input(
-        label, key=key, persist_state=PERSIST, placeholder="/path/to/items.jsonl (or .csv / .json)"
-    ).strip()
+    path = st.text_input(label, key=key, **KEEP, placeholder="/path/to/items.jsonl (or .csv / .json)").strip()
     uploaded = st.file_uploader(f"…or upload {label.lower()}", type=["jsonl", "json", "csv"], key=state.upload_key(key))
     if uploaded is not None:
         path = str(save_upload(uploaded.name, uploaded.getvalue()))
@@ -529,14 +648,14 @@ def _data_input(label: str, key: str, save_upload) -> str | None:
 
 
 def algorithm_section() -> str:
-    """MADPO or MARLHF, iterative or not; returns the algorithm name (a key of ``ALGORITHMS``)."""
+    """MADPO or MARLHF, iterative or not; returns the algorithm name (a row of the algorithm table)."""
     left, right = st.columns([1, 2], vertical_alignment="bottom")
     with left:
         family = st.segmented_control(
             "Algorithm",
             FAMILIES,
             key=state.SETUP_FAMILY,
-            persist_state=PERSIST,
+            **KEEP,
             required=True,
             help="MADPO: joint-margin DPO on the pairs. MARLHF: a Bradley-Terry reward model, then online multi-agent RL.",
             **_fresh(state.SETUP_FAMILY, default=FAMILIES[0]),
@@ -545,7 +664,7 @@ def algorithm_section() -> str:
         iterative = st.toggle(
             "Iterative (rounds against a comparator, with a replay buffer)",
             key=state.SETUP_ITERATIVE,
-            persist_state=PERSIST,
+            **KEEP,
             help="MADPOIter / MARLHFIter repeat collect -> select -> train -> evaluate for num_iterations rounds.",
             **_fresh(state.SETUP_ITERATIVE, value=True),
         )
@@ -580,5 +699,5 @@ def load_spec_into_state(spec: ExperimentSpec) -> list[str]:
     return load_config_into_state(spec.algorithm, spec.config)
 
 
-def field_names_in(names: Iterable[str], error: FieldError | None) -> bool:
-    return error is not None and error.field in set(names)
+def field_names_in(names: Iterable[str], errors: Sequence[FieldError]) -> bool:
+    return any(e.field in set(names) for e in errors)

@@ -64,6 +64,16 @@ def timeline(rounds: pd.DataFrame, durations: Mapping[tuple[int, str], float]) -
     return pd.DataFrame(rows, columns=["round", "phase", "start", "finish", "seconds"])
 
 
+#: The count columns of the phase table: label -> column of the store's rounds table. Evaluation samples are
+#: counted apart from the collected candidates that pairs are made of.
+ROUND_COUNTS = {
+    "candidates": "num_candidates",
+    "pairs": "num_pairs",
+    "drawn for training": "num_drawn",
+    "evaluation samples": "num_eval_samples",
+}
+
+
 def phase_table(
     rounds: pd.DataFrame,
     durations: Mapping[tuple[int, str], float],
@@ -97,12 +107,12 @@ def phase_table(
             else:
                 record[PHASE_LABELS[phase]] = "·"
         row = info.get(r)
-        record["candidates"] = int(row.num_candidates) if row is not None else None
-        record["pairs"] = int(row.num_pairs) if row is not None else None
-        record["drawn for training"] = int(row.num_drawn) if row is not None else None
+        for label, column in ROUND_COUNTS.items():
+            value = getattr(row, column, None) if row is not None else None
+            # A round not reached yet has no counts: a dash, not the table's "None".
+            record[label] = f"{int(value):,}" if value is not None and not pd.isna(value) else "–"
         records.append(record)
-    counts = {"candidates": "Int64", "pairs": "Int64", "drawn for training": "Int64"}
-    return pd.DataFrame(records).astype(counts) if records else pd.DataFrame(records)
+    return pd.DataFrame(records)
 
 
 # -- metrics ------------------------------------------------------------------------------------------------
@@ -169,15 +179,35 @@ def replay_round(replay: pd.DataFrame, sizes: Mapping[int, int], round_index: in
     )
 
 
+def _setting(mode: str, k: int | None, lam: float | None) -> str:
+    return {"nearest_k": f" (k = {k})", "lambda_decay": f" (λ = {lam:g})" if lam is not None else ""}.get(mode, "")
+
+
 def mode_weights(
-    sizes: Mapping[int, int], round_index: int, *, k: int, lam: float, run_mode: str | None = None
+    sizes: Mapping[int, int],
+    round_index: int,
+    *,
+    k: int,
+    lam: float,
+    run_mode: str | None = None,
+    run_k: int | None = None,
+    run_lam: float | None = None,
 ) -> pd.DataFrame:
-    """For each replay mode, the weight it gives each round dataset at ``round_index`` (blank: not eligible)."""
+    """For each replay mode, the weight it gives each round dataset at ``round_index`` (blank: not eligible).
+
+    The rows of the four modes use the view's ``k`` and ``lam``; with ``run_mode``, a first row shows the run's
+    own mode with the run's own k and λ, so moving the view's λ never relabels what the run did.
+    """
     rounds = sorted(r for r in sizes if r <= round_index)
+    rows = [(f"{mode}{_setting(mode, k, lam)}", mode, k, lam) for mode in REPLAY_MODES]
+    if run_mode in REPLAY_MODES:
+        rows.insert(0, (f"this run: {run_mode}{_setting(run_mode, run_k, run_lam)}", run_mode, run_k, run_lam))
     records = []
-    for mode in REPLAY_MODES:
-        weights = dict(replay_weights(mode, {r: sizes[r] for r in rounds}, k=k, lam=lam, current_round=round_index))
-        record: dict[str, object] = {"mode": mode + ("  (this run)" if mode == run_mode else "")}
+    for label, mode, mode_k, mode_lam in rows:
+        weights = dict(
+            replay_weights(mode, {r: sizes[r] for r in rounds}, k=mode_k, lam=mode_lam, current_round=round_index)
+        )
+        record: dict[str, object] = {"mode": label}
         for r in rounds:
             record[f"round {r} ({sizes[r]} pairs)"] = round(weights[r], 4) if r in weights else None
         record["datasets used"] = len(weights)
@@ -197,3 +227,39 @@ def lambda_table(rounds: Sequence[int], lam: float, sample_size: int | None = No
     if sample_size is not None:
         frame["expected pairs"] = [w * sample_size for w in weights]
     return frame
+
+
+# -- run list -----------------------------------------------------------------------------------------------
+
+#: Orders of the run list: label -> (column, ascending).
+RUN_SORTS: dict[str, tuple[str, bool]] = {
+    "newest first": ("modified", False),
+    "oldest first": ("modified", True),
+    "run id": ("run_id", True),
+    "algorithm": ("algorithm", True),
+    "task": ("task", True),
+    "status": ("status", True),
+}
+
+
+def filter_runs(
+    runs: pd.DataFrame,
+    *,
+    algorithms: Sequence[str] = (),
+    tasks: Sequence[str] = (),
+    statuses: Sequence[str] = (),
+    text: str = "",
+    sort: str = "newest first",
+) -> pd.DataFrame:
+    """The runs that match every filter given (an empty filter matches all), in the order ``sort`` names.
+
+    ``text`` matches anywhere in the run id, which starts with the run name given at Setup: a tag of sorts.
+    """
+    keep = pd.Series(True, index=runs.index)
+    for column, wanted in (("algorithm", algorithms), ("task", tasks), ("status", statuses)):
+        if wanted:
+            keep &= runs[column].isin(list(wanted))
+    if text.strip():
+        keep &= runs["run_id"].str.contains(text.strip(), case=False, regex=False)
+    column, ascending = RUN_SORTS[sort]
+    return runs[keep].sort_values(column, ascending=ascending, na_position="last", kind="stable", ignore_index=True)

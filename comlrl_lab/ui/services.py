@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import threading
 import zipfile
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ __all__ = [
 
 RUNS_DIR_ENV = "COMLRL_LAB_RUNS_DIR"
 UPLOADS_DIR = "_uploads"
+ARCHIVE_DIR = "_archive"  # archived runs: kept on disk, out of the run lists (names starting with "_" are skipped)
 EXPORTS_DIR = "exports"
 
 
@@ -256,6 +258,28 @@ class Workspace:
         count = export_pairs(view.store, run_id, fmt, dest, **filters)
         return dest, count
 
+    def remove_run(self, run_id: str, *, archive: bool) -> Path | None:
+        """Archive (move to ``<runs folder>/_archive/``) or delete a run folder; refused while the run works.
+
+        Returns where an archived run went. Only folders directly in the runs folder are touched, never one
+        opened from elsewhere.
+        """
+        with self._lock:
+            run_dir = self.view(run_id).run_dir.resolve() if self.has_run(run_id) else None
+            if run_dir is None or run_dir.parent != self.root.resolve():
+                raise ValueError(f"{run_id} is not a run folder in {self.root}")
+            self.manager.forget(run_id)  # raises while a phase runs
+            imported = self._imported.pop(run_id, None)
+            if imported is not None:
+                imported.store.close()
+            if not archive:
+                shutil.rmtree(run_dir)
+                return None
+            target = self.root / ARCHIVE_DIR / run_dir.name
+            target.parent.mkdir(exist_ok=True)
+            shutil.move(str(run_dir), str(target))
+            return target
+
     def close(self) -> None:
         """Stop running work (the run returns to its last finished phase) and close every store."""
         self.manager.close()
@@ -318,6 +342,34 @@ def workspace() -> Workspace:
 @st.cache_data(show_spinner=False, max_entries=8)
 def _past_runs(root: str, stamp: int) -> pd.DataFrame:
     return workspace().past_runs()
+
+
+def _text(value: Any) -> str | None:
+    """A cell of ``past_runs`` as text; None for an empty cell (None or NaN, which pandas makes of None)."""
+    return None if value is None or (not isinstance(value, str) and pd.isna(value)) else str(value)
+
+
+def run_label(row: Any) -> str:
+    """How a row of ``past_runs`` reads in a picker: "id — MADPOIter · length_ratio", "id — imported CoMLRL pairs"."""
+    if row.kind != "experiment":
+        return f"{row.run_id} — imported CoMLRL pairs"
+    parts = [p for p in (_text(row.algorithm), _text(row.task)) if p]
+    return f"{row.run_id} — {' · '.join(parts)}" if parts else str(row.run_id)
+
+
+def run_list() -> pd.DataFrame:
+    """``past_runs`` with a ``status`` column: the engine's status for runs this server has open, else "closed"
+    (an imported pair set: "imported"). Opening every run to ask would load every store."""
+    ws = workspace()
+    frame = past_runs().copy()
+    open_runs = set(ws.manager.open_runs())
+    frame["status"] = [
+        ws.manager.progress(r.run_id).status
+        if r.run_id in open_runs
+        else ("imported" if r.kind != "experiment" else "closed")
+        for r in frame.itertuples(index=False)
+    ]
+    return frame
 
 
 def past_runs() -> pd.DataFrame:

@@ -1,8 +1,8 @@
 """Session-state and widget keys of the workbench: every key a page or ``comlrl_lab.ui`` module uses is named here.
 
 The session holds the open run id and view choices, nothing else. Everything durable (runs, pairs, metrics,
-progress) lives in the engine and the store, so a closed tab loses nothing; a new tab only has to pick the run
-again. Every key is ``<area>.<name>``: the page or panel it belongs to, a dot, then a lower-case name (a part that
+progress) lives in the engine and the store, so a closed tab loses nothing; the URL carries the open run
+(``URL_RUN``) and the Setup draft (bound widgets), so a reload or a shared link opens the same view. Every key is ``<area>.<name>``: the page or panel it belongs to, a dot, then a lower-case name (a part that
 varies, such as an algorithm or an agent index, is another dotted part). A keyed element's container carries the
 CSS class ``st-key-<key>`` with dots written as hyphens, which the browser tests select on. ``tests/test_ui.py``
 fails when a page or ui module spells a key in place instead of taking it from here. This module does not read
@@ -17,6 +17,9 @@ import streamlit as st
 
 #: The run every page shows (engine runs and imported pair sets alike).
 RUN_ID = "run.id"
+#: The URL query parameter that carries the open run, so a reload, a bookmark or a shared link opens it again.
+URL_RUN = "run.open"
+URL_READ = "run.url_read"  # set once the session has taken its run from the URL
 
 # Sidebar
 SIDEBAR_RUN = "sidebar.run"
@@ -42,9 +45,24 @@ SETUP_MAX_EVAL_ITEMS = "setup.max_eval_items"
 SETUP_FAMILY = "setup.family"
 SETUP_ITERATIVE = "setup.iterative"
 SETUP_LAMBDA_PREVIEW = "setup.lambda_preview"
+SETUP_APPLICABLE = "setup.applicable"  # algorithm -> the mode-dependent fields that applied on the last rerun
+SETUP_FILLED = "setup.filled"  # widget key -> the value the form filled in when the field became required
 SETUP_RUN_NAME = "setup.run_name"
 SETUP_CREATE = "setup.create"
 SETUP_SAVE = "setup.save"
+
+# Setup page: the run list (filters, sort, archive and delete)
+RUNS_BOX = "runs.box"
+RUNS_ALGORITHM = "runs.algorithm"
+RUNS_TASK = "runs.task"
+RUNS_STATUS = "runs.status"
+RUNS_TEXT = "runs.text"
+RUNS_SORT = "runs.sort"
+RUNS_TABLE = "runs.table"
+RUNS_PICK = "runs.pick"
+RUNS_CONFIRM = "runs.confirm"
+RUNS_ARCHIVE = "runs.archive"
+RUNS_DELETE = "runs.delete"
 
 # Rounds page (the progress and error panels are drawn by ``components``)
 ROUNDS_COUNT = "rounds.count"
@@ -193,6 +211,34 @@ def set_current_run(run_id: str | None) -> None:
     st.session_state[RUN_ID] = run_id
     for key in (PAIRS_OPEN, PAIRS_PAGE, PAIRS_ROUND, REPLAY_ROUND, LEARNING_ROUND, EXPORT_RESULT):
         st.session_state.pop(key, None)
+
+
+def sync_run_with_url() -> None:
+    """Open the run the URL names when a session starts (a reload, a bookmark), then keep the URL on the open run.
+
+    Call once per rerun, before the page runs. Streamlit drops query parameters on a page switch, so the URL is
+    written again on every rerun.
+    """
+    if not st.session_state.get(URL_READ):
+        st.session_state[URL_READ] = True
+        wanted = st.query_params.get(URL_RUN)
+        if wanted and current_run_id() is None:
+            set_current_run(wanted)
+    run_id = current_run_id()
+    if run_id is None:
+        st.query_params.pop(URL_RUN, None)
+    elif st.query_params.get(URL_RUN) != run_id:
+        st.query_params[URL_RUN] = run_id
+
+
+def switch_page(page) -> None:
+    """``st.switch_page`` that keeps the open run in the URL.
+
+    Streamlit's own clears the query and, while Setup's widgets are bound to it, refuses to (an exception instead
+    of the page); handing it the query to keep avoids both.
+    """
+    run_id = current_run_id()
+    st.switch_page(page, query_params={URL_RUN: run_id} if run_id else {})
 
 
 def follow_latest(key: str, options: list) -> None:

@@ -8,7 +8,9 @@ also carries ``"choices"`` (the canonical values), ``"aliases"`` (other spelling
 CoMLRL maps unknown names to a default instead of failing, ``"fallback"``. These are the only lists of allowed
 values: validation, the API client, the Setup form and docs/config_reference.md all read them
 (``field_choices``, ``field_aliases``, ``resolve_choice``). All validation and alias normalisation happens in
-``__post_init__`` and raises ``ValueError``.
+``__post_init__`` and raises ``ValueError``. Three keys serve the Setup form only: ``"applies_when"`` (controlling
+field -> the values under which the field means anything; elsewhere the form hides it and leaves it out),
+``"suggested"`` (what the form fills in when the field becomes required) and ``"none_means"`` (what None stands for).
 
 This module does not import torch, resolve devices, read the environment or touch the file system: a
 config can be built, checked and serialised anywhere (the Streamlit form, the CLI, a notebook).
@@ -193,7 +195,12 @@ class MADPOConfig:
     )
     top_p: float = field(default=0.6, metadata={"help": "Nucleus-sampling probability mass.", "group": "Generation"})
     top_k: int | None = field(
-        default=50, metadata={"help": "Top-k sampling cut-off; None disables it.", "group": "Generation"}
+        default=50,
+        metadata={
+            "help": "Top-k sampling cut-off; None disables it.",
+            "group": "Generation",
+            "none_means": "no cut-off",
+        },
     )
     num_turns: int = field(
         default=1,
@@ -803,6 +810,8 @@ class _IterativePreferenceConfig:
         metadata={
             "help": "nearest_k: number of most recent non-empty round datasets (required, >= 1). current accepts only None or 1.",
             "group": "Replay buffer",
+            "applies_when": {"preference_replay_mode": ("nearest_k",)},
+            "suggested": 2,
         },
     )
     preference_replay_lambda: float | None = field(
@@ -810,6 +819,8 @@ class _IterativePreferenceConfig:
         metadata={
             "help": "lambda_decay: lambda in [0, 1] (required); 0 keeps the newest round only, 1 weights all equally.",
             "group": "Replay buffer",
+            "applies_when": {"preference_replay_mode": ("lambda_decay",)},
+            "suggested": 0.5,
         },
     )
     preference_replay_sample_size: int | None = field(
@@ -817,6 +828,8 @@ class _IterativePreferenceConfig:
         metadata={
             "help": "Pairs drawn per round in nearest_k, all_history and lambda_decay (>= 1); None = this round's pair count, or the latest non-empty dataset's size.",
             "group": "Replay buffer",
+            "applies_when": {"preference_replay_mode": ("nearest_k", "all_history", "lambda_decay")},
+            "none_means": "this round's pair count",
         },
     )
     preference_replay_dir: str | None = field(
@@ -886,15 +899,24 @@ class _IterativePreferenceConfig:
         metadata={
             "help": "Centralized comparator: index of the agent whose model (and tokenizer) writes the joint response.",
             "group": "Comparator",
+            "applies_when": {"comparator_generation_mode": ("centralized",)},
         },
     )
     comparator_model_name: str | None = field(
         default=None,
-        metadata={"help": "model comparator: Hugging Face id or path used for every agent.", "group": "Comparator"},
+        metadata={
+            "help": "model comparator: Hugging Face id or path used for every agent.",
+            "group": "Comparator",
+            "applies_when": {"comparator_policy": ("model", "api")},
+        },
     )
     comparator_agents: list[Any] | None = field(
         default=None,
-        metadata={"help": "model comparator: one id/path or model object per agent.", "group": "Comparator"},
+        metadata={
+            "help": "model comparator: one id/path or model object per agent.",
+            "group": "Comparator",
+            "applies_when": {"comparator_policy": ("model", "api")},
+        },
     )
     comparator_devices: str | list[str] | None = field(
         default=None,
@@ -915,6 +937,8 @@ class _IterativePreferenceConfig:
         metadata={
             "help": "history comparator: rounds back (>= 1; None -> 1, which equals the current policy).",
             "group": "Comparator",
+            "applies_when": {"comparator_policy": ("history",)},
+            "none_means": "1 round back",
         },
     )
     comparator_api_url: str | None = field(
