@@ -237,6 +237,21 @@ def test_history_comparator_picks_snapshot_k_rounds_back(model_dir, tmp_path):
     assert comparator.snapshot_for_round(5).name == "iteration_0001"  # newest existing before round 3
 
 
+def test_history_comparator_reads_snapshots_from_policy_checkpoint_dir(model_dir, tmp_path, monkeypatch):
+    # The reported case: a relative policy_checkpoint_dir; the snapshots went there, the comparator looked
+    # under <output_dir>/policy_history and round 1 failed.
+    monkeypatch.chdir(tmp_path)
+    config = iter_config(
+        tmp_path, num_iterations=2, comparator_policy="history", policy_checkpoint_dir="snapshots", eval_interval=0
+    )
+    trainer = make_iter_trainer(model_dir, config)
+    trainer.train()
+    snapshots = tmp_path / "snapshots"
+    assert sorted(p.name for p in snapshots.iterdir()) == ["initial", "iteration_0001", "iteration_0002"]
+    assert trainer.collector.comparator.snapshot_for_round(2) == Path("snapshots") / "iteration_0001"
+    assert not (tmp_path / "out" / "policy_history").exists()
+
+
 def test_centralized_comparator_marks_unparsed_outputs_and_continues(model_dir, tmp_path):
     sink = MemorySink()
     config = iter_config(tmp_path, num_iterations=1, comparator_generation_mode="centralized")

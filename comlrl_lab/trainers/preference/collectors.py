@@ -130,7 +130,9 @@ class ComparatorCollector(CurrentCollector):
         args = host.args
         self.adapter = validate_adapter(centralized_comparator_adapter or TaggedCentralizedComparatorAdapter())
         self.comparator_devices = list(host.devices.comparator)
-        self.history_dir = host.output_dir / "policy_history"
+        # One root for the snapshots the collector writes and the history comparator reads.
+        root = args.policy_checkpoint_dir
+        self.history_dir = Path(root) if root else host.output_dir / "policy_history"
         self.comparator = build_comparator(
             ComparatorContext(
                 config=args,
@@ -161,10 +163,6 @@ class ComparatorCollector(CurrentCollector):
     @property
     def saves_policy_history(self) -> bool:
         return self.host.args.comparator_policy == "history" or self.host.args.policy_checkpoint_dir is not None
-
-    def _policy_history_root(self) -> Path:
-        root = self.host.args.policy_checkpoint_dir
-        return Path(root) if root else self.history_dir
 
     # collect ------------------------------------------------------------------------------------------
     def collect(self, records: PhaseRecords) -> None:
@@ -279,7 +277,7 @@ class ComparatorCollector(CurrentCollector):
     def save_policy_snapshot(self, name: str) -> None:
         """The agents (LoRA: their adapters) under ``<history root>/<name>``; written by the main rank, read by all."""
         host = self.host
-        target = self._policy_history_root() / name
+        target = self.history_dir / name
         if host.dist.is_main:
             for i, (model, tokenizer) in enumerate(zip(host.agents, host.tokenizers)):
                 model.save_pretrained(target / f"agent_{i}")
