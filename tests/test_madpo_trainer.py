@@ -226,6 +226,18 @@ def test_comparator_candidate_count_limits_comparisons(model_dir, tmp_path):
     assert all(p.winner_candidate_index < 2 for p in collected.pairs)
 
 
+def test_madpo_update_on_an_empty_batch_is_a_no_op(model_dir, tmp_path):
+    config = MADPOConfig(preference_num_candidates=2, agent_devices="cpu", output_dir=str(tmp_path / "o"))
+    trainer = MADPOTrainer(
+        agent_model=model_dir, num_agents=2, train_dataset=ITEMS, reward_func=length_ratio_reward, args=config
+    )
+    before = [p.detach().clone() for model in trainer.agents for p in model.parameters()]
+    assert trainer.learner.update([]) == {}
+    after = [p.detach() for model in trainer.agents for p in model.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(before, after))
+    assert all(not opt.state for opt in trainer.optimizers)
+
+
 def test_history_comparator_picks_snapshot_k_rounds_back(model_dir, tmp_path):
     trainer = make_iter_trainer(model_dir, iter_config(tmp_path, comparator_policy="history", comparator_history_k=2))
     comparator = trainer.collector.comparator

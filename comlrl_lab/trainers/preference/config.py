@@ -91,13 +91,16 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
 
 
-def _check_int_at_least(name: str, value: Any, minimum: int, *, optional: bool = False) -> None:
+def _check_int_at_least(
+    name: str, value: Any, minimum: int, *, optional: bool = False, says_null: bool = False
+) -> None:
+    """``says_null``: the message ends "or null.", as CoMLRL words it for the optional fields it checks."""
     if value is None and optional:
         return
     if not _is_int(value):
         raise ValueError(f"{name} must be an integer, got {value!r}.")
     if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}.")
+        raise ValueError(f"{name} must be >= {minimum}{' or null' if says_null else ''}.")
 
 
 def _check_positive(name: str, value: Any, *, optional: bool = False) -> None:
@@ -501,7 +504,7 @@ class MADPOConfig:
         if not isinstance(spec, (list, tuple)) or not all(isinstance(d, (str, int)) for d in spec):
             raise ValueError(f"{name} must be a device string or a list of device strings, got {spec!r}.")
         if len(spec) not in (1, actor_count):
-            raise ValueError(f"{name} must list 1 or {actor_count} devices, got {len(spec)}.")
+            raise ValueError(f"{name} length ({len(spec)}) must be 1 or {actor_count}.")
 
     # ---- serialisation: the API key never leaves memory -------------------------------------------------
 
@@ -710,7 +713,7 @@ class MARLHFConfig(MADPOConfig):
         _check_positive("reward_learning_rate", self.reward_learning_rate)
         _check_int_at_least("reward_num_train_epochs", self.reward_num_train_epochs, 1)
         _check_int_at_least("reward_train_batch_size", self.reward_train_batch_size, 1)
-        _check_int_at_least("reward_max_length", self.reward_max_length, 1, optional=True)
+        _check_int_at_least("reward_max_length", self.reward_max_length, 1, optional=True, says_null=True)
         _check_positive("critic_learning_rate", self.critic_learning_rate, optional=True)
         _choose(self, "critic_type")
         _check_positive("value_loss_coef", self.value_loss_coef)
@@ -1004,7 +1007,9 @@ class _IterativePreferenceConfig:
             if not _is_int(index) or not 0 <= index < self.num_agents:  # type: ignore[attr-defined]
                 raise ValueError(f"comparator_centralized_agent_index must be in [0, {self.num_agents}).")  # type: ignore[attr-defined]
 
-        _check_int_at_least("comparator_num_candidates", self.comparator_num_candidates, 1, optional=True)
+        _check_int_at_least(
+            "comparator_num_candidates", self.comparator_num_candidates, 1, optional=True, says_null=True
+        )
         _check_int_at_least("comparator_api_max_n_per_request", self.comparator_api_max_n_per_request, 1, optional=True)
         self._check_comparator_policy()
 
