@@ -433,10 +433,13 @@ class PreferenceTrainerBase:
         reward = mean_reward(flat)
         metrics = {M.EVAL_REWARD_MEAN: reward, M.EVAL_EXPECTED_RETURN: reward}
         if self.eval_logger is not None and self.eval_aggregator is not None:
+            # CoMLRL's shapes: completions per agent (per role when centralized, parsed from the joint text), per
+            # sample, per turn; prompts are the items' "prompt" fields, one string per item.
+            views = [self.role_view(c, items[c.item_index]) for c in flat] if self.centralized else flat
             logged = self.eval_logger(
-                agent_completions_turns=[[[c.completions[i]] for c in flat] for i in range(self.num_agents)],
+                agent_completions_turns=[[[v.completions[i]] for v in views] for i in range(len(views[0].completions))],
                 batch_items=items,
-                prompts=[c.prompts for c in flat],
+                prompts=[item.get("prompt", "") for item in items],
             )
             extra = self.eval_aggregator(logged, num_turns=1) or {}
             metrics.update({M.name(M.EVAL_AGGREGATED, key=k): float(v) for k, v in extra.items()})
