@@ -434,6 +434,14 @@ def test_learning_plots_rewards_losses_margins_accuracy_and_distributions(open_a
         c for c in charts if c["layout"].get("title", {}).get("text", "").startswith("Candidate rewards in round")
     )
     assert {t["marker"]["color"] for t in hist["data"]} == {"#2563eb", "#ea580c"}
+    logged = next(c for c in charts if c["layout"].get("title", {}).get("text", "").startswith("Logged reward"))
+    assert logged["layout"]["title"]["text"] == "Logged reward distribution, round 2"
+    stored = store.binned_reward_distributions(seeded.run_id, 2)
+    assert [t["name"] for t in logged["data"]] == [
+        f"{row.series} {row.side} (n={row.sample_count})" for row in stored.itertuples()
+    ]
+    assert [int(v) for v in _array(logged["data"][0]["y"])] == [int(c) for c in stored["counts"][0]]
+    assert len(_array(logged["data"][0]["x"])) == 16
 
 
 # -- Data ---------------------------------------------------------------------------------------------------
@@ -462,9 +470,17 @@ def test_data_exports_parquet_and_round_files_with_filters(open_app, seeded, dow
     name = at.download_button(key=state.EXPORT_DOWNLOAD).label.removeprefix("Download ")
     with zipfile.ZipFile(io.BytesIO(downloads[name])) as zf:
         names = sorted(zf.namelist())
-        assert names == ["preference_replay/iteration_0001.json", "preference_replay/iteration_0002.json"]
+        assert names == [
+            "preference_replay/iteration_0001.json",
+            "preference_replay/iteration_0002.json",
+            "reward_distributions/iteration_0001.json",
+            "reward_distributions/iteration_0002.json",
+        ]
         payload = json.loads(zf.read(names[0]))
+        logged = json.loads(zf.read(names[3]))
     assert payload["iteration"] == 1 and payload["num_pairs"] == len(payload["pairs"])
+    run_file = seeded.root / seeded.run_id / "reward_distributions" / "iteration_0002.json"
+    assert logged == json.loads(run_file.read_text())  # the export rebuilds the file the trainer wrote
 
 
 def test_data_imports_a_comlrl_replay_directory_and_browses_it(open_app, seeded):

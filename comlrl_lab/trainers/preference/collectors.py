@@ -24,6 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 from comlrl_lab.data import metric_names as M
 from comlrl_lab.data.records import JointCandidate, PreferencePair
+from comlrl_lab.data.reward_distribution import (
+    DISTRIBUTION_DIR,
+    MISSING_RANGE_MESSAGE,
+    declared_reward_range,
+    distribution_payload,
+    distribution_rows,
+    write_distribution_file,
+)
 from comlrl_lab.trainers.preference.collection import ScoreFn, mean_reward, score_with
 from comlrl_lab.trainers.preference.comparators import ComparatorContext, build_comparator
 from comlrl_lab.trainers.preference.comparators.centralized import (
@@ -95,6 +103,23 @@ class CurrentCollector:
         if not self.train_pairs:
             host.log(records, f"{host.algorithm_name}: no non-tied preference pairs were generated.", "warning")
         records.add_metrics(host.updates_seen, {M.TRAIN_PREFERENCE_PAIRS: len(self.train_pairs)})
+        if self.reward_range is not None:
+            self.record_reward_distribution(records)
+
+    def record_reward_distribution(self, records: PhaseRecords) -> None:
+        """CoMLRL's reward_distributions/iteration_NNNN.json (under the run's output_dir) and its store rows."""
+        host = self.host
+        selected = {
+            "target": [p.target_raw_reward for p in self.train_pairs if p.target_raw_reward is not None],
+            "comparator": [p.comparator_raw_reward for p in self.train_pairs if p.comparator_raw_reward is not None],
+        }
+        payload = distribution_payload(host.round_index, self.reward_range, self.round_rewards, selected)
+        if payload is None:
+            return
+        if host.dist.is_main:
+            # Differs from CoMLRL: the files go under the run's output_dir, not the W&B dir or the working directory.
+            write_distribution_file(host.output_dir / DISTRIBUTION_DIR, payload)
+        records.reward_distributions = distribution_rows(payload)
 
     # round hooks and state ----------------------------------------------------------------------------
     def after_train(self) -> None:
@@ -128,6 +153,13 @@ class ComparatorCollector(CurrentCollector):
         super().__init__(host)
         self.model_scorer = model_scorer
         args = host.args
+        self.reward_range: tuple[float, float] | None = None
+        if args.log_reward_distribution:
+            self.reward_range = declared_reward_range(host.reward_func)
+            if self.reward_range is None:
+                raise ValueError(MISSING_RANGE_MESSAGE)
+        # This round's raw candidate rewards per side ("target" = current agents), kept for the select phase's file.
+        self.round_rewards: dict[str, list[float]] = {"target": [], "comparator": []}
         self.adapter = validate_adapter(centralized_comparator_adapter or TaggedCentralizedComparatorAdapter())
         self.comparator_devices = list(host.devices.comparator)
         # One root for the snapshots the collector writes and the history comparator reads.
@@ -211,6 +243,10 @@ class ComparatorCollector(CurrentCollector):
         self.replay.add_round(host.round_index, pairs)
         records.candidates = current_flat + comparator_flat
         records.pairs = pairs
+        self.round_rewards = {
+            "target": [c.raw_reward for c in current_flat],
+            "comparator": [c.raw_reward for c in comparator_flat if c.parsed],
+        }
         unparsed = sum(1 for c in comparator_flat if not c.parsed)
         if unparsed:
             host.log(
@@ -268,6 +304,23 @@ class ComparatorCollector(CurrentCollector):
                 "warning",
             )
         records.add_metrics(host.updates_seen, {M.TRAIN_PREFERENCE_PAIRS: len(self.train_pairs)})
+        if self.reward_range is not None:
+            self.record_reward_distribution(records)
+
+    def record_reward_distribution(self, records: PhaseRecords) -> None:
+        """CoMLRL's reward_distributions/iteration_NNNN.json (under the run's output_dir) and its store rows."""
+        host = self.host
+        selected = {
+            "target": [p.target_raw_reward for p in self.train_pairs if p.target_raw_reward is not None],
+            "comparator": [p.comparator_raw_reward for p in self.train_pairs if p.comparator_raw_reward is not None],
+        }
+        payload = distribution_payload(host.round_index, self.reward_range, self.round_rewards, selected)
+        if payload is None:
+            return
+        if host.dist.is_main:
+            # Differs from CoMLRL: the files go under the run's output_dir, not the W&B dir or the working directory.
+            write_distribution_file(host.output_dir / DISTRIBUTION_DIR, payload)
+        records.reward_distributions = distribution_rows(payload)
 
     # round hooks and state ----------------------------------------------------------------------------
     def after_train(self) -> None:
@@ -285,11 +338,13 @@ class ComparatorCollector(CurrentCollector):
         host.dist.barrier()
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "replay": self.replay.state_dict()}
+        return {**super().state_dict(), "replay": self.replay.state_dict(), "round_rewards": self.round_rewards}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.replay.load_state_dict(state["replay"])
+        # Checkpoints written before reward distributions were logged have no round rewards.
+        self.round_rewards = state.get("round_rewards", {"target": [], "comparator": []})
 
 
 def _require_items(host: PreferenceTrainerBase) -> list[dict]:

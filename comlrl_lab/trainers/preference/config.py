@@ -802,7 +802,7 @@ class _IterativePreferenceConfig:
     log_reward_distribution: bool = field(
         default=False,
         metadata={
-            "help": "Record candidate and selected reward histograms (needs reward_func.reward_range).",
+            "help": "Log each round's candidate and selected raw-reward histograms (16 bins over reward_func.reward_range, which must be declared): <output_dir>/reward_distributions/iteration_NNNN.json, the store and the Learning page.",
             "group": "Preference pairs",
         },
     )
