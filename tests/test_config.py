@@ -488,7 +488,7 @@ ALIASES = {
         "centralized": ["centralized", "centralised", "single_agent", "single-agent", " Centralised "],
     },
     "comparator_api_format": {
-        "generic": ["generic", "GENERIC", "something-else", ""],
+        "generic": ["generic", "GENERIC", " Generic "],
         "openai": ["openai", "openai_chat", "chat", "OpenAI"],
         "anthropic": ["anthropic", "anthropic_messages", "messages"],
         "openai_responses": ["openai_responses", "responses", "codex"],

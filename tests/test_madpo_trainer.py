@@ -238,6 +238,20 @@ def test_madpo_update_on_an_empty_batch_is_a_no_op(model_dir, tmp_path):
     assert all(not opt.state for opt in trainer.optimizers)
 
 
+def test_save_checkpoint_after_a_plain_train_resumes(model_dir, tmp_path):
+    # Differs from CoMLRL, which raises "Preference checkpoint tracking was not enabled" here.
+    config = iter_config(tmp_path, num_iterations=1, eval_interval=0)
+    trainer = make_iter_trainer(model_dir, config)
+    trainer.train()
+    path = trainer.save_checkpoint(tmp_path / "ckpt")
+    fresh = make_iter_trainer(model_dir, iter_config(tmp_path, num_iterations=1, eval_interval=0))
+    fresh.load_checkpoint(path)
+    assert fresh.finished and fresh.updates_seen == trainer.updates_seen > 0
+    for trained, restored in zip(trainer.agents, fresh.agents):
+        for a, b in zip(trained.parameters(), restored.parameters()):
+            assert torch.equal(a, b)
+
+
 def test_history_comparator_picks_snapshot_k_rounds_back(model_dir, tmp_path):
     trainer = make_iter_trainer(model_dir, iter_config(tmp_path, comparator_policy="history", comparator_history_k=2))
     comparator = trainer.collector.comparator

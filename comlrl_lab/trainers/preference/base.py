@@ -501,6 +501,7 @@ class PreferenceTrainerBase:
         self.learner.load_state_dict(state)
 
     def save_checkpoint(self, directory: str | Path) -> Path:
+        # Differs from CoMLRL: it raises after a train() without checkpoint_dir; the state here is always tracked.
         weights = None
         if self._weights_dirty:
             self.weights_version += 1

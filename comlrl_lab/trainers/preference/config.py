@@ -5,9 +5,9 @@ fields, and ``_IterativePreferenceConfig`` adds the comparator and replay-buffer
 configs. Every field carries ``metadata["help"]``, the one text shown as UI tooltip, CLI help and docs, and
 ``metadata["group"]``, the section the Setup form and the docs put it in. A field that takes one of a few names
 also carries ``"choices"`` (the canonical values), ``"aliases"`` (other spelling -> canonical value) and, where
-CoMLRL maps unknown names to a default instead of failing, ``"fallback"``. These are the only lists of allowed
-values: validation, the API client, the Setup form and docs/config_reference.md all read them
-(``field_choices``, ``field_aliases``, ``resolve_choice``). All validation and alias normalisation happens in
+an unknown name gets a "did you mean" hint instead of CoMLRL's "must be one of" message, ``"suggest": True``. These
+are the only lists of allowed values: validation, the API client, the Setup form and docs/config_reference.md all
+read them (``field_choices``, ``field_aliases``, ``resolve_choice``, ``check_choice``). All validation and alias normalisation happens in
 ``__post_init__`` and raises ``ValueError``.
 
 This module does not import torch, resolve devices, read the environment or touch the file system: a
@@ -21,6 +21,7 @@ positional order of CoMLRL's fields is unchanged. See docs/differences_from_coml
 from __future__ import annotations
 
 import copy
+import difflib
 import math
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -32,6 +33,7 @@ __all__ = [
     "MARLHFConfig",
     "MARLHFIterConfig",
     "SECRET_FIELDS",
+    "check_choice",
     "field_aliases",
     "field_choices",
     "resolve_choice",
@@ -66,19 +68,32 @@ def field_aliases(config_class: type, name: str) -> dict[str, str]:
 
 
 def resolve_choice(config_class: type, name: str, value: Any) -> str | None:
-    """The canonical value ``value`` spells (lower-cased and trimmed), else the field's fallback, else None."""
+    """The canonical value ``value`` spells (lower-cased and trimmed; an alias counts), else None."""
     metadata = config_class.__dataclass_fields__[name].metadata
     key = _clean(value)
     if key in metadata["choices"]:
         return key
-    return metadata.get("aliases", {}).get(key, metadata.get("fallback"))
+    return metadata.get("aliases", {}).get(key)
+
+
+def check_choice(config_class: type, name: str, value: Any) -> str:
+    """The canonical value ``value`` spells, or a ``ValueError``: CoMLRL's "must be one of" message, or for a field
+    marked ``"suggest"`` one that lists the accepted names and aliases and suggests the closest spelling."""
+    canonical = resolve_choice(config_class, name, value)
+    if canonical is not None:
+        return canonical
+    choices = field_choices(config_class, name)
+    if not config_class.__dataclass_fields__[name].metadata.get("suggest"):
+        raise ValueError(f"{name} must be one of: {', '.join(choices)}.")
+    aliases = field_aliases(config_class, name)
+    close = difflib.get_close_matches(_clean(value), [*choices, *aliases], n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else "."
+    raise ValueError(f"{name} {value!r} is not one of: {', '.join(choices)} (aliases: {', '.join(aliases)}){hint}")
 
 
 def _choose(config: Any, name: str) -> str:
-    """Resolve field ``name`` of ``config`` in place, with CoMLRL's "must be one of" message for unknown names."""
-    canonical = resolve_choice(type(config), name, getattr(config, name))
-    if canonical is None:
-        raise ValueError(f"{name} must be one of: {', '.join(field_choices(type(config), name))}.")
+    """Resolve field ``name`` of ``config`` in place (``check_choice``)."""
+    canonical = check_choice(type(config), name, getattr(config, name))
     setattr(config, name, canonical)
     return canonical
 
@@ -896,7 +911,7 @@ class _IterativePreferenceConfig:
     comparator_api_format: str = field(
         default="generic",
         metadata={
-            "help": "api comparator request format: generic, openai (openai_chat, chat), anthropic (anthropic_messages, messages) or openai_responses (responses, codex). Unknown values mean generic.",
+            "help": "api comparator request format: generic, openai (openai_chat, chat), anthropic (anthropic_messages, messages) or openai_responses (responses, codex). Other names are an error that suggests the closest one.",
             "choices": ("generic", "openai", "anthropic", "openai_responses"),
             "aliases": {
                 "openai_chat": "openai",
@@ -906,8 +921,9 @@ class _IterativePreferenceConfig:
                 "responses": "openai_responses",
                 "codex": "openai_responses",
             },
-            # CoMLRL sends any other name as the generic format rather than failing.
-            "fallback": "generic",
+            # Differs from CoMLRL: it sends any other name as the generic format; a typo here would send requests
+            # the endpoint rejects, so an unknown name is an error with a did-you-mean hint.
+            "suggest": True,
             "group": "API comparator",
         },
     )
