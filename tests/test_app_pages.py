@@ -202,6 +202,7 @@ def test_setup_saves_a_config_file_and_loads_it_back(open_app, downloads):
     at.selectbox(key=state.config_field_key("MADPOIter", "preference_replay_mode")).select("nearest_k").run()
     at.number_input(key=state.config_field_key("MADPOIter", "preference_replay_k")).set_value(3)
     at.number_input(key=state.config_field_key("MADPOIter", "dpo_beta")).set_value(0.25)
+    at.multiselect(key=state.config_field_key("MADPOIter", "report_to")).set_value(["tensorboard"])
     at.text_input(key=state.SETUP_RUN_NAME).input("roundtrip").run()
     saved = downloads["roundtrip.spec.json"]
     spec = json.loads(saved)
@@ -210,6 +211,7 @@ def test_setup_saves_a_config_file_and_loads_it_back(open_app, downloads):
         "preference_replay_mode": "nearest_k",
         "preference_replay_k": 3,
         "dpo_beta": 0.25,
+        "report_to": ["tensorboard"],
     }
 
     fresh = open_app(run_id=None)
@@ -220,6 +222,7 @@ def test_setup_saves_a_config_file_and_loads_it_back(open_app, downloads):
     assert fresh.selectbox(key=state.config_field_key("MADPOIter", "preference_replay_mode")).value == "nearest_k"
     assert fresh.number_input(key=state.config_field_key("MADPOIter", "preference_replay_k")).value == 3
     assert fresh.number_input(key=state.config_field_key("MADPOIter", "dpo_beta")).value == 0.25
+    assert fresh.multiselect(key=state.config_field_key("MADPOIter", "report_to")).value == ["tensorboard"]
     assert fresh.text_input(key=state.SETUP_RUN_NAME).value == "roundtrip"
 
 

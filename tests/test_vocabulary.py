@@ -19,6 +19,7 @@ from comlrl_lab.trainers.preference.config import (
     MADPOIterConfig,
     field_aliases,
     field_choices,
+    field_multi_choices,
     resolve_choice,
 )
 
@@ -145,8 +146,10 @@ def test_setup_form_options_are_the_metadata_choices(algorithm):
 
     cls = CONFIG_CLASSES[algorithm]
     for name, spec in forms.field_specs(cls).items():
-        assert spec.choices == field_choices(cls, name), name
-        assert (spec.kind == "choice") == bool(spec.choices), name
+        multi = field_multi_choices(cls, name)
+        assert spec.choices == (field_choices(cls, name) or multi), name
+        assert spec.kind == ("multichoice" if multi else "choice" if spec.choices else spec.kind), name
+        assert (spec.kind in ("choice", "multichoice")) == bool(spec.choices), name
         assert spec.group == cls.__dataclass_fields__[name].metadata["group"]
         for alias, canonical in field_aliases(cls, name).items():
             assert forms.canonical_choice(spec, alias) == canonical

@@ -51,6 +51,7 @@ from comlrl_lab.trainers.preference.comparators.centralized import (
 from comlrl_lab.trainers.preference.devices import resolve_layout
 from comlrl_lab.trainers.preference.distributed import DistContext
 from comlrl_lab.trainers.preference.sink import PHASES, NullSink, PhaseControl, PhaseRecords, RecordSink
+from comlrl_lab.trainers.preference.tracking import Trackers
 
 GENERATION_STREAM = "generation"
 EVAL_STREAM = "eval"
@@ -179,6 +180,15 @@ class PreferenceTrainerBase:
         self.control = control if control is not None else PhaseControl()
         self.run_id = self.dist.broadcast_object(run_id or new_run_id(digits=6))
         self.output_dir = Path(self.args.output_dir) if self.args.output_dir else Path("runs") / self.run_id
+        # Differs from CoMLRL: W&B only there (when wandb_config is given); report_to adds TensorBoard.
+        self.trackers = Trackers.build(
+            self.args.report_to,
+            wandb_config,
+            output_dir=self.output_dir,
+            run_id=self.run_id,
+            config=self.args.to_dict(),
+            is_main=self.dist.is_main,
+        )
         self.checkpoint_dir: Path | None = None
 
         # Cursor: the next phase to run. Rounds are 1-based, as the replay files are.
@@ -282,8 +292,11 @@ class PreferenceTrainerBase:
         self._run_phase(phase, records)
         records.add_metrics(self.updates_seen, {M.name(M.PHASE_SECONDS, phase=phase): time.monotonic() - started})
         self.sink.commit_phase(records)
+        self.trackers.log_phase(records)
         self.history.append({"round": self.round_index, "phase": phase, "seconds": time.monotonic() - started})
         self._advance_cursor()
+        if self.finished:
+            self.trackers.finish()
         if self.checkpoint_dir is not None:
             self.save_checkpoint(self.checkpoint_dir)
         return records

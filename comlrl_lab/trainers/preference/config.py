@@ -36,6 +36,7 @@ __all__ = [
     "check_choice",
     "field_aliases",
     "field_choices",
+    "field_multi_choices",
     "resolve_choice",
 ]
 
@@ -65,6 +66,11 @@ def field_choices(config_class: type, name: str) -> tuple[str, ...]:
 def field_aliases(config_class: type, name: str) -> dict[str, str]:
     """Alias -> canonical value of field ``name`` (``metadata["aliases"]``); the canonical names are not repeated."""
     return dict(config_class.__dataclass_fields__[name].metadata.get("aliases", {}))
+
+
+def field_multi_choices(config_class: type, name: str) -> tuple[str, ...]:
+    """The values a list field such as ``report_to`` may hold (``metadata["multi_choices"]``); () for others."""
+    return tuple(config_class.__dataclass_fields__[name].metadata.get("multi_choices", ()))
 
 
 def resolve_choice(config_class: type, name: str, value: Any) -> str | None:
@@ -392,6 +398,15 @@ class MADPOConfig:
             "group": "Training",
         },
     )
+    report_to: list[str] | None = field(
+        default=None,
+        kw_only=True,
+        metadata={
+            "help": "Trackers that receive each round's metrics besides the store: wandb (project, entity, name and tags from the trainer's wandb_config; pip install comlrl-lab[wandb]), tensorboard (event files in <output_dir>/tensorboard; pip install comlrl-lab[tensorboard]) or none. None = wandb when a wandb_config is given, else none.",
+            "group": "Logging",
+            "multi_choices": ("wandb", "tensorboard", "none"),
+        },
+    )
     batch_invariant_sampling: bool = field(
         default=True,
         kw_only=True,
@@ -446,6 +461,7 @@ class MADPOConfig:
             if hasattr(self, "comparator_generation_mode"):
                 self.comparator_generation_mode = "centralized"
 
+        self._check_report_to()
         _check_int_at_least("num_train_epochs", self.num_train_epochs, 1)
         _check_int_at_least("num_agents", self.num_agents, 1)
         _check_int_at_least("rollout_buffer_size", self.rollout_buffer_size, 1)
@@ -510,6 +526,23 @@ class MADPOConfig:
             raise ValueError(
                 f"lora_target_modules must be None, a module name or a non-empty list of module names, got {targets!r}."
             )
+
+    def _check_report_to(self) -> None:
+        """``report_to`` as a list of known tracker names (a single name is accepted); "none" stands alone."""
+        value = self.report_to
+        if value is None:
+            return
+        names = [value] if isinstance(value, str) else value
+        allowed = field_multi_choices(type(self), "report_to")
+        if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+            raise ValueError(f"report_to must be a list of tracker names ({', '.join(allowed)}), got {value!r}.")
+        cleaned = list(dict.fromkeys(_clean(n) for n in names))
+        unknown = [n for n in cleaned if n not in allowed]
+        if unknown:
+            raise ValueError(f"report_to entries must be one of: {', '.join(allowed)}; got {unknown[0]!r}.")
+        if "none" in cleaned and len(cleaned) > 1:
+            raise ValueError("report_to: 'none' cannot be combined with other trackers.")
+        self.report_to = cleaned
 
     def _check_device_list(self, name: str, spec: Any) -> None:
         """Shape check of a device spec without torch: a string, or a list of 1 or actor-count entries."""
