@@ -103,23 +103,6 @@ class CurrentCollector:
         if not self.train_pairs:
             host.log(records, f"{host.algorithm_name}: no non-tied preference pairs were generated.", "warning")
         records.add_metrics(host.updates_seen, {M.TRAIN_PREFERENCE_PAIRS: len(self.train_pairs)})
-        if self.reward_range is not None:
-            self.record_reward_distribution(records)
-
-    def record_reward_distribution(self, records: PhaseRecords) -> None:
-        """CoMLRL's reward_distributions/iteration_NNNN.json (under the run's output_dir) and its store rows."""
-        host = self.host
-        selected = {
-            "target": [p.target_raw_reward for p in self.train_pairs if p.target_raw_reward is not None],
-            "comparator": [p.comparator_raw_reward for p in self.train_pairs if p.comparator_raw_reward is not None],
-        }
-        payload = distribution_payload(host.round_index, self.reward_range, self.round_rewards, selected)
-        if payload is None:
-            return
-        if host.dist.is_main:
-            # Differs from CoMLRL: the files go under the run's output_dir, not the W&B dir or the working directory.
-            write_distribution_file(host.output_dir / DISTRIBUTION_DIR, payload)
-        records.reward_distributions = distribution_rows(payload)
 
     # round hooks and state ----------------------------------------------------------------------------
     def after_train(self) -> None:
