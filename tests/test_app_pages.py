@@ -22,6 +22,7 @@ from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.testing.v1 import AppTest
 from workbench_fixtures import agent_model, seed_run
 
+from comlrl_lab.store import schema
 from comlrl_lab.trainers.preference import MADPOIterConfig
 from comlrl_lab.trainers.preference.config import CONFIG_CLASSES
 from comlrl_lab.trainers.preference.replay import lambda_decay_weights
@@ -373,6 +374,16 @@ def test_pairs_sql_box_answers_read_only_queries_and_refuses_writes(open_app, se
     assert list(result["n"]) == list(rounds["num_pairs"])
     csv = pd.read_csv(io.BytesIO(downloads[f"{seeded.run_id}-query.csv"]))
     assert list(csv["n"]) == list(rounds["num_pairs"])
+
+    # The caption names every table a query may read, the reward_distributions table included.
+    caption = next(c.value for c in at.caption if c.value.startswith("Read-only SQL"))
+    assert all(re.search(rf"\b{name}\b", caption) for name in set(schema.TABLES) - {"schema_version"})
+    at.text_area(key=state.SQL_QUERY).input(
+        "SELECT round, sum(sample_count) AS n FROM reward_distributions WHERE series = 'candidate' GROUP BY round "
+        "ORDER BY round"
+    ).run()
+    at.button(key=state.SQL_RUN).click().run()
+    assert at.dataframe[-1].value["n"].tolist() == [2 * 8 * 4, 2 * 8 * 4]  # both sides, 8 items, 4 candidates
 
     at.text_area(key=state.SQL_QUERY).input("DELETE FROM pairs").run()
     at.button(key=state.SQL_RUN).click().run()
