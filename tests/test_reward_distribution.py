@@ -94,6 +94,12 @@ def test_rounds_write_files_store_rows_and_export_them_back(model_dir, tmp_path)
     assert selected.reward_distributions == distribution_rows(first)
     drawn = [m["value"] for m in selected.metrics if m["name"] == M.TRAIN_PREFERENCE_PAIRS]
     assert drawn[0] > 0 and first["selected"]["target"]["sample_count"] == drawn[0]
+    logged = {m["name"]: m["value"] for m in selected.metrics if "reward_distribution/" in m["name"]}
+    assert logged["iter/reward_distribution/current_iteration"] == 1
+    assert logged["iter/reward_distribution/target_sample_count"] == len(ITEMS) * 3
+    assert logged["iter/reward_distribution/target_mean"] == pytest.approx(sum(current) / len(current))
+    assert logged["iter/selected_reward_distribution/pair_count"] == drawn[0]
+    assert logged["iter/selected_reward_distribution/comparator_sample_count"] == drawn[0]
 
     (tmp_path / "run").mkdir()
     with RunStore(tmp_path / "run" / STORE_FILE) as store:

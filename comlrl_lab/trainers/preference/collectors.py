@@ -304,6 +304,16 @@ class ComparatorCollector(CurrentCollector):
             # Differs from CoMLRL: the files go under the run's output_dir, not the W&B dir or the working directory.
             write_distribution_file(host.output_dir / DISTRIBUTION_DIR, payload)
         records.reward_distributions = distribution_rows(payload)
+        for template, series, extra in (
+            (M.REWARD_DISTRIBUTION, payload["candidate"], {}),
+            (M.SELECTED_REWARD_DISTRIBUTION, payload["selected"], {"pair_count": len(self.train_pairs)}),
+        ):
+            values = {"current_iteration": host.round_index, **extra}
+            for side in ("target", "comparator"):
+                values[f"{side}_sample_count"] = series[side]["sample_count"]
+                if series[side]["mean"] is not None:  # CoMLRL logs no mean for an empty side
+                    values[f"{side}_mean"] = series[side]["mean"]
+            records.add_metrics(host.updates_seen, {M.name(template, key=k): v for k, v in values.items()})
 
     # round hooks and state ----------------------------------------------------------------------------
     def after_train(self) -> None:
