@@ -186,7 +186,7 @@ class PreferenceTrainerBase:
             wandb_config,
             output_dir=self.output_dir,
             run_id=self.run_id,
-            config=self.args.to_dict(),
+            config=self.args,
             is_main=self.dist.is_main,
         )
         self.checkpoint_dir: Path | None = None

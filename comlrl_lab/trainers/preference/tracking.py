@@ -81,7 +81,7 @@ def _distribution_key(row: dict[str, Any]) -> str:
 class WandbTracker:
     """One W&B run, started at the first phase it sees (so building a trainer starts nothing)."""
 
-    def __init__(self, wandb_config: dict | None, output_dir: Path, run_id: str, config: dict[str, Any]):
+    def __init__(self, wandb_config: dict | None, output_dir: Path, run_id: str, config: Any):
         self.wandb_config = dict(wandb_config or {})
         self.output_dir = output_dir
         self.run_id = run_id
@@ -103,7 +103,7 @@ class WandbTracker:
             dir=str(directory),
             id=cfg.get("id"),
             resume=cfg.get("resume"),
-            config={**self.config, **sections},
+            config={**self.config.to_dict(), **sections},  # to_dict never holds the API key
             reinit="create_new",
         )
         return self.run
@@ -189,7 +189,7 @@ class Trackers:
         *,
         output_dir: Path,
         run_id: str,
-        config: dict[str, Any],
+        config: Any,
         is_main: bool,
     ) -> Trackers:
         names = requested_trackers(report_to, wandb_config)
