@@ -14,10 +14,17 @@ import sys
 import time
 from pathlib import Path
 
+from comlrl_lab.data.reward_distribution import DISTRIBUTION_DIR
 from comlrl_lab.engine import ExperimentSpec, RunManager
 from comlrl_lab.engine.run import STORE_FILE, run_data_parallel
 from comlrl_lab.store import RunStore
-from comlrl_lab.store.export import EXPORT_FORMATS, ROUND_FILES, export_pairs, export_round_files
+from comlrl_lab.store.export import (
+    EXPORT_FORMATS,
+    ROUND_FILES,
+    export_pairs,
+    export_reward_distribution_files,
+    export_round_files,
+)
 from comlrl_lab.store.importer import import_replay_dir
 from comlrl_lab.trainers.preference.distributed import DistContext
 
@@ -99,6 +106,7 @@ def _export(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         if args.format == ROUND_FILES:
             export_round_files(store, run_id, args.dest)
+            export_reward_distribution_files(store, run_id, Path(args.dest) / DISTRIBUTION_DIR)
         else:
             export_pairs(store, run_id, args.format, args.dest, **filters)
     print(f"exported {args.format} to {args.dest} in {time.perf_counter() - started:.2f}s")

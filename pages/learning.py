@@ -71,3 +71,6 @@ with left:
     st.plotly_chart(figures.reward_histogram(run_id, version, int(chosen)), key=state.LEARNING_REWARD_HIST)
 with right:
     st.plotly_chart(data.figures["boxes"], key=state.LEARNING_REWARD_BOXES)
+logged = figures.logged_distribution(run_id, version, int(chosen))
+if logged is not None:
+    st.plotly_chart(logged, key=state.LEARNING_LOGGED_DISTRIBUTION)

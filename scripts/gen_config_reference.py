@@ -114,8 +114,8 @@ def choices_text(owner: type, name: str) -> str:
         # The empty spelling (parallel_training's None) would vanish between backticks.
         text += " Aliases: " + ", ".join(f"`{alias or EMPTY}` -> `{c}`" for alias, c in aliases.items()) + "."
     metadata = owner.__dataclass_fields__[name].metadata
-    if metadata.get("fallback") is not None:
-        text += f" Any other name means `{metadata['fallback']}`."
+    if metadata.get("suggest"):
+        text += " Any other name is an error that suggests the closest spelling."
     elif metadata.get("checked") is False:
         text += " Other names are kept as given (not checked)."
     return text

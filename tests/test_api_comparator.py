@@ -83,13 +83,17 @@ class FakeScalar:
 # -- formats: exact bodies and headers -------------------------------------------------------------------
 
 
-def test_format_aliases_normalise_and_unknown_names_mean_generic():
+def test_format_aliases_normalise_and_unknown_names_are_an_error():
     assert [normalize_api_format(x) for x in ("openai", " Chat ", "openai_chat")] == ["openai"] * 3
     assert [normalize_api_format(x) for x in ("anthropic", "MESSAGES", "anthropic_messages")] == ["anthropic"] * 3
     assert [normalize_api_format(x) for x in ("openai_responses", "responses", "codex")] == ["openai_responses"] * 3
     assert normalize_api_format(None) == normalize_api_format("generic") == "generic"
-    # CoMLRL sends an unknown format as generic, and so does the config (tests/test_vocabulary.py checks they agree).
-    assert normalize_api_format("antropic") == "generic"
+    # CoMLRL sends an unknown format as generic; here it is the config's error (tests/test_vocabulary.py checks they
+    # agree), raised before any request is built.
+    with pytest.raises(ValueError, match="did you mean 'anthropic'"):
+        normalize_api_format("antropic")
+    with pytest.raises(ValueError, match="did you mean 'openai'"):
+        ApiComparatorSettings(url="http://localhost/x", api_format="opneai")
 
 
 def test_generic_body_and_headers_are_exact(stub):

@@ -22,6 +22,7 @@ from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.testing.v1 import AppTest
 from workbench_fixtures import agent_model, seed_run
 
+from comlrl_lab.store import schema
 from comlrl_lab.trainers.preference import MADPOIterConfig
 from comlrl_lab.trainers.preference.config import CONFIG_CLASSES
 from comlrl_lab.trainers.preference.replay import lambda_decay_weights
@@ -205,6 +206,7 @@ def test_setup_saves_a_config_file_and_loads_it_back(open_app, downloads):
     at.selectbox(key=state.config_field_key("MADPOIter", "preference_replay_mode")).select("nearest_k").run()
     at.number_input(key=state.config_field_key("MADPOIter", "preference_replay_k")).set_value(3)
     at.number_input(key=state.config_field_key("MADPOIter", "dpo_beta")).set_value(0.25)
+    at.multiselect(key=state.config_field_key("MADPOIter", "report_to")).set_value(["tensorboard"])
     at.text_input(key=state.SETUP_RUN_NAME).input("roundtrip").run()
     saved = downloads["roundtrip.spec.json"]
     spec = json.loads(saved)
@@ -213,6 +215,7 @@ def test_setup_saves_a_config_file_and_loads_it_back(open_app, downloads):
         "preference_replay_mode": "nearest_k",
         "preference_replay_k": 3,
         "dpo_beta": 0.25,
+        "report_to": ["tensorboard"],
     }
 
     fresh = open_app(run_id=None)
@@ -223,6 +226,7 @@ def test_setup_saves_a_config_file_and_loads_it_back(open_app, downloads):
     assert fresh.selectbox(key=state.config_field_key("MADPOIter", "preference_replay_mode")).value == "nearest_k"
     assert fresh.number_input(key=state.config_field_key("MADPOIter", "preference_replay_k")).value == 3
     assert fresh.number_input(key=state.config_field_key("MADPOIter", "dpo_beta")).value == 0.25
+    assert fresh.multiselect(key=state.config_field_key("MADPOIter", "report_to")).value == ["tensorboard"]
     assert fresh.text_input(key=state.SETUP_RUN_NAME).value == "roundtrip"
 
 
@@ -425,6 +429,16 @@ def test_pairs_sql_box_answers_read_only_queries_and_refuses_writes(open_app, se
     csv = pd.read_csv(io.BytesIO(downloads[f"{seeded.run_id}-query.csv"]))
     assert list(csv["n"]) == list(rounds["num_pairs"])
 
+    # The caption names every table a query may read, the reward_distributions table included.
+    caption = next(c.value for c in at.caption if c.value.startswith("Read-only SQL"))
+    assert all(re.search(rf"\b{name}\b", caption) for name in set(schema.TABLES) - {"schema_version"})
+    at.text_area(key=state.SQL_QUERY).input(
+        "SELECT round, sum(sample_count) AS n FROM reward_distributions WHERE series = 'candidate' GROUP BY round "
+        "ORDER BY round"
+    ).run()
+    at.button(key=state.SQL_RUN).click().run()
+    assert at.dataframe[-1].value["n"].tolist() == [2 * 8 * 4, 2 * 8 * 4]  # both sides, 8 items, 4 candidates
+
     at.text_area(key=state.SQL_QUERY).input("DELETE FROM pairs").run()
     at.button(key=state.SQL_RUN).click().run()
     assert any(e.value.startswith("Refused") for e in at.error)
@@ -496,6 +510,14 @@ def test_learning_plots_rewards_losses_margins_accuracy_and_distributions(open_a
         c for c in charts if c["layout"].get("title", {}).get("text", "").startswith("Candidate rewards in round")
     )
     assert {t["marker"]["color"] for t in hist["data"]} == {"#2563eb", "#ea580c"}
+    logged = next(c for c in charts if c["layout"].get("title", {}).get("text", "").startswith("Logged reward"))
+    assert logged["layout"]["title"]["text"] == "Logged reward distribution, round 2"
+    stored = store.binned_reward_distributions(seeded.run_id, 2)
+    assert [t["name"] for t in logged["data"]] == [
+        f"{row.series} {row.side} (n={row.sample_count})" for row in stored.itertuples()
+    ]
+    assert [int(v) for v in _array(logged["data"][0]["y"])] == [int(c) for c in stored["counts"][0]]
+    assert len(_array(logged["data"][0]["x"])) == 16
 
 
 # -- Data ---------------------------------------------------------------------------------------------------
@@ -524,9 +546,17 @@ def test_data_exports_parquet_and_round_files_with_filters(open_app, seeded, dow
     name = at.download_button(key=state.EXPORT_DOWNLOAD).label.removeprefix("Download ")
     with zipfile.ZipFile(io.BytesIO(downloads[name])) as zf:
         names = sorted(zf.namelist())
-        assert names == ["preference_replay/iteration_0001.json", "preference_replay/iteration_0002.json"]
+        assert names == [
+            "preference_replay/iteration_0001.json",
+            "preference_replay/iteration_0002.json",
+            "reward_distributions/iteration_0001.json",
+            "reward_distributions/iteration_0002.json",
+        ]
         payload = json.loads(zf.read(names[0]))
+        logged = json.loads(zf.read(names[3]))
     assert payload["iteration"] == 1 and payload["num_pairs"] == len(payload["pairs"])
+    run_file = seeded.root / seeded.run_id / "reward_distributions" / "iteration_0002.json"
+    assert logged == json.loads(run_file.read_text())  # the export rebuilds the file the trainer wrote
 
 
 def test_data_imports_a_comlrl_replay_directory_and_browses_it(open_app, seeded):

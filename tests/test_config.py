@@ -70,6 +70,7 @@ OUR_MADPO_DEFAULTS = {
     "madpo_length_normalize": False,
     "madpo_nll_weight": 0.0,
     "max_grad_norm": None,
+    "report_to": None,
     "batch_invariant_sampling": True,
     "lora_r": None,
     "lora_alpha": 16.0,
@@ -234,7 +235,7 @@ MADPO_ERRORS = [
     ({"reference_kl_coef": -0.1}, "reference_kl_coef must be >= 0."),
     (
         {"reference_kl_enabled": True, "reference_devices": ["cpu", "cpu", "cpu"]},
-        "reference_devices must list 1 or 2 devices, got 3.",
+        "reference_devices length (3) must be 1 or 2.",
     ),
     ({"num_turns": 2}, "MADPO currently supports num_turns=1 only."),
     ({"preference_num_candidates": 1}, "preference_num_candidates must be >= 2."),
@@ -277,7 +278,7 @@ MARLHF_ERRORS = [
     ({"reward_learning_rate": 0.0}, "reward_learning_rate must be > 0."),
     ({"reward_num_train_epochs": 0}, "reward_num_train_epochs must be >= 1."),
     ({"reward_train_batch_size": 0}, "reward_train_batch_size must be >= 1."),
-    ({"reward_max_length": 0}, "reward_max_length must be >= 1."),
+    ({"reward_max_length": 0}, "reward_max_length must be >= 1 or null."),
     ({"critic_learning_rate": 0.0}, "critic_learning_rate must be > 0."),
     ({"critic_type": "a"}, "critic_type must be one of: v, q."),
     ({"value_loss_coef": 0.0}, "value_loss_coef must be > 0."),
@@ -356,7 +357,7 @@ ITER_ERRORS = [
         {"comparator_generation_mode": "centralized", "comparator_centralized_agent_index": -1},
         "comparator_centralized_agent_index must be in [0, 2).",
     ),
-    ({"comparator_num_candidates": 0}, "comparator_num_candidates must be >= 1."),
+    ({"comparator_num_candidates": 0}, "comparator_num_candidates must be >= 1 or null."),
     ({"comparator_api_max_n_per_request": 0}, "comparator_api_max_n_per_request must be >= 1."),
     # comparator policies
     ({"comparator_policy": "rival"}, "comparator_policy must be one of: current, current_copy, model, history, api."),
@@ -434,7 +435,7 @@ def test_normalisations_of_base_fields(cls):
 def test_centralized_reference_devices_count_one_actor():
     config = MADPOConfig(collaboration_mode="centralized", reference_kl_enabled=True, reference_devices=["cpu"])
     assert config.reference_devices == ["cpu"]
-    with pytest.raises(ValueError, match=re.escape("reference_devices must list 1 or 1 devices, got 2.")):
+    with pytest.raises(ValueError, match=re.escape("reference_devices length (2) must be 1 or 1.")):
         MADPOConfig(collaboration_mode="centralized", reference_kl_enabled=True, reference_devices=["cpu", "cpu"])
 
 
@@ -495,7 +496,7 @@ ALIASES = {
         "centralized": ["centralized", "centralised", "single_agent", "single-agent", " Centralised "],
     },
     "comparator_api_format": {
-        "generic": ["generic", "GENERIC", "something-else", ""],
+        "generic": ["generic", "GENERIC", " Generic "],
         "openai": ["openai", "openai_chat", "chat", "OpenAI"],
         "anthropic": ["anthropic", "anthropic_messages", "messages"],
         "openai_responses": ["openai_responses", "responses", "codex"],

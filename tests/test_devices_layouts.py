@@ -190,7 +190,7 @@ def test_more_ranks_than_gpus_share_them_and_cpu_ranks_stay_on_cpu():
     [
         ({"agent_devices": "cuda:0"}, 0, "agent_devices: 'cuda:0' asks for CUDA, but no CUDA device is available."),
         ({"agent_devices": ["cuda:0", "cuda:4"]}, 4, "agent_devices: 'cuda:4' asks for CUDA device 4, but only 4"),
-        ({"reference_devices": ["cpu", "cpu", "cpu"]}, 0, "reference_devices must list 1 or 2 devices, got 3."),
+        ({"reference_devices": ["cpu", "cpu", "cpu"]}, 0, "reference_devices length (3) must be 1 or 2."),
         ({"critic_devices": ["cuda:0", "cuda:1", "cuda:2"]}, 4, "critic_devices must have length 1 or 2"),
         ({"reward_model_device": "cuda:1"}, 1, "reward_model_device: 'cuda:1' asks for CUDA device 1, but only 1"),
         ({"agent_devices": "tpu:0"}, 0, "agent_devices: 'tpu:0' is not a valid device"),

@@ -307,6 +307,32 @@ def test_comparator_candidate_count_limits_comparisons(model_dir, tmp_path):
     assert all(p.winner_candidate_index < 2 for p in collected.pairs)
 
 
+def test_madpo_update_on_an_empty_batch_is_a_no_op(model_dir, tmp_path):
+    config = MADPOConfig(preference_num_candidates=2, agent_devices="cpu", output_dir=str(tmp_path / "o"))
+    trainer = MADPOTrainer(
+        agent_model=model_dir, num_agents=2, train_dataset=ITEMS, reward_func=length_ratio_reward, args=config
+    )
+    before = [p.detach().clone() for model in trainer.agents for p in model.parameters()]
+    assert trainer.learner.update([]) == {}
+    after = [p.detach() for model in trainer.agents for p in model.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(before, after))
+    assert all(not opt.state for opt in trainer.optimizers)
+
+
+def test_save_checkpoint_after_a_plain_train_resumes(model_dir, tmp_path):
+    # Differs from CoMLRL, which raises "Preference checkpoint tracking was not enabled" here.
+    config = iter_config(tmp_path, num_iterations=1, eval_interval=0)
+    trainer = make_iter_trainer(model_dir, config)
+    trainer.train()
+    path = trainer.save_checkpoint(tmp_path / "ckpt")
+    fresh = make_iter_trainer(model_dir, iter_config(tmp_path, num_iterations=1, eval_interval=0))
+    fresh.load_checkpoint(path)
+    assert fresh.finished and fresh.updates_seen == trainer.updates_seen > 0
+    for trained, restored in zip(trainer.agents, fresh.agents):
+        for a, b in zip(trained.parameters(), restored.parameters()):
+            assert torch.equal(a, b)
+
+
 def test_history_comparator_picks_snapshot_k_rounds_back(model_dir, tmp_path):
     trainer = make_iter_trainer(model_dir, iter_config(tmp_path, comparator_policy="history", comparator_history_k=2))
     comparator = trainer.collector.comparator
@@ -316,6 +342,21 @@ def test_history_comparator_picks_snapshot_k_rounds_back(model_dir, tmp_path):
     (root / "iteration_0001").mkdir(parents=True)
     assert comparator.snapshot_for_round(3).name == "iteration_0001"
     assert comparator.snapshot_for_round(5).name == "iteration_0001"  # newest existing before round 3
+
+
+def test_history_comparator_reads_snapshots_from_policy_checkpoint_dir(model_dir, tmp_path, monkeypatch):
+    # The reported case: a relative policy_checkpoint_dir; the snapshots went there, the comparator looked
+    # under <output_dir>/policy_history and round 1 failed.
+    monkeypatch.chdir(tmp_path)
+    config = iter_config(
+        tmp_path, num_iterations=2, comparator_policy="history", policy_checkpoint_dir="snapshots", eval_interval=0
+    )
+    trainer = make_iter_trainer(model_dir, config)
+    trainer.train()
+    snapshots = tmp_path / "snapshots"
+    assert sorted(p.name for p in snapshots.iterdir()) == ["initial", "iteration_0001", "iteration_0002"]
+    assert trainer.collector.comparator.snapshot_for_round(2) == Path("snapshots") / "iteration_0001"
+    assert not (tmp_path / "out" / "policy_history").exists()
 
 
 def test_centralized_comparator_marks_unparsed_outputs_and_continues(model_dir, tmp_path):

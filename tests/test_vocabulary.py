@@ -1,8 +1,8 @@
 """One source for the vocabulary: the allowed values and aliases of the config fields live in their metadata.
 
 Validation, the API client, the Setup form and docs/config_reference.md must all read ``metadata["choices"]``,
-``["aliases"]`` and ``["fallback"]``; these tests fail when one of them lists values of its own. The
-comparator_api_format cases pin CoMLRL 1.4.3: aliases resolve case-insensitively and any other name is generic.
+``["aliases"]``; these tests fail when one of them lists values of its own. The comparator_api_format cases pin
+aliases resolving case-insensitively, and (unlike CoMLRL) any other name failing with a did-you-mean hint.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from comlrl_lab.trainers.preference.config import (
     MADPOIterConfig,
     field_aliases,
     field_choices,
+    field_multi_choices,
     resolve_choice,
 )
 
@@ -63,12 +64,8 @@ def test_validation_accepts_exactly_the_metadata_choices(cls, f):
         # MARLHF configs overwrite the unchecked advantage_mode from rl_algorithm, so only acceptance is checked.
         assert unchecked or getattr(config, f.name) == choice
     unknown = "no-such-" + f.name
-    fallback = f.metadata.get("fallback")
     if unchecked:
         cls(**{f.name: unknown})
-    elif fallback is not None:
-        assert fallback in choices
-        assert getattr(cls(**{f.name: unknown}), f.name) == fallback
     else:
         with pytest.raises(ValueError, match=rf"^{f.name} "):
             cls(**{f.name: unknown})
@@ -110,17 +107,33 @@ def _api_format_spellings():
     return spellings + ["antropic", "anthropic-messages", "OpenAI ", "", "something-else"]
 
 
+def _outcome(make):
+    try:
+        return make()
+    except ValueError as error:
+        return ("error", str(error))
+
+
 @pytest.mark.parametrize("spelling", _api_format_spellings())
 def test_api_client_and_config_agree_on_every_format_spelling(spelling):
-    from_config = MADPOIterConfig(comparator_api_format=spelling).comparator_api_format
-    assert normalize_api_format(spelling) == from_config
-    settings = ApiComparatorSettings(url="http://localhost/x", api_format=spelling)
-    assert settings.api_format == from_config
+    from_config = _outcome(lambda: MADPOIterConfig(comparator_api_format=spelling).comparator_api_format)
+    assert _outcome(lambda: normalize_api_format(spelling)) == from_config
+    settings = _outcome(lambda: ApiComparatorSettings(url="http://localhost/x", api_format=spelling).api_format)
+    assert settings == from_config
 
 
-def test_antropic_is_generic_as_in_comlrl():
-    assert MADPOIterConfig(comparator_api_format="antropic").comparator_api_format == "generic"
-    assert normalize_api_format("antropic") == "generic"
+def test_unknown_api_format_lists_the_table_and_suggests_the_closest():
+    # Differs from CoMLRL, which sends any unknown name as generic.
+    with pytest.raises(ValueError) as error:
+        MADPOIterConfig(comparator_api_format="antropic")
+    assert str(error.value) == (
+        "comparator_api_format 'antropic' is not one of: generic, openai, anthropic, openai_responses "
+        "(aliases: openai_chat, chat, anthropic_messages, messages, responses, codex); did you mean 'anthropic'?"
+    )
+    with pytest.raises(ValueError, match=r"did you mean 'anthropic_messages'\?$"):
+        normalize_api_format("anthropic-messages")
+    with pytest.raises(ValueError, match=r"\(aliases: [a-z_, ]+\)\.$"):
+        normalize_api_format("something-else")  # nothing close: no suggestion
     assert normalize_api_format(None) == "generic"
 
 
@@ -133,8 +146,10 @@ def test_setup_form_options_are_the_metadata_choices(algorithm):
 
     cls = CONFIG_CLASSES[algorithm]
     for name, spec in forms.field_specs(cls).items():
-        assert spec.choices == field_choices(cls, name), name
-        assert (spec.kind == "choice") == bool(spec.choices), name
+        multi = field_multi_choices(cls, name)
+        assert spec.choices == (field_choices(cls, name) or multi), name
+        assert spec.kind == ("multichoice" if multi else "choice" if spec.choices else spec.kind), name
+        assert (spec.kind in ("choice", "multichoice")) == bool(spec.choices), name
         assert spec.group == cls.__dataclass_fields__[name].metadata["group"]
         for alias, canonical in field_aliases(cls, name).items():
             assert forms.canonical_choice(spec, alias) == canonical

@@ -1,4 +1,5 @@
-"""A small finished run for the workbench tests: MADPOIter, history comparator, lambda_decay, two rounds.
+"""A small finished run for the workbench tests: MADPOIter, history comparator, lambda_decay, two rounds, with
+reward distributions logged.
 
 Plain functions (like ``model_fixtures``), used by the AppTest and browser test modules. The run drives the
 engine directly with tiny settings: 8 training items, 4 candidates, 12 new tokens, 4 eval items, so it takes
@@ -24,6 +25,7 @@ SEED_CONFIG = {
     "preference_replay_lambda": 0.5,
     "train_batch_size": 4,
     "eval_num_samples": 4,
+    "log_reward_distribution": True,
 }
 
 

@@ -71,6 +71,9 @@ CURRENT_ITERATION = "iter/current_iteration"
 CURRENT_PREFERENCE_PAIRS = "iter/current_preference_pairs"
 TOTAL_PREFERENCE_PAIRS = "iter/total_preference_pairs"
 TRAIN_PREFERENCE_PAIRS = "iter/train_preference_pairs"
+# log_reward_distribution: CoMLRL's summary of each round's file ({key}: see the help texts below)
+REWARD_DISTRIBUTION = "iter/reward_distribution/{key}"
+SELECTED_REWARD_DISTRIBUTION = "iter/selected_reward_distribution/{key}"
 # -- MADPO updates -------------------------------------------------------------------------------------------
 MADPO_LOSS = "madpo/loss"
 MADPO_JOINT_MARGIN = "madpo/joint_margin"
@@ -156,6 +159,19 @@ METRICS: tuple[Metric, ...] = (
         TRAIN_PREFERENCE_PAIRS,
         "count",
         "Pairs the select phase chose to train on (the replay sample B^(ν) in the iterative trainers).",
+    ),
+    Metric(
+        REWARD_DISTRIBUTION,
+        "other",
+        "log_reward_distribution: the round's candidate rewards as CoMLRL sums them up: current_iteration, "
+        "target_sample_count, comparator_sample_count, target_mean, comparator_mean (target = current agents).",
+        "iterative",
+    ),
+    Metric(
+        SELECTED_REWARD_DISTRIBUTION,
+        "other",
+        "log_reward_distribution: the same for the raw rewards of the pairs the select phase drew, plus pair_count.",
+        "iterative",
     ),
     Metric(MADPO_LOSS, "dpo_loss", "Joint-margin DPO loss -log σ(β Δ) of the update, mean over its pairs.", "MADPO"),
     Metric(

@@ -80,6 +80,7 @@ class StoreSink:
             replay_rows=records.replay_rows,
             metrics=records.metrics,
             events=records.events,
+            reward_distributions=records.reward_distributions,
         )
         if self.snapshot_dir is not None:
             snapshot_parquet(self.store, self.run_id, self.snapshot_dir)

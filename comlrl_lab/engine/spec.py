@@ -53,6 +53,8 @@ class ExperimentSpec:
     user_eval_data: str | None = None
     config: dict[str, Any] = field(default_factory=dict)
     model_config: dict[str, Any] = field(default_factory=dict)
+    # CoMLRL's wandb_config (project, entity, name, tags, ...): W&B logging, unless config["report_to"] says otherwise.
+    wandb_config: dict[str, Any] | None = None
     name: str | None = None
     # Keep only the first N task items (None = all): quick looks in the workbench and small tests.
     max_train_items: int | None = None
@@ -143,6 +145,7 @@ def build_trainer(spec: ExperimentSpec, *, output_dir: str | Path, run_id: str, 
         reward_processor=getattr(task, "reward_processor", None),
         formatters=list(task.formatters),
         model_config=dict(spec.model_config),
+        wandb_config=dict(spec.wandb_config) if spec.wandb_config is not None else None,
         args=config,
         sink=sink,
         control=control,

@@ -9,6 +9,7 @@ from comlrl_lab.store.export import (
     ROUND_FILES,
     ExportFormat,
     export_pairs,
+    export_reward_distribution_files,
     export_round_files,
     snapshot_parquet,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "RunStore",
     "SchemaVersionError",
     "export_pairs",
+    "export_reward_distribution_files",
     "export_round_files",
     "import_pair_files",
     "import_replay_dir",

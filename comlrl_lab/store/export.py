@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from comlrl_lab.data.records import SEED_RECORD_FIELDS, round_file_payload
+from comlrl_lab.data.reward_distribution import payload_from_rows, write_distribution_file
 from comlrl_lab.store import queries
 from comlrl_lab.store.runstore import RunStore
 from comlrl_lab.store.schema import PHASE_TABLES
@@ -139,6 +140,21 @@ def export_round_files(
             os.replace(tmp, path)
             written.append(path)
     return written
+
+
+def export_reward_distribution_files(
+    store_or_path: RunStore | str | os.PathLike[str], run_id: str, dest_dir: str | os.PathLike[str]
+) -> list[Path]:
+    """Write each round's logged reward distribution as CoMLRL's ``iteration_NNNN.json`` in ``dest_dir``.
+
+    Only runs with ``log_reward_distribution`` have them; for others nothing is written and [] is returned.
+    """
+    with _open_store(store_or_path) as store:
+        frame = queries.binned_reward_distributions(store.cursor(), run_id)
+    return [
+        write_distribution_file(dest_dir, payload_from_rows(int(round_), part.to_dict("records")))
+        for round_, part in frame.groupby("round", sort=True)
+    ]
 
 
 def snapshot_parquet(

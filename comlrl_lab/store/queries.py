@@ -218,6 +218,17 @@ def reward_distributions(cur: duckdb.DuckDBPyConnection, run_id: str, round: int
     ).df()
 
 
+def binned_reward_distributions(cur: duckdb.DuckDBPyConnection, run_id: str, round: int | None = None) -> pd.DataFrame:
+    """The histograms a run with log_reward_distribution logged: one row per (round, series, side), every round
+    or one, in (round, series, side) order; empty for other runs."""
+    where, args = ("run_id = $1", [run_id]) if round is None else ("run_id = $1 AND round = $2", [run_id, int(round)])
+    return cur.execute(
+        "SELECT round, series, side, reward_min, reward_max, bin_edges, counts, sample_count, mean, raw_rewards "
+        f"FROM reward_distributions WHERE {where} ORDER BY round, series, side DESC",
+        args,
+    ).df()
+
+
 def eval_curve(cur: duckdb.DuckDBPyConnection, run_id: str, prefix: str = metric_names.EVAL_PREFIX) -> pd.DataFrame:
     """One row per (round, metric) of the evaluate phase (or any metric named ``prefix``...), averaged over steps."""
     return cur.execute(

@@ -134,17 +134,25 @@ class RunStore:
         replay_rows: writer.Rows = None,
         metrics: writer.Rows = None,
         events: writer.Rows = None,
+        reward_distributions: writer.Rows = None,
     ) -> None:
         """Commit one finished phase in ONE transaction; committing it again replaces its rows (never duplicates).
 
         ``candidates``: ``JointCandidate``s; ``pairs``: ``PreferencePair``s in their round-file order (or an Arrow
         table / DataFrame with the pairs columns); ``replay_rows``: dicts with source_round, mode, weight,
         drawn_count (and optional num_pairs); ``metrics``: dicts with step, name, value; ``events``: dicts with
-        level, message (and optional traceback). Token ids are not stored here (checkpoints hold them); their
+        level, message (and optional traceback); ``reward_distributions``: ``distribution_rows`` dicts. Token ids are not stored here (checkpoints hold them); their
         counts are.
         """
         batch = writer.build_batch(
-            round, phase, candidates=candidates, pairs=pairs, replay_rows=replay_rows, metrics=metrics, events=events
+            round,
+            phase,
+            candidates=candidates,
+            pairs=pairs,
+            replay_rows=replay_rows,
+            metrics=metrics,
+            events=events,
+            reward_distributions=reward_distributions,
         )
         self.commit_batches(run_id, [batch])
 
@@ -227,6 +235,9 @@ class RunStore:
 
     def reward_distributions(self, run_id: str, round: int) -> pd.DataFrame:
         return queries.reward_distributions(self.cursor(), run_id, round)
+
+    def binned_reward_distributions(self, run_id: str, round: int | None = None) -> pd.DataFrame:
+        return queries.binned_reward_distributions(self.cursor(), run_id, round)
 
     def eval_curve(self, run_id: str) -> pd.DataFrame:
         return queries.eval_curve(self.cursor(), run_id)

@@ -15,11 +15,11 @@ import duckdb
 from comlrl_lab.data.phases import PHASES as PHASES  # re-exported: the store names phases too
 
 #: Bump when the DDL changes, and add a step to ``MIGRATIONS`` that brings version - 1 up to it.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 #: Tables whose rows belong to one committed (run, round, phase) and are replaced when it is committed again.
-PHASE_TABLES: tuple[str, ...] = ("candidates", "pairs", "replay", "metrics", "events")
+PHASE_TABLES: tuple[str, ...] = ("candidates", "pairs", "replay", "metrics", "events", "reward_distributions")
 
 # Small tables carry primary keys for upserts. The large ones (candidates, pairs, metrics) carry none: an ART index
 # slows every bulk append and delete, while DuckDB's zone maps on (run_id, round), which rows arrive sorted by,
@@ -135,6 +135,22 @@ TABLES: dict[str, str] = {
             message VARCHAR NOT NULL,
             traceback VARCHAR
         )""",
+    # One row per (round, series, side) of a run with log_reward_distribution: CoMLRL's reward_distributions file.
+    "reward_distributions": """
+        CREATE TABLE IF NOT EXISTS reward_distributions (
+            run_id VARCHAR NOT NULL,
+            round INTEGER NOT NULL,
+            phase VARCHAR NOT NULL,
+            series VARCHAR NOT NULL,
+            side VARCHAR NOT NULL,
+            reward_min DOUBLE NOT NULL,
+            reward_max DOUBLE NOT NULL,
+            bin_edges DOUBLE[] NOT NULL,
+            counts INTEGER[] NOT NULL,
+            sample_count INTEGER NOT NULL,
+            mean DOUBLE,
+            raw_rewards DOUBLE[]
+        )""",
 }
 
 #: The seed's JSON record as a view of ``pairs``: the nine fields in the seed page's order, ``raw_rewards`` [] when
@@ -154,8 +170,15 @@ VIEWS: dict[str, str] = {
 #: Every relation a read-only query may name.
 READABLE_RELATIONS: frozenset[str] = frozenset(TABLES) | frozenset(VIEWS)
 
-#: version -> step that upgrades a store from ``version - 1`` to ``version``. Empty while there is one version.
-MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {}
+
+def _add_reward_distributions(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(TABLES["reward_distributions"])
+
+
+#: version -> step that upgrades a store from ``version - 1`` to ``version``.
+MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {
+    2: _add_reward_distributions,  # 1 -> 2: the reward_distributions table (log_reward_distribution)
+}
 
 
 def utcnow() -> datetime:

@@ -79,6 +79,19 @@ METRIC_SCHEMA = pa.schema([("step", pa.int32()), ("name", pa.string()), ("value"
 EVENT_SCHEMA = pa.schema(
     [("ts", pa.timestamp("us")), ("level", pa.string()), ("message", pa.string()), ("traceback", pa.string())]
 )
+DISTRIBUTION_SCHEMA = pa.schema(
+    [
+        ("series", pa.string()),
+        ("side", pa.string()),
+        ("reward_min", pa.float64()),
+        ("reward_max", pa.float64()),
+        ("bin_edges", _FLOAT_LIST),
+        ("counts", _INT_LIST),
+        ("sample_count", pa.int32()),
+        ("mean", pa.float64()),
+        ("raw_rewards", _FLOAT_LIST),
+    ]
+)
 Rows = Sequence[Any] | pa.Table | pd.DataFrame | None
 
 
@@ -107,6 +120,7 @@ def build_batch(
     replay_rows: Rows = None,
     metrics: Rows = None,
     events: Rows = None,
+    reward_distributions: Rows = None,
 ) -> PhaseBatch:
     """Validate one phase's records and turn them into Arrow tables (no database access)."""
     if not isinstance(round, int) or isinstance(round, bool) or round < 0:
@@ -118,6 +132,7 @@ def build_batch(
         "replay": _conform(replay_rows, REPLAY_SCHEMA, _replay_columns),
         "metrics": _conform(metrics, METRIC_SCHEMA, _metric_columns),
         "events": _conform(events, EVENT_SCHEMA, _event_columns),
+        "reward_distributions": _conform(reward_distributions, DISTRIBUTION_SCHEMA, _distribution_columns),
     }
     num_agents = None
     for name in ("pairs", "candidates"):
@@ -416,6 +431,21 @@ def _replay_columns(rows: list[Mapping[str, Any]]) -> dict[str, list[Any]]:
         "weight": [float(r["weight"]) for r in rows],
         "drawn_count": [int(r["drawn_count"]) for r in rows],
         "num_pairs": [None if r.get("num_pairs") is None else int(r["num_pairs"]) for r in rows],
+    }
+
+
+def _distribution_columns(rows: list[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """Rows as ``data.reward_distribution.distribution_rows`` makes them."""
+    return {
+        "series": [str(r["series"]) for r in rows],
+        "side": [str(r["side"]) for r in rows],
+        "reward_min": [float(r["reward_min"]) for r in rows],
+        "reward_max": [float(r["reward_max"]) for r in rows],
+        "bin_edges": [[float(e) for e in r["bin_edges"]] for r in rows],
+        "counts": [[int(c) for c in r["counts"]] for r in rows],
+        "sample_count": [int(r["sample_count"]) for r in rows],
+        "mean": [_float_or_none(r.get("mean")) for r in rows],
+        "raw_rewards": [[float(v) for v in r.get("raw_rewards") or ()] for r in rows],
     }
 
 

@@ -152,6 +152,32 @@ def reward_histogram(frame: pd.DataFrame, *, title: str, bins: int = 20) -> go.F
     return _layout(fig, title)
 
 
+def binned_distribution(frame: pd.DataFrame, *, title: str) -> go.Figure:
+    """The histograms a run logged with log_reward_distribution (CoMLRL's 16 bins over reward_range), one round.
+
+    ``frame``: rows of series (candidate / selected), side, bin_edges, counts, sample_count. Candidate bars are
+    solid, the training pairs' (selected) bars hatched, each side in its colour.
+    """
+    fig = go.Figure()
+    for row in frame.itertuples(index=False):
+        edges = [float(e) for e in row.bin_edges]
+        centers = [(a + b) / 2 for a, b in zip(edges[:-1], edges[1:])]
+        selected = row.series == "selected"
+        fig.add_bar(
+            x=centers,
+            y=[int(c) for c in row.counts],
+            width=[b - a for a, b in zip(edges[:-1], edges[1:])],
+            name=f"{row.series} {row.side} (n={int(row.sample_count)})",
+            marker_color=SIDE_COLORS.get(str(row.side), MUTED),
+            marker_pattern_shape="/" if selected else "",
+            opacity=0.5 if selected else 0.8,
+        )
+    fig.update_layout(barmode="group")
+    fig.update_xaxes(title="raw reward (bins over reward_range)")
+    fig.update_yaxes(title="count")
+    return _layout(fig, title)
+
+
 def reward_boxes(frame: pd.DataFrame, *, title: str) -> go.Figure:
     """Reward distribution per round and side. ``frame``: columns round, side, reward."""
     fig = go.Figure()

@@ -181,6 +181,15 @@ def reward_histogram(run_id: str, version: str, round_index: int) -> go.Figure:
 
 
 @st.cache_resource(max_entries=CACHE_ENTRIES, show_spinner=False)
+def logged_distribution(run_id: str, version: str, round_index: int) -> go.Figure | None:
+    """The round's log_reward_distribution histograms, or None when the run did not log them."""
+    frame = _store(run_id).binned_reward_distributions(run_id, round_index)
+    if frame.empty:
+        return None
+    return charts.binned_distribution(frame, title=f"Logged reward distribution, round {round_index}")
+
+
+@st.cache_resource(max_entries=CACHE_ENTRIES, show_spinner=False)
 def step_curves(run_id: str, version: str, names: tuple[str, ...]) -> go.Figure | None:
     steps = frames.per_step(_store(run_id).metrics(run_id), list(names))
     return charts.step_curves(steps, title="Per update", y_title="value") if len(steps) else None

@@ -71,6 +71,7 @@ GROUP_CAPTIONS: dict[str, str] = {
     "Reference KL": "A fixed-reference KL penalty in MARLHF policy learning (no effect on the MADPO loss).",
     "Devices and collaboration": "Where the agents live and how they work together.",
     "Large models": "LoRA adapters (peft) and gradient checkpointing.",
+    "Logging": "Trackers besides the run store: Weights & Biases and TensorBoard.",
     "Multi-turn (fixed for preference training)": "Preference training supports one turn with aligned joint responses.",
 }
 
@@ -80,7 +81,7 @@ class FieldSpec:
     """How one config field is drawn and read back."""
 
     name: str
-    kind: str  # bool | int | float | choice | text | devices | list | json
+    kind: str  # bool | int | float | choice | multichoice | text | devices | list | json
     optional: bool
     default: Any
     help: str
@@ -108,6 +109,8 @@ def _kind(hint: Any, name: str, config_class: type) -> tuple[str, bool]:
     optional = type(None) in args
     if config_module.field_choices(config_class, name):
         return "choice", optional
+    if config_module.field_multi_choices(config_class, name):
+        return "multichoice", optional
     if hint is bool:
         return "bool", False
     if hint is int or (optional and set(args) == {int, type(None)}):
@@ -140,7 +143,8 @@ def field_specs(config_class: type) -> dict[str, FieldSpec]:
             optional,
             default,
             f.metadata.get("help", ""),
-            config_module.field_choices(config_class, f.name),
+            config_module.field_choices(config_class, f.name)
+            or config_module.field_multi_choices(config_class, f.name),
             config_module.field_aliases(config_class, f.name),
             f.metadata["group"],
             dict(f.metadata.get("applies_when", {})),
@@ -176,6 +180,9 @@ def to_raw(spec: FieldSpec, value: Any) -> Any:
         return ", ".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)
     if spec.kind == "list":
         return "" if value is None else ", ".join(str(v) for v in value)
+    if spec.kind == "multichoice":
+        values = [value] if isinstance(value, str) else list(value or [])
+        return [str(v).strip().lower() for v in values]
     if spec.kind == "json":
         return "" if value is None else json.dumps(value, ensure_ascii=False)
     if spec.kind == "choice":
@@ -191,6 +198,8 @@ def from_raw(spec: FieldSpec, raw: Any) -> Any:
     """A widget value as the config takes it; ``ValueError`` naming the field when it cannot be read."""
     if spec.kind in ("bool", "int", "float", "choice"):
         return raw
+    if spec.kind == "multichoice":
+        return list(raw) or None
     text = "" if raw is None else str(raw).strip()
     if spec.kind == "text":
         if not text and spec.optional:
@@ -346,6 +355,9 @@ def load_config_into_state(algorithm: str, config: dict[str, Any]) -> list[str]:
         if spec.kind == "choice" and raw not in spec.choices:
             notes.append(f"{name}: {value!r} is not one of {', '.join(spec.choices)}; kept the default")
             raw = _raw_default(spec)
+        if spec.kind == "multichoice" and not set(raw) <= set(spec.choices):
+            notes.append(f"{name}: {value!r} lists names other than {', '.join(spec.choices)}; kept the default")
+            raw = _raw_default(spec)
         if spec.kind == "int" and raw is not None and (isinstance(raw, bool) or not isinstance(raw, int)):
             notes.append(f"{name}: {value!r} is not an integer; kept the default")
             raw = _raw_default(spec)
@@ -420,6 +432,10 @@ def render_field(algorithm: str, spec: FieldSpec, errors: Sequence[FieldError] =
         options = list(spec.choices)
         index = options.index(default) if default in options else 0
         st.selectbox(label, options, **({"index": index} if fresh else {}), **common)
+    elif spec.kind == "multichoice":
+        st.multiselect(
+            label, list(spec.choices), **({"default": default} if fresh else {}), placeholder="None", **common
+        )
     elif spec.kind == "json":
         st.text_area(
             label,

@@ -23,6 +23,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from comlrl_lab.data.reward_distribution import DISTRIBUTION_DIR
 from comlrl_lab.data.run_ids import new_run_id
 from comlrl_lab.engine import ExperimentSpec, RunManager
 from comlrl_lab.engine.manager import Progress
@@ -35,6 +36,7 @@ from comlrl_lab.store import (
     ReadOnlyQueryError,
     RunStore,
     export_pairs,
+    export_reward_distribution_files,
     export_round_files,
     import_pair_files,
     import_replay_dir,
@@ -249,10 +251,13 @@ class Workspace:
         if fmt == ROUND_FILES:
             folder = target / new_run_id("rounds")
             files = export_round_files(view.store, run_id, folder)
+            distributions = export_reward_distribution_files(view.store, run_id, folder / DISTRIBUTION_DIR)
             archive = folder.with_suffix(EXPORT_FORMATS[ROUND_FILES].suffix)
             with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zf:
                 for file in files:
                     zf.write(file, arcname=f"preference_replay/{file.name}")
+                for file in distributions:
+                    zf.write(file, arcname=f"{DISTRIBUTION_DIR}/{file.name}")
             return archive, len(files)
         dest = target / (new_run_id("pairs" + _filter_suffix(filters)) + EXPORT_FORMATS[fmt].suffix)
         count = export_pairs(view.store, run_id, fmt, dest, **filters)

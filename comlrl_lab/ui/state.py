@@ -112,6 +112,7 @@ LEARNING_PER_STEP = "learning.per_step"
 LEARNING_STEP_CHART = "learning.step_chart"
 LEARNING_REWARD_HIST = "learning.reward_hist"
 LEARNING_REWARD_BOXES = "learning.reward_boxes"
+LEARNING_LOGGED_DISTRIBUTION = "learning.logged_distribution"
 
 # Data page
 DATA_TAB = "data.tab"

@@ -51,6 +51,7 @@ from comlrl_lab.trainers.preference.comparators.centralized import (
 from comlrl_lab.trainers.preference.devices import resolve_layout
 from comlrl_lab.trainers.preference.distributed import DistContext
 from comlrl_lab.trainers.preference.sink import PHASES, NullSink, PhaseControl, PhaseRecords, RecordSink
+from comlrl_lab.trainers.preference.tracking import Trackers
 
 GENERATION_STREAM = "generation"
 EVAL_STREAM = "eval"
@@ -180,6 +181,15 @@ class PreferenceTrainerBase:
         self.control = control if control is not None else PhaseControl()
         self.run_id = self.dist.broadcast_object(run_id or new_run_id(digits=6))
         self.output_dir = Path(self.args.output_dir) if self.args.output_dir else Path("runs") / self.run_id
+        # Differs from CoMLRL: W&B only there (when wandb_config is given); report_to adds TensorBoard.
+        self.trackers = Trackers.build(
+            self.args.report_to,
+            wandb_config,
+            output_dir=self.output_dir,
+            run_id=self.run_id,
+            config=self.args,
+            is_main=self.dist.is_main,
+        )
         self.checkpoint_dir: Path | None = None
 
         # Cursor: the next phase to run. Rounds are 1-based, as the replay files are.
@@ -288,8 +298,11 @@ class PreferenceTrainerBase:
         self._run_phase(phase, records)
         records.add_metrics(self.updates_seen, {M.name(M.PHASE_SECONDS, phase=phase): time.monotonic() - started})
         self.sink.commit_phase(records)
+        self.trackers.log_phase(records)
         self.history.append({"round": self.round_index, "phase": phase, "seconds": time.monotonic() - started})
         self._advance_cursor()
+        if self.finished:
+            self.trackers.finish()
         if self.checkpoint_dir is not None:
             self.save_checkpoint(self.checkpoint_dir)
         return records
@@ -447,10 +460,13 @@ class PreferenceTrainerBase:
             M.EVAL_NUM_SAMPLES: count,
         }
         if self.eval_logger is not None and self.eval_aggregator is not None:
+            # CoMLRL's shapes: completions per agent (per role when centralized, parsed from the joint text), per
+            # sample, per turn; prompts are the items' "prompt" fields, one string per item.
+            views = [self.role_view(c, items[c.item_index]) for c in flat] if self.centralized else flat
             logged = self.eval_logger(
-                agent_completions_turns=[[[c.completions[i]] for c in flat] for i in range(self.num_agents)],
+                agent_completions_turns=[[[v.completions[i]] for v in views] for i in range(len(views[0].completions))],
                 batch_items=items,
-                prompts=[c.prompts for c in flat],
+                prompts=[item.get("prompt", "") for item in items],
             )
             extra = self.eval_aggregator(logged, num_turns=1) or {}
             metrics.update({M.name(M.EVAL_AGGREGATED, key=k): float(v) for k, v in extra.items()})
@@ -512,6 +528,7 @@ class PreferenceTrainerBase:
         self.learner.load_state_dict(state)
 
     def save_checkpoint(self, directory: str | Path) -> Path:
+        # Differs from CoMLRL: it raises after a train() without checkpoint_dir; the state here is always tracked.
         weights = None
         if self._weights_dirty:
             self.weights_version += 1

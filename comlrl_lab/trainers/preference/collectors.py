@@ -24,6 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 from comlrl_lab.data import metric_names as M
 from comlrl_lab.data.records import JointCandidate, PreferencePair
+from comlrl_lab.data.reward_distribution import (
+    DISTRIBUTION_DIR,
+    MISSING_RANGE_MESSAGE,
+    declared_reward_range,
+    distribution_payload,
+    distribution_rows,
+    write_distribution_file,
+)
 from comlrl_lab.trainers.preference.collection import ScoreFn, mean_reward, score_with
 from comlrl_lab.trainers.preference.comparators import ComparatorContext, build_comparator
 from comlrl_lab.trainers.preference.comparators.centralized import (
@@ -128,9 +136,18 @@ class ComparatorCollector(CurrentCollector):
         super().__init__(host)
         self.model_scorer = model_scorer
         args = host.args
+        self.reward_range: tuple[float, float] | None = None
+        if args.log_reward_distribution:
+            self.reward_range = declared_reward_range(host.reward_func)
+            if self.reward_range is None:
+                raise ValueError(MISSING_RANGE_MESSAGE)
+        # This round's raw candidate rewards per side ("target" = current agents), kept for the select phase's file.
+        self.round_rewards: dict[str, list[float]] = {"target": [], "comparator": []}
         self.adapter = validate_adapter(centralized_comparator_adapter or TaggedCentralizedComparatorAdapter())
         self.comparator_devices = list(host.devices.comparator)
-        self.history_dir = host.output_dir / "policy_history"
+        # One root for the snapshots the collector writes and the history comparator reads.
+        root = args.policy_checkpoint_dir
+        self.history_dir = Path(root) if root else host.output_dir / "policy_history"
         self.comparator = build_comparator(
             ComparatorContext(
                 config=args,
@@ -161,10 +178,6 @@ class ComparatorCollector(CurrentCollector):
     @property
     def saves_policy_history(self) -> bool:
         return self.host.args.comparator_policy == "history" or self.host.args.policy_checkpoint_dir is not None
-
-    def _policy_history_root(self) -> Path:
-        root = self.host.args.policy_checkpoint_dir
-        return Path(root) if root else self.history_dir
 
     # collect ------------------------------------------------------------------------------------------
     def collect(self, records: PhaseRecords) -> None:
@@ -213,6 +226,10 @@ class ComparatorCollector(CurrentCollector):
         self.replay.add_round(host.round_index, pairs)
         records.candidates = current_flat + comparator_flat
         records.pairs = pairs
+        self.round_rewards = {
+            "target": [c.raw_reward for c in current_flat],
+            "comparator": [c.raw_reward for c in comparator_flat if c.parsed],
+        }
         unparsed = sum(1 for c in comparator_flat if not c.parsed)
         if unparsed:
             host.log(
@@ -270,6 +287,33 @@ class ComparatorCollector(CurrentCollector):
                 "warning",
             )
         records.add_metrics(host.updates_seen, {M.TRAIN_PREFERENCE_PAIRS: len(self.train_pairs)})
+        if self.reward_range is not None:
+            self.record_reward_distribution(records)
+
+    def record_reward_distribution(self, records: PhaseRecords) -> None:
+        """CoMLRL's reward_distributions/iteration_NNNN.json (under the run's output_dir) and its store rows."""
+        host = self.host
+        selected = {
+            "target": [p.target_raw_reward for p in self.train_pairs if p.target_raw_reward is not None],
+            "comparator": [p.comparator_raw_reward for p in self.train_pairs if p.comparator_raw_reward is not None],
+        }
+        payload = distribution_payload(host.round_index, self.reward_range, self.round_rewards, selected)
+        if payload is None:
+            return
+        if host.dist.is_main:
+            # Differs from CoMLRL: the files go under the run's output_dir, not the W&B dir or the working directory.
+            write_distribution_file(host.output_dir / DISTRIBUTION_DIR, payload)
+        records.reward_distributions = distribution_rows(payload)
+        for template, series, extra in (
+            (M.REWARD_DISTRIBUTION, payload["candidate"], {}),
+            (M.SELECTED_REWARD_DISTRIBUTION, payload["selected"], {"pair_count": len(self.train_pairs)}),
+        ):
+            values = {"current_iteration": host.round_index, **extra}
+            for side in ("target", "comparator"):
+                values[f"{side}_sample_count"] = series[side]["sample_count"]
+                if series[side]["mean"] is not None:  # CoMLRL logs no mean for an empty side
+                    values[f"{side}_mean"] = series[side]["mean"]
+            records.add_metrics(host.updates_seen, {M.name(template, key=k): v for k, v in values.items()})
 
     # round hooks and state ----------------------------------------------------------------------------
     def after_train(self) -> None:
@@ -279,7 +323,7 @@ class ComparatorCollector(CurrentCollector):
     def save_policy_snapshot(self, name: str) -> None:
         """The agents (LoRA: their adapters) under ``<history root>/<name>``; written by the main rank, read by all."""
         host = self.host
-        target = self._policy_history_root() / name
+        target = self.history_dir / name
         if host.dist.is_main:
             for i, (model, tokenizer) in enumerate(zip(host.agents, host.tokenizers)):
                 model.save_pretrained(target / f"agent_{i}")
@@ -287,11 +331,13 @@ class ComparatorCollector(CurrentCollector):
         host.dist.barrier()
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "replay": self.replay.state_dict()}
+        return {**super().state_dict(), "replay": self.replay.state_dict(), "round_rewards": self.round_rewards}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.replay.load_state_dict(state["replay"])
+        # Checkpoints written before reward distributions were logged have no round rewards.
+        self.round_rewards = state.get("round_rewards", {"target": [], "comparator": []})
 
 
 def _require_items(host: PreferenceTrainerBase) -> list[dict]:

@@ -5,9 +5,9 @@ fields, and ``_IterativePreferenceConfig`` adds the comparator and replay-buffer
 configs. Every field carries ``metadata["help"]``, the one text shown as UI tooltip, CLI help and docs, and
 ``metadata["group"]``, the section the Setup form and the docs put it in. A field that takes one of a few names
 also carries ``"choices"`` (the canonical values), ``"aliases"`` (other spelling -> canonical value) and, where
-CoMLRL maps unknown names to a default instead of failing, ``"fallback"``. These are the only lists of allowed
-values: validation, the API client, the Setup form and docs/config_reference.md all read them
-(``field_choices``, ``field_aliases``, ``resolve_choice``). All validation and alias normalisation happens in
+an unknown name gets a "did you mean" hint instead of CoMLRL's "must be one of" message, ``"suggest": True``. These
+are the only lists of allowed values: validation, the API client, the Setup form and docs/config_reference.md all
+read them (``field_choices``, ``field_aliases``, ``resolve_choice``, ``check_choice``). All validation and alias normalisation happens in
 ``__post_init__`` and raises ``ValueError``. Three keys serve the Setup form only: ``"applies_when"`` (controlling
 field -> the values under which the field means anything; elsewhere the form hides it and leaves it out),
 ``"suggested"`` (what the form fills in when the field becomes required) and ``"none_means"`` (what None stands for).
@@ -23,6 +23,7 @@ positional order of CoMLRL's fields is unchanged. See docs/differences_from_coml
 from __future__ import annotations
 
 import copy
+import difflib
 import math
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -34,8 +35,10 @@ __all__ = [
     "MARLHFConfig",
     "MARLHFIterConfig",
     "SECRET_FIELDS",
+    "check_choice",
     "field_aliases",
     "field_choices",
+    "field_multi_choices",
     "resolve_choice",
 ]
 
@@ -67,20 +70,38 @@ def field_aliases(config_class: type, name: str) -> dict[str, str]:
     return dict(config_class.__dataclass_fields__[name].metadata.get("aliases", {}))
 
 
+def field_multi_choices(config_class: type, name: str) -> tuple[str, ...]:
+    """The values a list field such as ``report_to`` may hold (``metadata["multi_choices"]``); () for others."""
+    return tuple(config_class.__dataclass_fields__[name].metadata.get("multi_choices", ()))
+
+
 def resolve_choice(config_class: type, name: str, value: Any) -> str | None:
-    """The canonical value ``value`` spells (lower-cased and trimmed), else the field's fallback, else None."""
+    """The canonical value ``value`` spells (lower-cased and trimmed; an alias counts), else None."""
     metadata = config_class.__dataclass_fields__[name].metadata
     key = _clean(value)
     if key in metadata["choices"]:
         return key
-    return metadata.get("aliases", {}).get(key, metadata.get("fallback"))
+    return metadata.get("aliases", {}).get(key)
+
+
+def check_choice(config_class: type, name: str, value: Any) -> str:
+    """The canonical value ``value`` spells, or a ``ValueError``: CoMLRL's "must be one of" message, or for a field
+    marked ``"suggest"`` one that lists the accepted names and aliases and suggests the closest spelling."""
+    canonical = resolve_choice(config_class, name, value)
+    if canonical is not None:
+        return canonical
+    choices = field_choices(config_class, name)
+    if not config_class.__dataclass_fields__[name].metadata.get("suggest"):
+        raise ValueError(f"{name} must be one of: {', '.join(choices)}.")
+    aliases = field_aliases(config_class, name)
+    close = difflib.get_close_matches(_clean(value), [*choices, *aliases], n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else "."
+    raise ValueError(f"{name} {value!r} is not one of: {', '.join(choices)} (aliases: {', '.join(aliases)}){hint}")
 
 
 def _choose(config: Any, name: str) -> str:
-    """Resolve field ``name`` of ``config`` in place, with CoMLRL's "must be one of" message for unknown names."""
-    canonical = resolve_choice(type(config), name, getattr(config, name))
-    if canonical is None:
-        raise ValueError(f"{name} must be one of: {', '.join(field_choices(type(config), name))}.")
+    """Resolve field ``name`` of ``config`` in place (``check_choice``)."""
+    canonical = check_choice(type(config), name, getattr(config, name))
     setattr(config, name, canonical)
     return canonical
 
@@ -93,13 +114,16 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
 
 
-def _check_int_at_least(name: str, value: Any, minimum: int, *, optional: bool = False) -> None:
+def _check_int_at_least(
+    name: str, value: Any, minimum: int, *, optional: bool = False, says_null: bool = False
+) -> None:
+    """``says_null``: the message ends "or null.", as CoMLRL words it for the optional fields it checks."""
     if value is None and optional:
         return
     if not _is_int(value):
         raise ValueError(f"{name} must be an integer, got {value!r}.")
     if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}.")
+        raise ValueError(f"{name} must be >= {minimum}{' or null' if says_null else ''}.")
 
 
 def _check_positive(name: str, value: Any, *, optional: bool = False) -> None:
@@ -406,6 +430,15 @@ class MADPOConfig:
             "group": "Training",
         },
     )
+    report_to: list[str] | None = field(
+        default=None,
+        kw_only=True,
+        metadata={
+            "help": "Trackers that receive each round's metrics besides the store: wandb (project, entity, name and tags from the trainer's wandb_config; pip install comlrl-lab[wandb]), tensorboard (event files in <output_dir>/tensorboard; pip install comlrl-lab[tensorboard]) or none. None = wandb when a wandb_config is given, else none.",
+            "group": "Logging",
+            "multi_choices": ("wandb", "tensorboard", "none"),
+        },
+    )
     batch_invariant_sampling: bool = field(
         default=True,
         kw_only=True,
@@ -460,6 +493,7 @@ class MADPOConfig:
             if hasattr(self, "comparator_generation_mode"):
                 self.comparator_generation_mode = "centralized"
 
+        self._check_report_to()
         _check_int_at_least("num_train_epochs", self.num_train_epochs, 1)
         _check_int_at_least("num_agents", self.num_agents, 1)
         _check_int_at_least("rollout_buffer_size", self.rollout_buffer_size, 1)
@@ -530,6 +564,23 @@ class MADPOConfig:
                 f"lora_target_modules must be None, a module name or a non-empty list of module names, got {targets!r}."
             )
 
+    def _check_report_to(self) -> None:
+        """``report_to`` as a list of known tracker names (a single name is accepted); "none" stands alone."""
+        value = self.report_to
+        if value is None:
+            return
+        names = [value] if isinstance(value, str) else value
+        allowed = field_multi_choices(type(self), "report_to")
+        if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+            raise ValueError(f"report_to must be a list of tracker names ({', '.join(allowed)}), got {value!r}.")
+        cleaned = list(dict.fromkeys(_clean(n) for n in names))
+        unknown = [n for n in cleaned if n not in allowed]
+        if unknown:
+            raise ValueError(f"report_to entries must be one of: {', '.join(allowed)}; got {unknown[0]!r}.")
+        if "none" in cleaned and len(cleaned) > 1:
+            raise ValueError("report_to: 'none' cannot be combined with other trackers.")
+        self.report_to = cleaned
+
     def _check_device_list(self, name: str, spec: Any) -> None:
         """Shape check of a device spec without torch: a string, or a list of 1 or actor-count entries."""
         actor_count = 1 if self.collaboration_mode == "centralized" else self.num_agents
@@ -538,7 +589,7 @@ class MADPOConfig:
         if not isinstance(spec, (list, tuple)) or not all(isinstance(d, (str, int)) for d in spec):
             raise ValueError(f"{name} must be a device string or a list of device strings, got {spec!r}.")
         if len(spec) not in (1, actor_count):
-            raise ValueError(f"{name} must list 1 or {actor_count} devices, got {len(spec)}.")
+            raise ValueError(f"{name} length ({len(spec)}) must be 1 or {actor_count}.")
 
     # ---- serialisation: the API key never leaves memory -------------------------------------------------
 
@@ -747,7 +798,7 @@ class MARLHFConfig(MADPOConfig):
         _check_positive("reward_learning_rate", self.reward_learning_rate)
         _check_int_at_least("reward_num_train_epochs", self.reward_num_train_epochs, 1)
         _check_int_at_least("reward_train_batch_size", self.reward_train_batch_size, 1)
-        _check_int_at_least("reward_max_length", self.reward_max_length, 1, optional=True)
+        _check_int_at_least("reward_max_length", self.reward_max_length, 1, optional=True, says_null=True)
         _check_positive("critic_learning_rate", self.critic_learning_rate, optional=True)
         _choose(self, "critic_type")
         _check_positive("value_loss_coef", self.value_loss_coef)
@@ -842,7 +893,7 @@ class _IterativePreferenceConfig:
     log_reward_distribution: bool = field(
         default=False,
         metadata={
-            "help": "Record candidate and selected reward histograms (needs reward_func.reward_range).",
+            "help": "Log each round's candidate and selected raw-reward histograms (16 bins over reward_func.reward_range, which must be declared): <output_dir>/reward_distributions/iteration_NNNN.json, the store and the Learning page.",
             "group": "Preference pairs",
         },
     )
@@ -947,7 +998,7 @@ class _IterativePreferenceConfig:
     comparator_api_format: str = field(
         default="generic",
         metadata={
-            "help": "api comparator request format: generic, openai (openai_chat, chat), anthropic (anthropic_messages, messages) or openai_responses (responses, codex). Unknown values mean generic.",
+            "help": "api comparator request format: generic, openai (openai_chat, chat), anthropic (anthropic_messages, messages) or openai_responses (responses, codex). Other names are an error that suggests the closest one.",
             "choices": ("generic", "openai", "anthropic", "openai_responses"),
             "aliases": {
                 "openai_chat": "openai",
@@ -957,8 +1008,9 @@ class _IterativePreferenceConfig:
                 "responses": "openai_responses",
                 "codex": "openai_responses",
             },
-            # CoMLRL sends any other name as the generic format rather than failing.
-            "fallback": "generic",
+            # Differs from CoMLRL: it sends any other name as the generic format; a typo here would send requests
+            # the endpoint rejects, so an unknown name is an error with a did-you-mean hint.
+            "suggest": True,
             "group": "API comparator",
         },
     )
@@ -1058,11 +1110,13 @@ class _IterativePreferenceConfig:
             if not _is_int(index) or not 0 <= index < self.num_agents:  # type: ignore[attr-defined]
                 raise ValueError(f"comparator_centralized_agent_index must be in [0, {self.num_agents}).")  # type: ignore[attr-defined]
 
-        _check_int_at_least("comparator_num_candidates", self.comparator_num_candidates, 1, optional=True)
+        _check_int_at_least(
+            "comparator_num_candidates", self.comparator_num_candidates, 1, optional=True, says_null=True
+        )
         _check_int_at_least("comparator_api_max_n_per_request", self.comparator_api_max_n_per_request, 1, optional=True)
         self._check_comparator_policy()
 
-        # Differs from CoMLRL: the format is resolved here (unknown -> generic), not at every request.
+        # Differs from CoMLRL: the format is resolved here, once (an unknown name is an error), not at every request.
         _choose(self, "comparator_api_format")
         # Differs from CoMLRL: the timeout is checked here, not left to fail inside the HTTP client.
         _check_positive("comparator_api_timeout", self.comparator_api_timeout)

@@ -136,7 +136,12 @@ class DPOLearner:
         records.add_metrics(host.updates_seen, summary)
 
     def update(self, batch: list[PreferencePair]) -> dict[str, float]:
-        """One optimiser step per agent on ``batch``; returns the update's metrics (names in ``metric_names``)."""
+        """One optimiser step per agent on ``batch``; returns the update's metrics (names in ``metric_names``).
+
+        An empty batch is a no-op returning ``{}``, as CoMLRL's ``madpo_update`` treats it: no step, no metrics.
+        """
+        if not batch:
+            return {}
         return self._update(batch)[0]
 
     def _update(self, batch: list[PreferencePair]) -> tuple[dict[str, float], int]:

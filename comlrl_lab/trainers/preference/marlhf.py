@@ -67,6 +67,7 @@ class RLHFLearner:
         self.backend = resolve_backend(args.rl_algorithm)
         self.reward_model_source = args.reward_model_name or host.agent_sources[0]
         if not isinstance(self.reward_model_source, str):
+            # Differs from CoMLRL: it fails only when the first reward model is built; here at construction.
             raise ValueError("reward_model_name must be provided when agent models are objects.")
         # Differs from CoMLRL: reward_model_device defaults to "cuda:0" there; here None follows the first agent
         # (resolved with every other device field in the trainer's DeviceLayout).

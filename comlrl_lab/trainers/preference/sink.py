@@ -28,6 +28,8 @@ class PhaseRecords:
     replay_rows: list[dict[str, Any]] = field(default_factory=list)
     metrics: list[dict[str, Any]] = field(default_factory=list)  # {"step", "name", "value"}
     events: list[dict[str, Any]] = field(default_factory=list)  # {"level", "message"}
+    # log_reward_distribution: one row per (series, side), as data.reward_distribution.distribution_rows makes them
+    reward_distributions: list[dict[str, Any]] = field(default_factory=list)
 
     def add_metrics(self, step: int, values: dict[str, float]) -> None:
         for name, value in values.items():

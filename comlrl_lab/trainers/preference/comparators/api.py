@@ -33,7 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from comlrl_lab.trainers.preference.config import MADPOIterConfig, resolve_choice
+from comlrl_lab.trainers.preference.config import MADPOIterConfig, check_choice
 
 logger = logging.getLogger(__name__)
 
@@ -45,9 +45,12 @@ _SENSITIVE_HEADER_WORDS = ("authorization", "key", "token", "secret", "cookie", 
 
 
 def normalize_api_format(value: str | None) -> str:
-    """Canonical format name for ``comparator_api_format``, resolved as the config resolves it: case-insensitive,
-    trimmed, aliases from the field's metadata, and any other name (None included) means generic, as in CoMLRL."""
-    return resolve_choice(MADPOIterConfig, "comparator_api_format", value)  # type: ignore[return-value]
+    """Canonical format name for ``comparator_api_format``, resolved as the config resolves it (case-insensitive,
+    trimmed, aliases from the field's metadata); None means the default, generic; any other name is the config's
+    ``ValueError`` with its did-you-mean hint."""
+    if value is None:
+        return MADPOIterConfig.__dataclass_fields__["comparator_api_format"].default
+    return check_choice(MADPOIterConfig, "comparator_api_format", value)
 
 
 class ComparatorApiError(RuntimeError):
