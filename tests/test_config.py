@@ -578,11 +578,16 @@ def test_replay_and_comparator_accepted_settings(cls):
 def _api_config(cls=MARLHFIterConfig):
     return cls(
         comparator_policy="api",
-        comparator_api_url="https://api.example.com/v1/chat/completions",
+        comparator_api_url="https://u:SECRET-PW@api.example.com/v1/chat/completions?api_key=SECRET-Q&mode=fast",
         comparator_api_format="chat",
         comparator_api_key="sk-SECRET-123",
         comparator_api_key_header="X-Token",
-        comparator_api_headers={"Authorization": "Bearer sk-SECRET-456", "x-token": "sk-SECRET-789", "X-Trace": "1"},
+        comparator_api_headers={
+            "Authorization": "Bearer sk-SECRET-456",
+            "x-token": "sk-SECRET-789",
+            "X-Trace": "SECRET-custom",
+            "X-Env": "Bearer ${MY_TOKEN}",
+        },
         comparator_api_extra_body={"stop": ["\n"]},
     )
 
@@ -593,7 +598,10 @@ def test_api_key_never_serialised(cls):
     assert config.comparator_api_key == "sk-SECRET-123"  # still usable in memory
     data = config.to_dict()
     assert "comparator_api_key" not in data
-    assert data["comparator_api_headers"] == {"X-Trace": "1"}
+    # Every literal header value is masked, whatever the header's name; an ${ENV} reference holds no secret.
+    masked = {"Authorization": "***", "x-token": "***", "X-Trace": "***", "X-Env": "Bearer ${MY_TOKEN}"}
+    assert data["comparator_api_headers"] == masked
+    assert data["comparator_api_url"] == "https://***@api.example.com/v1/chat/completions?api_key=***&mode=fast"
     assert "SECRET" not in json.dumps(data)
     assert "SECRET" not in repr(config) and "SECRET" not in str(config)
     assert "comparator_api_key='***'" in repr(config)
@@ -602,7 +610,7 @@ def test_api_key_never_serialised(cls):
     assert b"SECRET" not in pickle.dumps(config)
     restored = pickle.loads(pickle.dumps(config))
     assert restored.comparator_api_key is None
-    assert restored.comparator_api_headers == {"X-Trace": "1"}
+    assert restored.comparator_api_headers == masked
     assert copy.deepcopy(config).comparator_api_key == "sk-SECRET-123"
     assert copy.copy(config).comparator_api_key == "sk-SECRET-123"
     assert config.comparator_api_headers["Authorization"] == "Bearer sk-SECRET-456"  # the original is untouched
@@ -621,7 +629,7 @@ def _non_default(cls):
         kwargs |= {
             "comparator_policy": "model",
             "comparator_agents": ["a", "b", "c"],
-            "comparator_api_headers": {"X-Trace": "1"},
+            "comparator_api_headers": {"X-Trace": "${TRACE_ID}"},
             "preference_replay_mode": "td-lambda",
             "preference_replay_lambda": 0.25,
         }

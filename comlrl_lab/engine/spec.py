@@ -1,8 +1,8 @@
 """An experiment as data: algorithm, agents, task and config overrides; and the trainer built from it.
 
 The same spec drives the workbench, the CLI (``comlrl-lab run spec.yaml``) and notebooks, and it is saved as
-``spec.json`` in the run directory so a past run can be reopened. It never holds an API key: only the name of
-the environment variable that has it.
+``spec.json`` in the run directory so a past run can be reopened. It never holds an API key, a literal header
+value or a URL credential (``credentials.py``): only names of the environment variables that have them.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from comlrl_lab.data.credentials import public_config
 from comlrl_lab.data.tasks import get_task
 from comlrl_lab.data.user_tasks import load_user_task
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
@@ -62,7 +63,7 @@ class ExperimentSpec:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data["config"] = {k: v for k, v in self.config.items() if k not in SECRET_FIELDS}
+        data["config"] = {k: v for k, v in public_config(self.config).items() if k not in SECRET_FIELDS}
         return data
 
     @classmethod

@@ -25,6 +25,8 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from comlrl_lab.data import credentials
+
 __all__ = [
     "CONFIG_CLASSES",
     "MADPOConfig",
@@ -46,9 +48,7 @@ MAGRPO_FAMILY_ADVANTAGE_MODE: dict[str, str] = {
 }
 
 SECRET_FIELDS: frozenset[str] = frozenset({"comparator_api_key"})
-# Header names that carry credentials: dropped from to_dict and pickles, masked in repr, like the key itself.
-CREDENTIAL_HEADERS: frozenset[str] = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key"})
-MASK = "***"
+MASK = credentials.MASK
 
 
 def _clean(value: Any) -> str:
@@ -105,14 +105,6 @@ def _check_positive(name: str, value: Any, *, optional: bool = False) -> None:
         return
     if not _is_number(value) or not value > 0:
         raise ValueError(f"{name} must be > 0.")
-
-
-def _credential_header_names(config: Any) -> set[str]:
-    names = set(CREDENTIAL_HEADERS)
-    key_header = getattr(config, "comparator_api_key_header", None)
-    if isinstance(key_header, str) and key_header.strip():
-        names.add(key_header.strip().lower())
-    return names
 
 
 def _jsonable(value: Any, path: str) -> Any:
@@ -506,21 +498,13 @@ class MADPOConfig:
     # ---- serialisation: the API key never leaves memory -------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe field values; ``comparator_api_key`` and credential headers are always left out.
+        """JSON-safe field values; ``comparator_api_key`` is left out, header values and URL credentials masked.
 
         Use this, not ``dataclasses.asdict``, which copies the key. Model objects in ``comparator_agents``
         are written as the id they were loaded from.
         """
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            if f.name in SECRET_FIELDS:
-                continue
-            value = getattr(self, f.name)
-            if f.name == "comparator_api_headers" and isinstance(value, dict):
-                secret = _credential_header_names(self)
-                value = {k: v for k, v in value.items() if str(k).lower() not in secret}
-            out[f.name] = _jsonable(value, f.name)
-        return out
+        values = credentials.public_config({f.name: getattr(self, f.name) for f in fields(self)})
+        return {name: _jsonable(value, name) for name, value in values.items() if name not in SECRET_FIELDS}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MADPOConfig:
@@ -537,14 +521,10 @@ class MADPOConfig:
         return {f.name: f.metadata["help"] for f in fields(cls)}
 
     def __repr__(self) -> str:
+        shown = credentials.public_config({f.name: getattr(self, f.name) for f in fields(self)})
         parts = []
         for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name in SECRET_FIELDS and value:
-                value = MASK
-            elif f.name == "comparator_api_headers" and isinstance(value, dict):
-                secret = _credential_header_names(self)
-                value = {k: (MASK if str(k).lower() in secret else v) for k, v in value.items()}
+            value = MASK if f.name in SECRET_FIELDS and getattr(self, f.name) else shown.get(f.name)
             parts.append(f"{f.name}={value!r}")
         return f"{type(self).__name__}({', '.join(parts)})"
 
@@ -554,10 +534,10 @@ class MADPOConfig:
         state = dict(self.__dict__)
         for name in SECRET_FIELDS & state.keys():
             state[name] = None
-        headers = state.get("comparator_api_headers")
-        if isinstance(headers, dict):
-            secret = _credential_header_names(self)
-            state["comparator_api_headers"] = {k: v for k, v in headers.items() if str(k).lower() not in secret}
+        public = credentials.public_config(state)
+        for name in (credentials.HEADERS_FIELD, credentials.URL_FIELD):
+            if name in state:
+                state[name] = public[name]
         return state
 
     def __copy__(self) -> MADPOConfig:
@@ -888,7 +868,11 @@ class _IterativePreferenceConfig:
         },
     )
     comparator_api_url: str | None = field(
-        default=None, metadata={"help": "api comparator: endpoint URL (required).", "group": "API comparator"}
+        default=None,
+        metadata={
+            "help": "api comparator: endpoint URL (required). Userinfo and key-like query values are never saved; ${ENV_VAR} is read from the environment.",
+            "group": "API comparator",
+        },
     )
     comparator_api_format: str = field(
         default="generic",
@@ -924,7 +908,7 @@ class _IterativePreferenceConfig:
     comparator_api_headers: dict[str, str] | None = field(
         default=None,
         metadata={
-            "help": "api comparator: extra HTTP headers. Credential headers are never saved.",
+            "help": "api comparator: extra HTTP headers. Values are never saved (written as ***) unless given as ${ENV_VAR}, which is read from the environment.",
             "group": "API comparator",
         },
     )
