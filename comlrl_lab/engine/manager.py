@@ -217,6 +217,7 @@ class RunManager:
         try:
             run.ensure_trainer()
         except Exception as error:  # model loading, task loading, config
+            run.mark_failed()
             self._update(
                 run_id,
                 status="error",

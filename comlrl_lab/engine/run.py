@@ -24,10 +24,11 @@ from typing import Any
 
 from comlrl_lab.data.phases import InvalidTransition
 from comlrl_lab.data.run_ids import new_run_id
+from comlrl_lab.engine import spec_checks
 from comlrl_lab.engine.spec import ExperimentSpec, build_trainer
 from comlrl_lab.store import RunStore, snapshot_parquet
 from comlrl_lab.trainers.preference import checkpoint as ckpt
-from comlrl_lab.trainers.preference.sink import PHASES, PhaseControl, PhaseRecords
+from comlrl_lab.trainers.preference.sink import PHASES, PhaseCancelled, PhaseControl, PhaseRecords
 
 SPEC_FILE = "spec.json"
 STORE_FILE = "run.duckdb"
@@ -94,7 +95,7 @@ class Run:
     # Construction ------------------------------------------------------------------------------------------
     @classmethod
     def create(cls, spec: ExperimentSpec, runs_root: str | Path) -> Run:
-        spec.build_config()  # validate before anything is written (CoMLRL's messages)
+        spec_checks.preflight(spec)  # config, task, data files, models and devices, before anything is written
         run_id = new_run_id(spec.name or spec.algorithm)
         run_dir = Path(runs_root) / run_id
         run_dir.mkdir(parents=True, exist_ok=False)  # a new run never reuses another run's directory
@@ -173,6 +174,8 @@ class Run:
             self.record_failure(error)
             raise
         self.last_error = self.last_traceback = None
+        if self.store is not None:
+            self.store.create_run(self.run_id, status="finished" if trainer.finished else "running")
         return records
 
     def record_failure(self, error: BaseException) -> None:
@@ -182,7 +185,15 @@ class Run:
         if self.store is not None:
             with contextlib.suppress(Exception):  # the store must not hide the original error
                 self.store.log_event(self.run_id, "error", self.last_error, traceback=self.last_traceback)
+        if not isinstance(error, PhaseCancelled):  # a stop asked for is not a failure
+            self.mark_failed()
         self.restore_last_good()
+
+    def mark_failed(self) -> None:
+        """Set ``runs.status`` to failed; the next finished phase sets it back to running."""
+        if self.store is not None:
+            with contextlib.suppress(Exception):  # the store must not hide the original error
+                self.store.create_run(self.run_id, status="failed")
 
     def restore_last_good(self) -> None:
         if self.trainer is None:

@@ -15,6 +15,7 @@ from typing import Any
 from comlrl_lab.data.credentials import public_config
 from comlrl_lab.data.tasks import get_task
 from comlrl_lab.data.user_tasks import load_user_task
+from comlrl_lab.engine import spec_checks
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
 from comlrl_lab.trainers import preference
 from comlrl_lab.trainers.preference.algorithms import ALGORITHM_TABLE, algorithm
@@ -59,6 +60,9 @@ class ExperimentSpec:
     def build_config(self) -> Any:
         values = dict(self.config)
         values.setdefault("num_agents", len(self.agent_models))
+        unknown = spec_checks.unknown_config_fields(self.config_class, values)
+        if unknown:
+            raise ValueError(f"config: {unknown}")
         return self.config_class(**values)
 
     def to_dict(self) -> dict[str, Any]:
@@ -76,17 +80,21 @@ class ExperimentSpec:
 
     @classmethod
     def load(cls, path: str | Path) -> ExperimentSpec:
+        """Read and validate a spec file; every mistake is a ``SpecError`` naming the file, line and field."""
         path = Path(path)
-        text = path.read_text(encoding="utf-8")
-        if path.suffix.lower() in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text)
-        else:
-            data = json.loads(text)
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: an experiment spec must be a mapping")
-        return cls.from_dict(data)
+        data, text = spec_checks.read_spec_file(path)
+        try:
+            config_class = algorithm(data.get("algorithm", cls.algorithm)).config_class
+        except ValueError as error:
+            raise spec_checks.locate(path, text, error, ["algorithm"]) from None
+        data = spec_checks.check_spec_data(path, text, data, cls.__dataclass_fields__, config_class)
+        try:
+            spec = cls.from_dict(data)
+            spec.build_config()
+        except (ValueError, TypeError) as error:
+            names = [*cls.__dataclass_fields__, *(data.get("config") or {})]
+            raise spec_checks.locate(path, text, error, names) from None
+        return spec
 
     def save(self, path: str | Path) -> None:
         path = Path(path)
