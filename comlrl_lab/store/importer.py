@@ -162,11 +162,10 @@ def import_replay_dir(store: RunStore, path: str | os.PathLike[str], run_id: str
 
 def refuse_training_store(store: RunStore) -> None:
     """Raise ``ImportRefused`` when ``store`` holds a run that was not imported (a training run's own store)."""
-    runs = store.list_runs()
-    trained = runs[runs["source"] != "import"]
-    if len(trained):
+    trained = store.trained_run_ids()
+    if trained:
         raise ImportRefused(
-            f"{store.path} holds the training run {trained['run_id'].iloc[0]!r}; importing into it would replace "
+            f"{store.path} holds the training run {trained[0]!r}; importing into it would replace "
             "that run's rounds. Import into a new store instead."
         )
 
