@@ -4,6 +4,7 @@ timeouts, bad answers, key handling and concurrency. Sleeps are kept tiny (backo
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import pickle
 import random
@@ -628,3 +629,21 @@ def test_env_reference_must_be_set_and_masked_values_are_refused(stub, monkeypat
 )
 def test_public_url_masks_userinfo_and_key_like_parameters(url, public):
     assert credentials.public_url(url) == public
+
+
+def test_a_long_retry_after_fails_at_once_naming_the_cap(stub):
+    stub.route("/gen", Reply(status=429, body="later", headers={"Retry-After": "3600"}))
+    client = client_for(stub.url("/gen"), max_retries=3, retry_after_max=60.0)
+    start = time.monotonic()
+    with pytest.raises(ComparatorApiError, match=r"asked to wait 3600 s .*comparator_api_retry_after_max = 60 s"):
+        client.complete_many([ApiRequest("p", 0, {}, 1)])
+    assert time.monotonic() - start < 5 and len(stub.requests) == 1
+
+
+def test_every_failed_task_is_collected_after_a_401(stub, caplog):
+    stub.route("/gen", Reply(status=401, body="bad key"))
+    client = client_for(stub.url("/gen"), api_format="anthropic", api_key="k", max_concurrency=8)
+    with caplog.at_level(logging.ERROR, logger="asyncio"), pytest.raises(ComparatorApiError, match="HTTP 401"):
+        client.complete_many([ApiRequest(f"p{i}", 0, {}, 4) for i in range(4)])
+    gc.collect()  # asyncio reports unread task exceptions when the task is collected
+    assert "never retrieved" not in caplog.text

@@ -127,6 +127,8 @@ ITER_DEFAULTS = {
     "comparator_api_max_concurrency": 8,
     "comparator_api_max_retries": 3,
     "comparator_api_backoff_base": 0.5,
+    "comparator_api_backoff_max": 60.0,
+    "comparator_api_retry_after_max": 60.0,
 }
 ITER_OVERRIDES = {"num_train_epochs": 1, "preference_num_candidates": 20, "preference_pairs_per_sample": 4}
 
@@ -216,6 +218,17 @@ def test_config_module_does_not_import_torch():
 # ---- validation messages ----------------------------------------------------------------------------------
 
 MADPO_ERRORS = [
+    # checked at construction by name (issue 15), not after the models have loaded
+    ({"joint_mode": "shuffled"}, "preference generation currently supports aligned joint_mode only."),
+    ({"max_new_tokens": "64"}, "max_new_tokens must be an integer, got '64'."),
+    ({"max_new_tokens": 0}, "max_new_tokens must be >= 1."),
+    ({"max_new_tokens": -5}, "max_new_tokens must be >= 1."),
+    ({"temperature": 0}, "temperature must be > 0."),
+    ({"temperature": -1.0}, "temperature must be > 0."),
+    ({"top_p": 0}, "top_p must be in (0, 1], got 0."),
+    ({"top_p": 1.5}, "top_p must be in (0, 1], got 1.5."),
+    ({"top_k": -1}, "top_k must be >= 0."),
+    ({"agent_learning_rate": "1e-3"}, "agent_learning_rate must be > 0."),
     ({"collaboration_mode": "joint"}, "collaboration_mode must be decentralized or centralized."),
     ({"num_train_epochs": 0}, "num_train_epochs must be >= 1."),
     ({"num_agents": 0}, "num_agents must be >= 1."),
@@ -376,6 +389,13 @@ ITER_ERRORS = [
     ({"comparator_api_max_concurrency": 0}, "comparator_api_max_concurrency must be >= 1."),
     ({"comparator_api_max_retries": -1}, "comparator_api_max_retries must be >= 0."),
     ({"comparator_api_backoff_base": 0}, "comparator_api_backoff_base must be > 0."),
+    ({"comparator_api_backoff_max": 0}, "comparator_api_backoff_max must be > 0."),
+    ({"comparator_api_retry_after_max": -1}, "comparator_api_retry_after_max must be > 0."),
+    (
+        {"comparator_api_url": "ftp://user:pw@h/x"},
+        "comparator_api_url must be an http(s) URL with a host, got scheme 'ftp'.",
+    ),
+    ({"comparator_api_url": "localhost:8000/v1"}, "must be an http(s) URL with a host"),
 ]
 
 

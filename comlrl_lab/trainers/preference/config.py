@@ -24,6 +24,7 @@ import copy
 import math
 from dataclasses import dataclass, field, fields
 from typing import Any
+from urllib.parse import urlsplit
 
 from comlrl_lab.data import credentials
 
@@ -462,6 +463,17 @@ class MADPOConfig:
         selection = _choose(self, "pair_selection")
         if selection == "all" and self.preference_pairs_per_sample is not None:
             raise ValueError("preference_pairs_per_sample must be null when pair_selection='all'.")
+
+        # Differs from CoMLRL: these fail here, by name, not after the models have loaded (or never).
+        if str(self.joint_mode).strip().lower() not in ("aligned", "align"):
+            family = type(self).__name__.removesuffix("Config")
+            raise ValueError(f"{family} preference generation currently supports aligned joint_mode only.")
+        _check_int_at_least("max_new_tokens", self.max_new_tokens, 1)
+        _check_positive("temperature", self.temperature)
+        if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}.")
+        _check_int_at_least("top_k", self.top_k, 0, optional=True)
+        _check_positive("agent_learning_rate", self.agent_learning_rate)
 
         # Our fields, checked after CoMLRL's so a CoMLRL config fails with CoMLRL's message first.
         _check_int_at_least("seed", self.seed, 0)
@@ -976,6 +988,22 @@ class _IterativePreferenceConfig:
             "group": "API comparator",
         },
     )
+    comparator_api_backoff_max: float = field(
+        default=60.0,
+        kw_only=True,
+        metadata={
+            "help": "api comparator: longest delay in seconds between two retries of our own backoff (> 0).",
+            "group": "API comparator",
+        },
+    )
+    comparator_api_retry_after_max: float = field(
+        default=60.0,
+        kw_only=True,
+        metadata={
+            "help": "api comparator: longest Retry-After wait in seconds the server may ask for (> 0); a longer one fails the request at once, naming this cap.",
+            "group": "API comparator",
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()  # type: ignore[misc]  # MADPOConfig or MARLHFConfig, next in the MRO
@@ -999,6 +1027,15 @@ class _IterativePreferenceConfig:
         _check_int_at_least("comparator_api_max_concurrency", self.comparator_api_max_concurrency, 1)
         _check_int_at_least("comparator_api_max_retries", self.comparator_api_max_retries, 0)
         _check_positive("comparator_api_backoff_base", self.comparator_api_backoff_base)
+        _check_positive("comparator_api_backoff_max", self.comparator_api_backoff_max)
+        _check_positive("comparator_api_retry_after_max", self.comparator_api_retry_after_max)
+        url = self.comparator_api_url
+        if url:
+            parts = urlsplit(url) if isinstance(url, str) else None
+            if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+                # The URL may hold a credential: name its scheme, never the URL itself.
+                scheme = parts.scheme if parts is not None else type(url).__name__
+                raise ValueError(f"comparator_api_url must be an http(s) URL with a host, got scheme {scheme!r}.")
 
     def _check_replay(self) -> None:
         mode = _choose(self, "preference_replay_mode")

@@ -101,6 +101,7 @@ class ApiComparatorSettings:
     max_retries: int = 3
     backoff_base: float = 0.5
     backoff_max: float = 60.0
+    retry_after_max: float = 60.0
     max_new_tokens: int = 256
     temperature: float = 0.6
     top_p: float = 0.6
@@ -154,6 +155,7 @@ class ApiComparatorSettings:
             max_retries=int(get("comparator_api_max_retries", 3)),
             backoff_base=float(get("comparator_api_backoff_base", 0.5)),
             backoff_max=float(get("comparator_api_backoff_max", 60.0)),
+            retry_after_max=float(get("comparator_api_retry_after_max", 60.0)),
             max_new_tokens=int(get("max_new_tokens", 256)),
             temperature=float(get("temperature", 0.6)),
             top_p=float(get("top_p", 0.6)),
@@ -576,6 +578,13 @@ class ApiComparatorClient:
                     )
                 failure = f"HTTP {status}"
                 retry_after = retry_after_seconds(response.headers)
+                if retry_after is not None and retry_after > settings.retry_after_max:
+                    # Differs from CoMLRL (which never retries): a long Retry-After fails now, not after the waits.
+                    message = (
+                        f"Comparator API at {endpoint} answered {failure} and asked to wait {retry_after:g} s "
+                        f"(Retry-After), more than comparator_api_retry_after_max = {settings.retry_after_max:g} s."
+                    )
+                    raise self._error(message, status, raw)
             if attempt + 1 >= attempts:
                 message = f"Comparator API request to {endpoint} failed after {attempts} attempt(s): {failure}."
                 raise self._error(message, status, raw)
@@ -654,9 +663,12 @@ async def _all_or_cancel(coros: Sequence[Awaitable[Any]]) -> list[Any]:
             task.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
-    for task in tasks:
-        if not task.cancelled() and task.exception() is not None:
-            raise task.exception()
+    # Read every finished task's exception, not only the first: asyncio reports any left unread as
+    # "Task exception was never retrieved" (several requests failing with the same 401 at once).
+    errors = [task.exception() for task in tasks if not task.cancelled()]
+    first = next((error for error in errors if error is not None), None)
+    if first is not None:
+        raise first
     return [task.result() for task in tasks]
 
 
