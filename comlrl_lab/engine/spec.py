@@ -113,6 +113,7 @@ def build_trainer(spec: ExperimentSpec, *, output_dir: str | Path, run_id: str, 
     """Validate the config (CoMLRL's messages), load the task and models, and construct the trainer."""
     config = spec.build_config()
     config.output_dir = str(output_dir)
+    spec_checks.inside_run_dir(config, output_dir)
     trainer_class = ALGORITHMS[spec.algorithm][1]
     task = resolve_task(spec)
     models = list(spec.agent_models)

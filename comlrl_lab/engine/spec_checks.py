@@ -132,6 +132,7 @@ def preflight(spec: Any) -> None:
     from comlrl_lab.trainers.preference.devices import resolve_layout
 
     config = spec.build_config()
+    inside_run_dir(config)
     resolve_task(spec)
     for model in spec.agent_models:
         if not isinstance(model, str):
@@ -141,3 +142,27 @@ def preflight(spec: Any) -> None:
             raise ValueError(f"agent_models: {model!r} is not a folder on this machine (no such path)")
     count = 1 if getattr(config, "collaboration_mode", "") == "centralized" else int(config.num_agents)
     resolve_layout(config, count, model_config=spec.model_config)
+
+
+#: Config fields naming folders the trainer writes to; the engine keeps them inside the run directory.
+RUN_DIR_FIELDS = ("preference_replay_dir", "policy_checkpoint_dir")
+
+
+def inside_run_dir(config: Any, run_dir: str | Path | None = None) -> None:
+    """Refuse a folder field that would write outside the run directory; with ``run_dir``, anchor it there.
+
+    A relative path is taken inside the run directory; an absolute path or one that climbs out (``..``) is
+    refused, so a spec from the app can write nowhere but its own run.
+    """
+    for name in RUN_DIR_FIELDS:
+        value = getattr(config, name, None)
+        if value is None:
+            continue
+        relative = Path(str(value))
+        if relative.is_absolute() or ".." in relative.parts or str(value).startswith("~"):
+            raise ValueError(
+                f"{name} must be a folder inside the run directory, given relative to it (such as "
+                f"'replay_b'), got {str(value)!r}"
+            )
+        if run_dir is not None:
+            setattr(config, name, str(Path(run_dir) / relative))
