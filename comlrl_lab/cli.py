@@ -22,7 +22,7 @@ import duckdb
 from comlrl_lab.engine import ExperimentSpec, InvalidTransition, RunManager
 from comlrl_lab.engine.run import STORE_FILE, run_data_parallel
 from comlrl_lab.store import RunStore
-from comlrl_lab.store.export import EXPORT_FORMATS, ROUND_FILES, export_pairs, export_round_files
+from comlrl_lab.store.export import EXPORT_FORMATS, ROUND_FILES, ExportError, export_pairs, export_round_files
 from comlrl_lab.store.importer import import_replay_dir
 from comlrl_lab.trainers.preference.distributed import DistContext
 
@@ -176,7 +176,7 @@ def describe_error(error: BaseException) -> str:
     if isinstance(error, OSError) and error.filename is not None and error.strerror:
         return f"{error.filename}: {error.strerror}"
     text = " ".join(str(error).split()) or type(error).__name__
-    plain = (ValueError, LookupError, FileNotFoundError, InvalidTransition)
+    plain = (ValueError, LookupError, FileNotFoundError, InvalidTransition, ExportError)
     return text if isinstance(error, plain) else f"{type(error).__name__}: {text}"
 
 

@@ -1,16 +1,20 @@
 """The app writes only where it should: folder fields stay inside the run directory, foreign DuckDB files are not
-changed."""
+changed, and a reopened run has no file of a phase it never finished."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import duckdb
 import pytest
 
 from comlrl_lab.engine import ExperimentSpec, RunManager
+from comlrl_lab.engine.run import Run
 from comlrl_lab.engine.spec_checks import inside_run_dir
 from comlrl_lab.store.schema import SchemaVersionError
+from comlrl_lab.trainers.preference import checkpoint as ckpt
+from comlrl_lab.trainers.preference.replay import RUN_MARKER
 from comlrl_lab.ui.services import Workspace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,3 +65,33 @@ def test_another_tools_duckdb_file_is_left_unchanged(tmp_path):
         ws.close()
     with duckdb.connect(str(folder / "run.duckdb"), read_only=True) as con:
         assert con.execute("SELECT table_name FROM duckdb_tables()").fetchall() == [("customers",)]
+
+
+def test_open_reconciles_round_files_and_removes_stale_checkpoint_tmp(tmp_path):
+    run = Run.create(_spec(num_iterations=3), tmp_path)
+    run.close()
+    replay = run.run_dir / "preference_replay"
+    replay.mkdir()
+    (replay / RUN_MARKER).write_text(run.run_id + "\n")
+    for r in (1, 2, 3):
+        (replay / f"iteration_000{r}.json").write_text(json.dumps({"iteration": r, "num_pairs": 0, "pairs": []}))
+    # Killed after round 2's collect was checkpointed, while round 3's collect was writing its file.
+    ckpt.save_checkpoint(run.checkpoint_dir, {"round_index": 2, "phase_index": 1, "finished": False}, {}, version=1)
+    stale = run.checkpoint_dir / ".weights-000002.pt.tmp-999999"
+    stale.write_bytes(b"half a tensor")
+    reopened = Run.open(run.run_dir)
+    reopened.close()
+    assert sorted(p.name for p in replay.glob("iteration_*.json")) == ["iteration_0001.json", "iteration_0002.json"]
+    assert not stale.exists() and (run.checkpoint_dir / "state.pt").is_file()
+
+
+def test_open_without_a_checkpoint_drops_every_round_file(tmp_path):
+    run = Run.create(_spec(), tmp_path)
+    run.close()
+    replay = run.run_dir / "preference_replay"
+    replay.mkdir()
+    (replay / RUN_MARKER).write_text(run.run_id + "\n")
+    (replay / "iteration_0001.json").write_text('{"iteration": 1, "num_pairs": 0, "pairs": []}')
+    (replay / "notes.txt").write_text("kept")
+    Run.open(run.run_dir).close()
+    assert sorted(p.name for p in replay.iterdir()) == [RUN_MARKER, "notes.txt"]

@@ -22,7 +22,9 @@ from comlrl_lab.store import (
     import_replay_dir,
     snapshot_parquet,
 )
+from comlrl_lab.store import export as export_module
 from comlrl_lab.store import writer as store_writer
+from comlrl_lab.store.export import ExportError
 from comlrl_lab.store.importer import ImportRefused
 from comlrl_lab.ui.services import Workspace
 
@@ -360,3 +362,17 @@ def test_a_failed_import_in_the_app_leaves_no_folder_and_no_open_store(tmp_path,
         assert opened and all(s._con is None for s in opened)
     finally:
         ws.close()
+
+
+def test_a_failed_export_leaves_no_tmp_file_and_names_the_destination(three_rounds, tmp_path, monkeypatch):
+    def refuse(src, dst):
+        raise OSError(28, "No space left on device", str(src), str(dst))
+
+    monkeypatch.setattr(export_module.os, "replace", refuse)
+    dest = tmp_path / "out" / "pairs.jsonl"
+    with pytest.raises(ExportError) as info:
+        export_pairs(three_rounds, "r", "jsonl", dest)
+    assert str(dest) in str(info.value) and ".tmp" not in str(info.value)
+    with pytest.raises(ExportError, match="iteration_0001.json"):
+        export_round_files(three_rounds, "r", tmp_path / "rounds")
+    assert [p.name for p in tmp_path.rglob("*.tmp")] == []

@@ -28,6 +28,7 @@ from comlrl_lab.engine import spec_checks
 from comlrl_lab.engine.spec import ExperimentSpec, build_trainer
 from comlrl_lab.store import RunStore, snapshot_parquet
 from comlrl_lab.trainers.preference import checkpoint as ckpt
+from comlrl_lab.trainers.preference.replay import drop_round_files
 from comlrl_lab.trainers.preference.sink import PHASES, PhaseCancelled, PhaseControl, PhaseRecords
 
 SPEC_FILE = "spec.json"
@@ -114,7 +115,21 @@ class Run:
             spec.config.update(secrets)
         store = RunStore(run_dir / STORE_FILE)
         run_id = store.first_run_id() or run_dir.name
-        return cls(run_dir, spec, run_id, store)
+        run = cls(run_dir, spec, run_id, store)
+        run.reconcile_files()
+        return run
+
+    def reconcile_files(self) -> None:
+        """Line the files up with the last finished phase: no round file of an unfinished collect, no half-written
+        checkpoint file of a killed process."""
+        ckpt.remove_stale_tmp(self.checkpoint_dir)
+        round_index, next_phase = self.cursor()
+
+        def collected(round_: int) -> bool:
+            return next_phase is None or round_ < round_index or (round_ == round_index and next_phase != PHASES[0])
+
+        replay_dir = self.spec.config.get("preference_replay_dir") or "preference_replay"
+        drop_round_files(self.run_dir / replay_dir, self.run_id, collected)
 
     @classmethod
     def attach(cls, run_dir: str | Path, run_id: str) -> Run:
