@@ -473,7 +473,8 @@ class MADPOConfig:
         if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}.")
         _check_int_at_least("top_k", self.top_k, 0, optional=True)
-        _check_positive("agent_learning_rate", self.agent_learning_rate)
+        if not _is_number(self.agent_learning_rate) or self.agent_learning_rate < 0:
+            raise ValueError(f"agent_learning_rate must be a number >= 0, got {self.agent_learning_rate!r}.")
 
         # Our fields, checked after CoMLRL's so a CoMLRL config fails with CoMLRL's message first.
         _check_int_at_least("seed", self.seed, 0)
