@@ -45,6 +45,7 @@ MADPOConfig.comparator_api_format
 MADPOConfig.comparator_api_headers
 MADPOConfig.comparator_api_response_field
 MADPOConfig.comparator_api_extra_body
+MADPOConfig.comparator_api_key_header
 
 # DeviceLayout's roles are read through getattr over ROLES; as_strings is that readout, used by the layout tests.
 DeviceLayout.current_copy

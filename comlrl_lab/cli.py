@@ -10,17 +10,23 @@ collects and trains its share, and a run resumes with any K.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import re
 import sys
 import time
+import traceback
 from pathlib import Path
 
+import duckdb
+
 from comlrl_lab.data.reward_distribution import DISTRIBUTION_DIR
-from comlrl_lab.engine import ExperimentSpec, RunManager
+from comlrl_lab.engine import ExperimentSpec, InvalidTransition, RunManager
 from comlrl_lab.engine.run import STORE_FILE, run_data_parallel
 from comlrl_lab.store import RunStore
 from comlrl_lab.store.export import (
     EXPORT_FORMATS,
     ROUND_FILES,
+    ExportError,
     export_pairs,
     export_reward_distribution_files,
     export_round_files,
@@ -119,6 +125,8 @@ def _import(args: argparse.Namespace) -> int:
     print(f"imported {report.pairs} pairs from {len(report.imported_files)} files")
     for name, reason in report.skipped:
         print(f"skipped {name}: {reason}", file=sys.stderr)
+    for name, reason in report.ignored:
+        print(f"ignored {name}: {reason}", file=sys.stderr)
     return 0 if report.imported_files or not report.skipped else 1
 
 
@@ -142,19 +150,59 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--run-id")
     export.add_argument("--round", type=int)
     export.add_argument("--winner-side", choices=("current", "comparator"))
+    export.add_argument("--verbose", action="store_true", help="print the traceback on error")
     export.set_defaults(func=_export)
 
     imp = sub.add_parser("import", help="import a CoMLRL preference_replay directory into a DuckDB file")
     imp.add_argument("directory")
     imp.add_argument("--store", required=True, help="DuckDB file to import into (created if missing)")
     imp.add_argument("--run-id", help="run id to file the pairs under (default: from the directory name)")
+    imp.add_argument("--verbose", action="store_true", help="print the traceback on error")
     imp.set_defaults(func=_import)
     return parser
 
 
+#: Exit status of a mistake in the command line, a spec, a config or a run directory (argparse's own is 2 too).
+USAGE_ERROR = 2
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. A mistake is one line on stderr, with exit status 2; ``--verbose`` adds the traceback."""
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except Exception as error:
+        if getattr(args, "verbose", False):
+            traceback.print_exc()
+        print(f"comlrl-lab {args.command}: {describe_error(error)}", file=sys.stderr)
+        return USAGE_ERROR
+
+
+def describe_error(error: BaseException) -> str:
+    """One line for a failure: the spec checks already name file, line and field; a lock names its holder."""
+    if isinstance(error, duckdb.IOException) and "lock" in str(error).lower():
+        return _lock_holder(str(error))
+    if isinstance(error, OSError) and error.filename is not None and error.strerror:
+        return f"{error.filename}: {error.strerror}"
+    text = " ".join(str(error).split()) or type(error).__name__
+    plain = (ValueError, LookupError, FileNotFoundError, InvalidTransition, ExportError)
+    return text if isinstance(error, plain) else f"{type(error).__name__}: {text}"
+
+
+def _lock_holder(message: str) -> str:
+    """DuckDB's lock conflict as: which file, which process holds it, and its command line when readable."""
+    path = re.search(r'file "([^"]+)"', message)
+    pid = re.search(r"PID (\d+)", message)
+    where = path.group(1) if path else "the store"
+    if pid is None:
+        return f"{where} is open in another process; close that process first ({message.splitlines()[0]})"
+    holder = f"process {pid.group(1)}"
+    with contextlib.suppress(OSError):
+        command = Path(f"/proc/{pid.group(1)}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        command = " ".join(command.split())
+        if command:
+            holder += f" ({command[:160]})"
+    return f"{where} is held by {holder}; stop it, or wait for it to finish, then try again"
 
 
 if __name__ == "__main__":

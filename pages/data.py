@@ -111,6 +111,7 @@ with import_tab:
             "run_id": report.run_id if report.imported_files else None,
             "files": report.imported_files,
             "skipped": report.skipped,
+            "ignored": report.ignored,
             "pairs": report.pairs,
             "rounds": report.rounds,
         }
@@ -131,3 +132,5 @@ with import_tab:
                 st.error("Nothing was imported.")
             for name, reason in result["skipped"]:
                 st.warning(f"Skipped `{name}`: {reason}", icon=":material/warning:")
+            for name, reason in result.get("ignored", []):
+                st.info(f"Ignored `{name}`: {reason}", icon=":material/info:")

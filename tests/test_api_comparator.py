@@ -4,6 +4,7 @@ timeouts, bad answers, key handling and concurrency. Sleeps are kept tiny (backo
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import pickle
 import random
@@ -25,6 +26,8 @@ from http_stub import (
     with_delay,
 )
 
+from comlrl_lab.data import credentials
+from comlrl_lab.data.credentials import MissingCredentialError
 from comlrl_lab.trainers.preference.comparators.api import (
     ApiComparatorClient,
     ApiComparatorSettings,
@@ -583,3 +586,68 @@ def test_benchmark_64_candidates_with_200ms_latency_run_concurrently():
     print(f"\n64 candidates x 200 ms, max_concurrency=8: {result['elapsed_s']:.3f} s, ratio {result['ratio']:.3f}")
     assert result["candidates"] == 64 and result["http_requests"] == 64
     assert result["ratio"] < 0.35  # ideal 1/8 = 0.125; sequential (CoMLRL) = 1.0
+
+
+def test_custom_header_values_and_url_credentials_are_masked_in_errors_and_logs(stub, monkeypatch, caplog):
+    def echo(request: RecordedRequest) -> Reply:
+        return Reply(status=401, body=f"saw {request.headers} at {request.path}?{request.query}")
+
+    stub.route("/echo", echo)
+    monkeypatch.setenv("COMLRL_TEST_TRACE", "envtoken-7f3a91")
+    url = stub.url("/echo").replace("http://", "http://bob:pw-52e8c1@") + "?access_token=qtok-0d94b2&region=eu"
+    headers = {"X-Custom-Auth": "custom-1b7e40", "X-Trace": "${COMLRL_TEST_TRACE}"}
+    settings = make_settings(url, headers=headers, max_retries=0)
+    client = ApiComparatorClient(settings, rng=random.Random(0))
+    with caplog.at_level(logging.DEBUG), pytest.raises(ComparatorApiError) as info:
+        client.complete_many([ApiRequest("p", 0, {}, 1)])
+    assert stub.requests[0].headers["x-trace"] == "envtoken-7f3a91"
+    seen = "\n".join([str(info.value), info.value.body_excerpt, caplog.text, repr(settings), repr(client)])
+    for secret in ("custom-1b7e40", "envtoken-7f3a91", "pw-52e8c1", "qtok-0d94b2"):
+        assert secret not in seen
+    assert "region=eu" in repr(settings) and "${COMLRL_TEST_TRACE}" in repr(settings)
+
+
+def test_env_reference_must_be_set_and_masked_values_are_refused(stub, monkeypatch):
+    monkeypatch.delenv("COMLRL_TEST_UNSET", raising=False)
+    with pytest.raises(MissingCredentialError, match=r"comparator_api_headers\['X-T'\].*COMLRL_TEST_UNSET"):
+        client_for(stub.url("/x"), headers={"X-T": "${COMLRL_TEST_UNSET}"})
+    # What spec.json holds after a save: a resumed run must be given the credential again, not send ***.
+    with pytest.raises(MissingCredentialError, match=r"comparator_api_headers\['X-T'\] was not saved"):
+        make_settings(stub.url("/x"), headers={"X-T": "***"})
+    with pytest.raises(MissingCredentialError, match="comparator_api_url lost its credentials"):
+        make_settings(stub.url("/x") + "?api_key=***")
+    assert stub.requests == []
+
+
+@pytest.mark.parametrize(
+    ("url", "public"),
+    [
+        ("https://h/v1", "https://h/v1"),
+        ("https://user:pw@h/v1", "https://***@h/v1"),
+        ("https://tok@h/v1", "https://***@h/v1"),
+        ("https://h/v1?api_key=s&x=1", "https://h/v1?api_key=***&x=1"),
+        ("https://h/v1?Token=s&sig=t&model=m", "https://h/v1?Token=***&sig=***&model=m"),
+        ("https://h/v1?key=${K}", "https://h/v1?key=${K}"),
+        ("https://${U}:${P}@h/", "https://${U}:${P}@h/"),
+    ],
+)
+def test_public_url_masks_userinfo_and_key_like_parameters(url, public):
+    assert credentials.public_url(url) == public
+
+
+def test_a_long_retry_after_fails_at_once_naming_the_cap(stub):
+    stub.route("/gen", Reply(status=429, body="later", headers={"Retry-After": "3600"}))
+    client = client_for(stub.url("/gen"), max_retries=3, retry_after_max=60.0)
+    start = time.monotonic()
+    with pytest.raises(ComparatorApiError, match=r"asked to wait 3600 s .*comparator_api_retry_after_max = 60 s"):
+        client.complete_many([ApiRequest("p", 0, {}, 1)])
+    assert time.monotonic() - start < 5 and len(stub.requests) == 1
+
+
+def test_every_failed_task_is_collected_after_a_401(stub, caplog):
+    stub.route("/gen", Reply(status=401, body="bad key"))
+    client = client_for(stub.url("/gen"), api_format="anthropic", api_key="k", max_concurrency=8)
+    with caplog.at_level(logging.ERROR, logger="asyncio"), pytest.raises(ComparatorApiError, match="HTTP 401"):
+        client.complete_many([ApiRequest(f"p{i}", 0, {}, 4) for i in range(4)])
+    gc.collect()  # asyncio reports unread task exceptions when the task is collected
+    assert "never retrieved" not in caplog.text

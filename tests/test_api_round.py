@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,68 @@ def test_centralized_api_comparator_parses_roles_and_skips_untagged(model_dir, t
     assert [c.completions for c in parsed] == [["red cat", "big blue dog"]] * 3
     assert sum(not c.parsed for c in comparator) == 3
     assert sink.metric("collect/unparsed_comparator_candidates")[0][1] == 3
+
+
+# Distinct markers, one per position a credential can take, so a leak names its source.
+MARKERS = {
+    "header-authorization": "MARKER-hdr-auth-71c2",
+    "header-custom": "MARKER-hdr-custom-93ad",
+    "header-from-env": "MARKER-hdr-env-5e0b",
+    "url-userinfo": "MARKER-url-pass-28f4",
+    "url-query": "MARKER-url-query-c61e",
+}
+
+
+def test_credentials_in_headers_and_url_are_written_nowhere(model_dir, server, tmp_path, monkeypatch, capfd, caplog):
+    caplog.set_level(logging.DEBUG)  # httpx logs every request URL at INFO
+    monkeypatch.setenv("COMLRL_TEST_HDR", MARKERS["header-from-env"])
+    url = (
+        server.url("/v1/chat/completions").replace("http://", f"http://lab:{MARKERS['url-userinfo']}@")
+        + f"?api_key={MARKERS['url-query']}&region=eu"
+    )
+    headers = {
+        "Authorization": f"Bearer {MARKERS['header-authorization']}",
+        "X-Api-Token": MARKERS["header-custom"],
+        "X-From-Env": "token ${COMLRL_TEST_HDR}",
+    }
+    spec = ExperimentSpec(
+        algorithm="MADPOIter",
+        agent_models=[model_dir, model_dir],
+        task=None,
+        user_task=USER_TASK,
+        user_train_data=USER_DATA,
+        user_eval_data=USER_DATA,
+        max_train_items=3,
+        max_eval_items=2,
+        config=api_config(url, comparator_api_key_env="", comparator_api_headers=headers),
+    )
+    manager = RunManager(tmp_path / "runs")
+    run_id = manager.create(spec)
+    manager.start(run_id, rounds=1)
+    progress = manager.wait(run_id, timeout=300)
+    assert progress.status == "finished", progress.last_error
+
+    # The server got every credential, the one from the environment included.
+    request = server.requests_for("/v1/chat/completions")[0]
+    assert request.headers["x-api-token"] == MARKERS["header-custom"]
+    assert request.headers["x-from-env"] == f"token {MARKERS['header-from-env']}"
+    assert f"api_key={MARKERS['url-query']}" in request.query
+
+    run = manager.run(run_id)
+    exports = tmp_path / "exports"
+    for fmt in ("json", "jsonl", "parquet", "csv"):
+        export_pairs(run.store, run_id, fmt, exports / f"pairs.{fmt}")
+    export_round_files(run.store, run_id, exports / "rounds")
+    assert "token ${COMLRL_TEST_HDR}" in (run.run_dir / "spec.json").read_text()  # the reference is kept
+    manager.close()
+
+    captured = capfd.readouterr()
+    output = (captured.out + captured.err + caplog.text).encode()
+    assert b"HTTP Request" in output or caplog.records  # the logs really were captured
+    leaks = {
+        where: [str(p) for root in (run.run_dir, exports) for p in files_containing(root, marker.encode())]
+        + (["captured output"] if marker.encode() in output else [])
+        for where, marker in MARKERS.items()
+    }
+    assert leaks == {where: [] for where in MARKERS}
+    assert files_containing(run.run_dir, b"MARKER-") == []

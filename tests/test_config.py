@@ -131,6 +131,8 @@ ITER_DEFAULTS = {
     "comparator_api_max_concurrency": 8,
     "comparator_api_max_retries": 3,
     "comparator_api_backoff_base": 0.5,
+    "comparator_api_backoff_max": 60.0,
+    "comparator_api_retry_after_max": 60.0,
 }
 ITER_OVERRIDES = {"num_train_epochs": 1, "preference_num_candidates": 20, "preference_pairs_per_sample": 4}
 
@@ -220,6 +222,18 @@ def test_config_module_does_not_import_torch():
 # ---- validation messages ----------------------------------------------------------------------------------
 
 MADPO_ERRORS = [
+    # checked at construction by name (issue 15), not after the models have loaded
+    ({"joint_mode": "shuffled"}, "preference generation currently supports aligned joint_mode only."),
+    ({"max_new_tokens": "64"}, "max_new_tokens must be an integer, got '64'."),
+    ({"max_new_tokens": 0}, "max_new_tokens must be >= 1."),
+    ({"max_new_tokens": -5}, "max_new_tokens must be >= 1."),
+    ({"temperature": 0}, "temperature must be > 0."),
+    ({"temperature": -1.0}, "temperature must be > 0."),
+    ({"top_p": 0}, "top_p must be in (0, 1], got 0."),
+    ({"top_p": 1.5}, "top_p must be in (0, 1], got 1.5."),
+    ({"top_k": -1}, "top_k must be >= 0."),
+    ({"agent_learning_rate": "1e-3"}, "agent_learning_rate must be a number >= 0, got '1e-3'."),
+    ({"agent_learning_rate": -1e-3}, "agent_learning_rate must be a number >= 0, got -0.001."),
     ({"collaboration_mode": "joint"}, "collaboration_mode must be decentralized or centralized."),
     ({"num_train_epochs": 0}, "num_train_epochs must be >= 1."),
     ({"num_agents": 0}, "num_agents must be >= 1."),
@@ -384,6 +398,13 @@ ITER_ERRORS = [
     ({"comparator_api_max_concurrency": 0}, "comparator_api_max_concurrency must be >= 1."),
     ({"comparator_api_max_retries": -1}, "comparator_api_max_retries must be >= 0."),
     ({"comparator_api_backoff_base": 0}, "comparator_api_backoff_base must be > 0."),
+    ({"comparator_api_backoff_max": 0}, "comparator_api_backoff_max must be > 0."),
+    ({"comparator_api_retry_after_max": -1}, "comparator_api_retry_after_max must be > 0."),
+    (
+        {"comparator_api_url": "ftp://user:pw@h/x"},
+        "comparator_api_url must be an http(s) URL with a host, got scheme 'ftp'.",
+    ),
+    ({"comparator_api_url": "localhost:8000/v1"}, "must be an http(s) URL with a host"),
 ]
 
 
@@ -586,11 +607,16 @@ def test_replay_and_comparator_accepted_settings(cls):
 def _api_config(cls=MARLHFIterConfig):
     return cls(
         comparator_policy="api",
-        comparator_api_url="https://api.example.com/v1/chat/completions",
+        comparator_api_url="https://u:SECRET-PW@api.example.com/v1/chat/completions?api_key=SECRET-Q&mode=fast",
         comparator_api_format="chat",
         comparator_api_key="sk-SECRET-123",
         comparator_api_key_header="X-Token",
-        comparator_api_headers={"Authorization": "Bearer sk-SECRET-456", "x-token": "sk-SECRET-789", "X-Trace": "1"},
+        comparator_api_headers={
+            "Authorization": "Bearer sk-SECRET-456",
+            "x-token": "sk-SECRET-789",
+            "X-Trace": "SECRET-custom",
+            "X-Env": "Bearer ${MY_TOKEN}",
+        },
         comparator_api_extra_body={"stop": ["\n"]},
     )
 
@@ -601,7 +627,10 @@ def test_api_key_never_serialised(cls):
     assert config.comparator_api_key == "sk-SECRET-123"  # still usable in memory
     data = config.to_dict()
     assert "comparator_api_key" not in data
-    assert data["comparator_api_headers"] == {"X-Trace": "1"}
+    # Every literal header value is masked, whatever the header's name; an ${ENV} reference holds no secret.
+    masked = {"Authorization": "***", "x-token": "***", "X-Trace": "***", "X-Env": "Bearer ${MY_TOKEN}"}
+    assert data["comparator_api_headers"] == masked
+    assert data["comparator_api_url"] == "https://***@api.example.com/v1/chat/completions?api_key=***&mode=fast"
     assert "SECRET" not in json.dumps(data)
     assert "SECRET" not in repr(config) and "SECRET" not in str(config)
     assert "comparator_api_key='***'" in repr(config)
@@ -610,7 +639,7 @@ def test_api_key_never_serialised(cls):
     assert b"SECRET" not in pickle.dumps(config)
     restored = pickle.loads(pickle.dumps(config))
     assert restored.comparator_api_key is None
-    assert restored.comparator_api_headers == {"X-Trace": "1"}
+    assert restored.comparator_api_headers == masked
     assert copy.deepcopy(config).comparator_api_key == "sk-SECRET-123"
     assert copy.copy(config).comparator_api_key == "sk-SECRET-123"
     assert config.comparator_api_headers["Authorization"] == "Bearer sk-SECRET-456"  # the original is untouched
@@ -629,7 +658,7 @@ def _non_default(cls):
         kwargs |= {
             "comparator_policy": "model",
             "comparator_agents": ["a", "b", "c"],
-            "comparator_api_headers": {"X-Trace": "1"},
+            "comparator_api_headers": {"X-Trace": "${TRACE_ID}"},
             "preference_replay_mode": "td-lambda",
             "preference_replay_lambda": 0.25,
         }

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from store_fixtures import make_pairs, phase_payload
 
+from comlrl_lab import cli
 from comlrl_lab.data.records import SEED_RECORD_FIELDS, PreferencePair, round_file_payload
 from comlrl_lab.store import (
     PHASES,
@@ -21,7 +22,11 @@ from comlrl_lab.store import (
     import_replay_dir,
     snapshot_parquet,
 )
+from comlrl_lab.store import export as export_module
 from comlrl_lab.store import writer as store_writer
+from comlrl_lab.store.export import ExportError
+from comlrl_lab.store.importer import ImportRefused
+from comlrl_lab.ui.services import Workspace
 
 
 @pytest.fixture
@@ -108,24 +113,26 @@ def test_round_files_are_comlrl_bytes(three_rounds, tmp_path):
 def test_export_then_import_gives_identical_records(three_rounds, tmp_path, fmt):
     first = tmp_path / f"a.{fmt}"
     export_pairs(three_rounds, "r", fmt, first)
-    report = import_pair_files(three_rounds, [first])
-    assert report.skipped == [] and report.pairs == 16
-    second = tmp_path / f"b.{fmt}"
-    export_pairs(three_rounds, report.run_id, fmt, second)
+    with RunStore(tmp_path / "imported.duckdb") as target:
+        report = import_pair_files(target, [first])
+        assert report.skipped == [] and report.pairs == 16
+        second = tmp_path / f"b.{fmt}"
+        export_pairs(target, report.run_id, fmt, second)
+        assert [p.to_record() for p in target.load_pairs(report.run_id)] == all_records()
     assert first.read_bytes() == second.read_bytes()
-    assert [p.to_record() for p in three_rounds.load_pairs(report.run_id)] == all_records()
 
 
 def test_round_files_round_trip_with_provenance(three_rounds, tmp_path):
     export_round_files(three_rounds, "r", tmp_path / "replay")
-    report = import_replay_dir(three_rounds, tmp_path / "replay", run_id="again")
-    assert report.rounds == [1, 2, 3] and report.pairs == 16 and report.skipped == []
-    assert three_rounds.rounds("again")["num_pairs"].tolist() == [8, 0, 8]
-    original = three_rounds.pairs_page("r", limit=100)
-    imported = three_rounds.pairs_page("again", limit=100)
-    cols = ["round", "pair_index", "winner_side", "reward_gap", "winner_reward"]
-    pd.testing.assert_frame_equal(original[cols], imported[cols])  # winner side read back from raw_rewards
-    assert three_rounds.run("again")["source"] == "import"
+    with RunStore(tmp_path / "imported.duckdb") as target:
+        report = import_replay_dir(target, tmp_path / "replay", run_id="again")
+        assert report.rounds == [1, 2, 3] and report.pairs == 16 and report.skipped == []
+        assert target.rounds("again")["num_pairs"].tolist() == [8, 0, 8]
+        original = three_rounds.pairs_page("r", limit=100)
+        imported = target.pairs_page("again", limit=100)
+        cols = ["round", "pair_index", "winner_side", "reward_gap", "winner_reward"]
+        pd.testing.assert_frame_equal(original[cols], imported[cols])  # winner side read back from raw_rewards
+        assert target.run("again")["source"] == "import"
 
 
 # -- CoMLRL directories ----------------------------------------------------------------------------------------------
@@ -268,3 +275,104 @@ def test_exports_stay_in_round_order_whatever_the_commit_order(tmp_path):
         ]
         with pytest.raises(ValueError, match="distinct"):
             s.commit_phase("r", 4, "collect", pairs=shuffled.assign(pair_index=0))
+
+
+def test_import_refuses_a_store_that_holds_a_training_run(three_rounds, tmp_path, capsys):
+    export_round_files(three_rounds, "r", tmp_path / "replay")
+    for attempt in (
+        lambda: import_replay_dir(three_rounds, tmp_path / "replay", run_id="r"),
+        lambda: import_pair_files(three_rounds, [tmp_path / "replay" / "iteration_0001.json"], run_id="again"),
+    ):
+        with pytest.raises(ImportRefused, match="holds the training run 'r'"):
+            attempt()
+    assert three_rounds.list_runs()["run_id"].tolist() == ["r"]
+    assert three_rounds.rounds("r")["num_pairs"].tolist() == [8, 0, 8]
+    three_rounds.close()
+    # The CLI says so in one line, with exit status 2, and leaves the run as it was.
+    store_path = str(three_rounds.path)
+    assert cli.main(["import", str(tmp_path / "replay"), "--store", store_path, "--run-id", "r"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds the training run 'r'" in err[0]
+    with RunStore(store_path, read_only=True) as again:
+        assert again.rounds("r")["num_pairs"].tolist() == [8, 0, 8]
+
+
+def test_one_bad_file_is_named_and_skipped_and_the_rest_imported(tmp_path):
+    d = tmp_path / "replay"
+    d.mkdir()
+    write(d / "iteration_0001.json", round_file_payload(1, make_pairs(1, 2)))
+    write(d / "iteration_0002.json", "[" * 5000 + "]" * 5000)  # 10 KB nested 5,000 deep
+    write(d / "iteration_0003.json", '{"iteration": ' + str(10**30) + ', "pairs": []}')
+    write(d / "iteration_0004.json", [{**make_pairs(4, 1)[0].to_record(), "prompts": [[[["deep"]]] * 2]}])
+    write(d / "iteration_0005.json", round_file_payload(5, make_pairs(5, 3)))
+    with RunStore(tmp_path / "run.duckdb") as s:
+        report = import_replay_dir(s, d)
+        assert report.imported_files == ["iteration_0001.json", "iteration_0005.json"]
+        assert report.pairs == 5 and report.rounds == [1, 5]
+        reasons = dict(report.skipped)
+        assert "nested too deeply" in reasons["iteration_0002.json"]
+        assert "'iteration' must be an integer from 0 to 2147483647" in reasons["iteration_0003.json"]
+        assert "pair 0" in reasons["iteration_0004.json"]
+
+
+def test_import_names_ignored_entries_and_follows_no_link_out_of_the_directory(tmp_path):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    write(outside / "iteration_0009.json", round_file_payload(9, make_pairs(9, 4)))
+    d = tmp_path / "replay"
+    d.mkdir()
+    write(d / "iteration_0001.json", round_file_payload(1, make_pairs(1, 2)))
+    (d / "sub").mkdir()
+    write(d / "sub" / "second.json", round_file_payload(2, make_pairs(2, 2)))
+    (d / "iteration_0002.json").symlink_to(d / "sub" / "second.json")  # a link inside the directory is fine
+    (d / "iteration_0009.json").symlink_to(outside / "iteration_0009.json")
+    write(d / "pairs.jsonl", "{}")
+    write(d / "iteration_0003.JSON.bak", "{}")
+    with RunStore(tmp_path / "run.duckdb") as s:
+        report = import_replay_dir(s, d)
+        assert report.imported_files == ["iteration_0001.json", "iteration_0002.json"] and report.pairs == 4
+        ignored = dict(report.ignored)
+        assert set(ignored) == {"iteration_0009.json", "pairs.jsonl", "iteration_0003.JSON.bak", "sub"}
+        assert "leads out of the directory" in ignored["iteration_0009.json"]
+        assert "not a .json file" in ignored["pairs.jsonl"] and "a folder" in ignored["sub"]
+        assert 9 not in s.rounds(report.run_id)["round"].tolist()
+
+
+def test_a_failed_import_in_the_app_leaves_no_folder_and_no_open_store(tmp_path, monkeypatch):
+    d = tmp_path / "replay"
+    d.mkdir()
+    write(d / "iteration_0001.json", round_file_payload(1, make_pairs(1, 2)))
+    opened = []
+    real_init = RunStore.__init__
+
+    def recording_init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        opened.append(self)
+
+    def fail(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(RunStore, "__init__", recording_init)
+    monkeypatch.setattr(store_writer, "_append", fail)
+    ws = Workspace(tmp_path / "runs")
+    try:
+        with pytest.raises(OSError, match="disk full"):
+            ws.import_replay_dir(d)
+        assert [p.name for p in (tmp_path / "runs").iterdir()] == []
+        assert opened and all(s._con is None for s in opened)
+    finally:
+        ws.close()
+
+
+def test_a_failed_export_leaves_no_tmp_file_and_names_the_destination(three_rounds, tmp_path, monkeypatch):
+    def refuse(src, dst):
+        raise OSError(28, "No space left on device", str(src), str(dst))
+
+    monkeypatch.setattr(export_module.os, "replace", refuse)
+    dest = tmp_path / "out" / "pairs.jsonl"
+    with pytest.raises(ExportError) as info:
+        export_pairs(three_rounds, "r", "jsonl", dest)
+    assert str(dest) in str(info.value) and ".tmp" not in str(info.value)
+    with pytest.raises(ExportError, match="iteration_0001.json"):
+        export_round_files(three_rounds, "r", tmp_path / "rounds")
+    assert [p.name for p in tmp_path.rglob("*.tmp")] == []

@@ -168,6 +168,22 @@ def test_nan_rewards_are_kept():
     assert out[0] == 1.0 and math.isnan(out[1]) and out[2] == 1.0
 
 
+@pytest.mark.parametrize("batched", [False, True])
+def test_an_infinite_reward_is_refused_naming_the_item(batched):
+    def reward(c1, c2):
+        return [-math.inf if c1[0] == "bb" else 1.0]
+
+    def reward_all(c1, c2):
+        return [math.inf if c == "bb" else 1.0 for c in c1]
+
+    func = batched_reward(reward_all) if batched else reward
+    items = [{"prompt": "the cat"}, {"prompt": "the dog"}, {"prompt": "the sun"}]
+    with pytest.raises(ValueError, match=r"joint response 1, task item 'the dog'\).*inf; a reward must be finite"):
+        call_reward_function(func, COMPLETIONS, batch_items=items)
+    with pytest.raises(ValueError, match="reward_processor .*joint response 2.*must be finite"):
+        apply_reward_processor(lambda r: math.inf if r > 2 else r, [1.0, 2.0, 3.0])
+
+
 def test_callable_object_partial_and_builtin():
     class Scorer:
         def __call__(self, c1, c2, batch_items=None):

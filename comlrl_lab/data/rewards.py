@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -309,16 +310,34 @@ def _first_float(value: Any, what: str) -> float:
     if value is None or isinstance(value, (str, bytes)):
         raise ValueError(f"{what} returned {value!r}; expected a number, a list of numbers or a tensor.")
     try:
-        return float(value)
+        number = float(value)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{what} returned {value!r}; expected a number, a list of numbers or a tensor.") from exc
+    _check_not_infinite(number, what)
+    return number
 
 
-def _batch_floats(value: Any, k: int, name: str) -> list[float]:
+def _check_not_infinite(number: float, what: str) -> None:
+    # Differs from CoMLRL: an infinite reward is refused here; there it turned every mean and loss into inf.
+    if math.isinf(number):
+        raise ValueError(f"{what} returned {number}; a reward must be finite (NaN is skipped, infinity is not).")
+
+
+def _item_label(batch_items: Sequence[Any] | None, j: int) -> str:
+    """``", task item '...'"`` from the item's prompt (or the item), so a bad reward names its item."""
+    if batch_items is None:
+        return ""
+    item = batch_items[j]
+    text = item.get("prompt", item) if isinstance(item, dict) else item
+    text = " ".join(str(text).split())
+    return f", task item {text[:60] + ('...' if len(text) > 60 else '')!r}"
+
+
+def _batch_floats(value: Any, k: int, name: str, batch_items: Sequence[Any] | None = None) -> list[float]:
     value = _as_list(value)
     if not isinstance(value, (list, tuple)):
         if k == 1:
-            return [_first_float(value, f"reward_func {name}")]
+            return [_first_float(value, f"reward_func {name}{_item_label(batch_items, 0)}")]
         raise ValueError(
             f"reward_func {name} is marked supports_batch and was given {k} joint responses, but returned "
             f"{type(value).__name__}; it must return one joint reward per joint response."
@@ -328,7 +347,10 @@ def _batch_floats(value: Any, k: int, name: str) -> list[float]:
             f"reward_func {name} is marked supports_batch and was given {k} joint responses, but returned "
             f"{len(value)} values; it must return one joint reward per joint response."
         )
-    return [_first_float(v, f"reward_func {name} (joint response {j})") for j, v in enumerate(value)]
+    return [
+        _first_float(v, f"reward_func {name} (joint response {j}{_item_label(batch_items, j)})")
+        for j, v in enumerate(value)
+    ]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -403,7 +425,7 @@ def call_reward_function(
             raise RewardFunctionError(
                 f"reward_func {name} raised {type(exc).__name__} in a batched call over joint responses 0..{k - 1}: {exc}"
             ) from exc
-        return _batch_floats(value, k, name)
+        return _batch_floats(value, k, name, batch_items)
 
     rewards: list[float] = []
     for j in range(k):
@@ -422,7 +444,7 @@ def call_reward_function(
             raise RewardFunctionError(
                 f"reward_func {name} raised {type(exc).__name__} at joint response {j}: {exc}"
             ) from exc
-        rewards.append(_first_float(value, f"reward_func {name} (joint response {j})"))
+        rewards.append(_first_float(value, f"reward_func {name} (joint response {j}{_item_label(batch_items, j)})"))
     return rewards
 
 
@@ -445,6 +467,7 @@ def apply_reward_processor(processor: Callable[[float], float] | None, raw: Sequ
                 f"reward_processor {reward_function_name(processor)} raised {type(exc).__name__} "
                 f"on raw reward {r!r} (joint response {j}): {exc}"
             ) from exc
+        _check_not_infinite(processed[-1], f"reward_processor {reward_function_name(processor)} (joint response {j})")
     return processed
 
 

@@ -24,8 +24,10 @@ from typing import Any
 
 from comlrl_lab.data.phases import InvalidTransition
 from comlrl_lab.data.run_ids import new_run_id
+from comlrl_lab.engine import spec_checks
 from comlrl_lab.engine.spec import ExperimentSpec, build_trainer
 from comlrl_lab.store import RunStore, snapshot_parquet
+from comlrl_lab.trainers.preference.replay import drop_round_files
 from comlrl_lab.trainers.preference.sink import PHASES, PhaseCancelled, PhaseControl, PhaseRecords
 
 
@@ -102,7 +104,7 @@ class Run:
     # Construction ------------------------------------------------------------------------------------------
     @classmethod
     def create(cls, spec: ExperimentSpec, runs_root: str | Path) -> Run:
-        spec.build_config()  # validate before anything is written (CoMLRL's messages)
+        spec_checks.preflight(spec)  # config, task, data files, models and devices, before anything is written
         run_id = new_run_id(spec.name or spec.algorithm)
         run_dir = Path(runs_root) / run_id
         run_dir.mkdir(parents=True, exist_ok=False)  # a new run never reuses another run's directory
@@ -121,7 +123,21 @@ class Run:
             spec.config.update(secrets)
         store = RunStore(run_dir / STORE_FILE)
         run_id = store.first_run_id() or run_dir.name
-        return cls(run_dir, spec, run_id, store)
+        run = cls(run_dir, spec, run_id, store)
+        run.reconcile_files()
+        return run
+
+    def reconcile_files(self) -> None:
+        """Line the files up with the last finished phase: no round file of an unfinished collect, no half-written
+        checkpoint file of a killed process."""
+        _ckpt().remove_stale_tmp(self.checkpoint_dir)
+        round_index, next_phase = self.cursor()
+
+        def collected(round_: int) -> bool:
+            return next_phase is None or round_ < round_index or (round_ == round_index and next_phase != PHASES[0])
+
+        replay_dir = self.spec.config.get("preference_replay_dir") or "preference_replay"
+        drop_round_files(self.run_dir / replay_dir, self.run_id, collected)
 
     @classmethod
     def attach(cls, run_dir: str | Path, run_id: str) -> Run:
@@ -191,6 +207,8 @@ class Run:
             self.record_failure(error, **where)
             raise
         self.last_error = self.last_traceback = None
+        if self.store is not None:
+            self.store.create_run(self.run_id, status="finished" if trainer.finished else "running")
         return records
 
     def record_failure(self, error: BaseException, *, round: int | None = None, phase: str | None = None) -> None:
@@ -198,12 +216,20 @@ class Run:
         self.last_error = f"{type(error).__name__}: {error}"
         self.last_traceback = traceback.format_exc()
         self._log("error", self.last_error, traceback=self.last_traceback, round=round, phase=phase)
+        if not isinstance(error, PhaseCancelled):  # a stop asked for is not a failure
+            self.mark_failed()
         self.restore_last_good()
 
     def _log(self, level: str, message: str, **where: Any) -> None:
         if self.store is not None:
             with contextlib.suppress(Exception):  # the store must not hide the original error
                 self.store.log_event(self.run_id, level, message, **where)
+
+    def mark_failed(self) -> None:
+        """Set ``runs.status`` to failed; the next finished phase sets it back to running."""
+        if self.store is not None:
+            with contextlib.suppress(Exception):  # the store must not hide the original error
+                self.store.create_run(self.run_id, status="failed")
 
     def restore_last_good(self) -> None:
         if self.trainer is None:

@@ -1,8 +1,8 @@
 """An experiment as data: algorithm, agents, task and config overrides; and the trainer built from it.
 
 The same spec drives the workbench, the CLI (``comlrl-lab run spec.yaml``) and notebooks, and it is saved as
-``spec.json`` in the run directory so a past run can be reopened. It never holds an API key: only the name of
-the environment variable that has it.
+``spec.json`` in the run directory so a past run can be reopened. It never holds an API key, a literal header
+value or a URL credential (``credentials.py``): only names of the environment variables that have them.
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from comlrl_lab.data.credentials import public_config
 from comlrl_lab.data.tasks import get_task
 from comlrl_lab.data.user_tasks import load_user_task
+from comlrl_lab.engine import spec_checks
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
 from comlrl_lab.trainers import preference
 from comlrl_lab.trainers.preference.algorithms import ALGORITHM_TABLE, algorithm
@@ -76,11 +78,14 @@ class ExperimentSpec:
     def build_config(self) -> Any:
         values = dict(self.config)
         values.setdefault("num_agents", len(self.agent_models))
+        unknown = spec_checks.unknown_config_fields(self.config_class, values)
+        if unknown:
+            raise ValueError(f"config: {unknown}")
         return self.config_class(**values)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data["config"] = {k: v for k, v in self.config.items() if k not in SECRET_FIELDS}
+        data["config"] = {k: v for k, v in public_config(self.config).items() if k not in SECRET_FIELDS}
         return data
 
     @classmethod
@@ -93,17 +98,21 @@ class ExperimentSpec:
 
     @classmethod
     def load(cls, path: str | Path) -> ExperimentSpec:
+        """Read and validate a spec file; every mistake is a ``SpecError`` naming the file, line and field."""
         path = Path(path)
-        text = path.read_text(encoding="utf-8")
-        if path.suffix.lower() in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text)
-        else:
-            data = json.loads(text)
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: an experiment spec must be a mapping")
-        return cls.from_dict(data)
+        data, text = spec_checks.read_spec_file(path)
+        try:
+            config_class = algorithm(data.get("algorithm", cls.algorithm)).config_class
+        except ValueError as error:
+            raise spec_checks.locate(path, text, error, ["algorithm"]) from None
+        data = spec_checks.check_spec_data(path, text, data, cls.__dataclass_fields__, config_class)
+        try:
+            spec = cls.from_dict(data)
+            spec.build_config()
+        except (ValueError, TypeError) as error:
+            names = [*cls.__dataclass_fields__, *(data.get("config") or {})]
+            raise spec_checks.locate(path, text, error, names) from None
+        return spec
 
     def save(self, path: str | Path) -> None:
         path = Path(path)
@@ -122,6 +131,7 @@ def build_trainer(spec: ExperimentSpec, *, output_dir: str | Path, run_id: str, 
     """Validate the config (CoMLRL's messages), load the task and models, and construct the trainer."""
     config = spec.build_config()
     config.output_dir = str(output_dir)
+    spec_checks.inside_run_dir(config, output_dir)
     trainer_class = ALGORITHMS[spec.algorithm][1]
     task = resolve_task(spec)
     models = list(spec.agent_models)

@@ -13,7 +13,7 @@ from comlrl_lab.store.export import (
     export_round_files,
     snapshot_parquet,
 )
-from comlrl_lab.store.importer import ImportReport, import_pair_files, import_replay_dir, parse_pair_file
+from comlrl_lab.store.importer import ImportRefused, ImportReport, import_pair_files, import_replay_dir, parse_pair_file
 from comlrl_lab.store.runstore import RunStore
 from comlrl_lab.store.schema import PHASES, SCHEMA_VERSION, SchemaVersionError
 from comlrl_lab.store.sql_guard import QueryExecutionError, ReadOnlyQueryError
@@ -25,6 +25,7 @@ __all__ = [
     "ROUND_FILES",
     "SCHEMA_VERSION",
     "ExportFormat",
+    "ImportRefused",
     "ImportReport",
     "QueryExecutionError",
     "ReadOnlyQueryError",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,6 +62,26 @@ def _open_store(store_or_path: RunStore | str | os.PathLike[str]) -> Iterator[Ru
         store.close()
 
 
+class ExportError(RuntimeError):
+    """An export could not be written; the message names the destination, and no ``.tmp`` file is left."""
+
+
+@contextmanager
+def _written_through_tmp(dest: Path) -> Iterator[Path]:
+    """A ``.tmp`` path to write, renamed onto ``dest`` on success and removed on failure."""
+    tmp = dest.with_name(dest.name + ".tmp")
+    try:
+        yield tmp
+        os.replace(tmp, dest)
+    except BaseException as error:
+        with suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        if not isinstance(error, Exception):
+            raise
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0].replace(str(tmp), str(dest))
+        raise ExportError(f"could not write {dest}: {reason}") from error
+
+
 def _sql_path(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
@@ -83,8 +103,7 @@ def export_pairs(
     flt = queries.pair_filter(**filters)
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".tmp")
-    with _open_store(store_or_path) as store:
+    with _open_store(store_or_path) as store, _written_through_tmp(dest) as tmp:
         cur = store.cursor()
         where, args = flt.where(run_id)
         if fmt in ("json", "jsonl"):
@@ -104,9 +123,8 @@ def export_pairs(
         order = "" if in_order and in_order[0] else " ORDER BY round, pair_index"
         sql = f"SELECT {cols} FROM pair_records WHERE {where}{order}"
         count = cur.execute(f"COPY ({sql}) TO {_sql_path(tmp)} ({options})", args).fetchone()[0]
-    if fmt == "json" and int(count) == 0:
-        tmp.write_text("[]", encoding="utf-8")  # DuckDB writes an empty file for zero rows
-    os.replace(tmp, dest)
+        if fmt == "json" and int(count) == 0:
+            tmp.write_text("[]", encoding="utf-8")  # DuckDB writes an empty file for zero rows
     return int(count)
 
 
@@ -134,10 +152,8 @@ def export_round_files(
         for round_ in collected:
             pairs = queries.load_pairs(cur, run_id, queries.PairFilter(round=round_))
             path = dest_dir / f"iteration_{int(round_):04d}.json"
-            tmp = path.with_name(path.name + ".tmp")
-            with open(tmp, "w", encoding="utf-8") as f:
+            with _written_through_tmp(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
                 json.dump(round_file_payload(int(round_), pairs), f, ensure_ascii=False)
-            os.replace(tmp, path)
             written.append(path)
     return written
 
@@ -213,9 +229,8 @@ def snapshot_parquet(
         for table in ("runs", "rounds", "phases"):
             path = dest_dir / f"{table}.parquet"
             written.append(_copy(cur, f"SELECT * FROM {table} WHERE run_id = ?", [run_id], path))
-    tmp = manifest_path.with_name(manifest_path.name + ".tmp")
-    tmp.write_text(json.dumps({"run_id": run_id, "phases": manifest}, indent=1), encoding="utf-8")
-    os.replace(tmp, manifest_path)
+    with _written_through_tmp(manifest_path) as tmp:
+        tmp.write_text(json.dumps({"run_id": run_id, "phases": manifest}, indent=1), encoding="utf-8")
     return written
 
 
@@ -230,7 +245,6 @@ def _read_manifest(path: Path, run_id: str) -> dict[str, str]:
 
 
 def _copy(cur: Any, sql: str, args: list[Any], path: Path) -> Path:
-    tmp = path.with_name(path.name + ".tmp")
-    cur.execute(f"COPY ({sql}) TO {_sql_path(tmp)} (FORMAT parquet, COMPRESSION zstd)", args).fetchall()
-    os.replace(tmp, path)
+    with _written_through_tmp(path) as tmp:
+        cur.execute(f"COPY ({sql}) TO {_sql_path(tmp)} (FORMAT parquet, COMPRESSION zstd)", args).fetchall()
     return path

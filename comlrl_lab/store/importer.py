@@ -23,6 +23,13 @@ from comlrl_lab.store.runstore import RunStore
 from comlrl_lab.store.writer import build_batch
 
 _ITERATION_NAME = re.compile(r"iteration_(\d+)", re.IGNORECASE)
+#: Rounds are DuckDB INTEGERs; a larger iteration would fail inside the one import transaction, hiding its file.
+MAX_ROUND = 2**31 - 1
+
+
+class ImportRefused(ValueError):
+    """The target store holds a training run: importing into it would replace that run's rounds."""
+
 
 #: An uploaded file: a path, (name, bytes or text), or an object with ``.name`` and ``.getvalue()`` / ``.read()``
 #: (Streamlit's UploadedFile).
@@ -36,6 +43,8 @@ class ImportReport:
     run_id: str
     imported_files: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    #: Entries of an imported directory that were not read, with the reason (not a .json file, a link out of it).
+    ignored: list[tuple[str, str]] = field(default_factory=list)
     pairs: int = 0
     rounds: list[int] = field(default_factory=list)
 
@@ -63,11 +72,15 @@ def parse_pair_file(name: str, data: bytes | str) -> tuple[int | None, list[Pref
                     records.append(json.loads(line))
                 except json.JSONDecodeError as e:
                     raise ValueError(f"line {lineno} is not valid JSON: {e.msg}") from None
+                except RecursionError:
+                    raise ValueError(f"line {lineno} is nested too deeply to be a pair record") from None
     else:
         try:
             payload = json.loads(data)
         except json.JSONDecodeError as e:
             raise ValueError(f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        except RecursionError:
+            raise ValueError("nested too deeply to be a pair file") from None
         if isinstance(payload, list):
             records = payload
         elif isinstance(payload, dict):
@@ -76,9 +89,9 @@ def parse_pair_file(name: str, data: bytes | str) -> tuple[int | None, list[Pref
             records = payload["pairs"]
             iteration = payload.get("iteration")
             if iteration is not None and (
-                not isinstance(iteration, int) or isinstance(iteration, bool) or iteration < 0
+                not isinstance(iteration, int) or isinstance(iteration, bool) or not 0 <= iteration <= MAX_ROUND
             ):
-                raise ValueError(f"'iteration' must be a non-negative integer, got {iteration!r}")
+                raise ValueError(f"'iteration' must be an integer from 0 to {MAX_ROUND}, got {iteration!r}")
             declared = payload.get("num_pairs")
             if declared is not None and declared != len(records):
                 raise ValueError(f"'num_pairs' is {declared!r} but the file holds {len(records)} pairs")
@@ -88,7 +101,9 @@ def parse_pair_file(name: str, data: bytes | str) -> tuple[int | None, list[Pref
     for i, record in enumerate(records):
         try:
             pair = PreferencePair.from_record(record)
-        except ValueError as e:
+        except RecursionError:
+            raise ValueError(f"pair {i}: nested too deeply") from None
+        except (ValueError, TypeError, OverflowError) as e:
             raise ValueError(f"pair {i}: {e}") from None
         pair.winner_side = _infer_winner_side(pair)
         pairs.append(pair)
@@ -99,8 +114,10 @@ def import_pair_files(store: RunStore, files: Iterable[PairFile], run_id: str | 
     """Import uploaded pair files into ``run_id`` (a new run when None); one round per file.
 
     A file's round is its ``iteration`` (round object), else the number in an ``iteration_NNNN`` name, else the next
-    free round. Rounds already in an existing run are replaced, as a phase committed again is.
+    free round. Rounds already in an existing imported run are replaced, as a phase committed again is; a store that
+    holds a training run is refused (``ImportRefused``).
     """
+    refuse_training_store(store)
     parsed, skipped = [], []
     for item in files:
         try:
@@ -115,7 +132,7 @@ def import_pair_files(store: RunStore, files: Iterable[PairFile], run_id: str | 
             continue
         if iteration is None:
             m = _ITERATION_NAME.search(Path(name).name)
-            iteration = int(m.group(1)) if m else None
+            iteration = int(m.group(1)) if m and int(m.group(1)) <= MAX_ROUND else None
         parsed.append(_Parsed(name, iteration, pairs))
     return _write(store, parsed, skipped, run_id, default_name=parsed[0].name if parsed else "pairs")
 
@@ -125,8 +142,32 @@ def import_replay_dir(store: RunStore, path: str | os.PathLike[str], run_id: str
     directory = Path(path)
     if not directory.is_dir():
         raise ValueError(f"{str(directory)!r} is not a directory")
-    files = sorted(p for p in directory.iterdir() if p.is_file() and p.suffix.lower() == ".json")
-    return import_pair_files(store, files, run_id=run_id or _new_run_id(store, directory.name))
+    refuse_training_store(store)
+    root = directory.resolve()
+    files, ignored = [], []
+    for entry in sorted(directory.iterdir()):
+        if entry.suffix.lower() != ".json":
+            kind = "a folder" if entry.is_dir() else "not a .json file"
+            ignored.append((entry.name, f"{kind}; only iteration_NNNN.json round files are read"))
+        elif not entry.resolve().is_relative_to(root):
+            ignored.append((entry.name, "a link that leads out of the directory; not followed"))
+        elif not entry.is_file():
+            ignored.append((entry.name, "not a regular file"))
+        else:
+            files.append(entry)
+    report = import_pair_files(store, files, run_id=run_id or _new_run_id(store, directory.name))
+    report.ignored = ignored
+    return report
+
+
+def refuse_training_store(store: RunStore) -> None:
+    """Raise ``ImportRefused`` when ``store`` holds a run that was not imported (a training run's own store)."""
+    trained = store.trained_run_ids()
+    if trained:
+        raise ImportRefused(
+            f"{store.path} holds the training run {trained[0]!r}; importing into it would replace "
+            "that run's rounds. Import into a new store instead."
+        )
 
 
 def _read(item: PairFile) -> tuple[str, bytes | str]:

@@ -111,6 +111,12 @@ def first_run_id(cur: duckdb.DuckDBPyConnection) -> str | None:
     return None if row is None else str(row[0])
 
 
+def trained_run_ids(cur: duckdb.DuckDBPyConnection) -> list[str]:
+    """Runs of the store that were not imported (a training run's own store holds one)."""
+    rows = cur.execute("SELECT run_id FROM runs WHERE source <> 'import' ORDER BY created_at, run_id").fetchall()
+    return [str(row[0]) for row in rows]
+
+
 def run_info(cur: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | None:
     df = cur.execute("SELECT * FROM runs WHERE run_id = ?", [run_id]).df()
     return None if df.empty else df.iloc[0].to_dict()

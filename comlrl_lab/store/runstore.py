@@ -191,6 +191,10 @@ class RunStore:
         """The oldest run's id (a run directory's store holds one run); None when the store is empty."""
         return queries.first_run_id(self.cursor())
 
+    def trained_run_ids(self) -> list[str]:
+        """Ids of the runs that were trained here, not imported."""
+        return queries.trained_run_ids(self.cursor())
+
     def run(self, run_id: str) -> dict[str, Any] | None:
         return queries.run_info(self.cursor(), run_id)
 

@@ -249,6 +249,14 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, *, read_only: bool = False) ->
             )
         check_columns(con)
         return version
+    if version is None:
+        # Another tool's database: adding our tables to it would change a file we do not own.
+        foreign = [row[0] for row in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall()]
+        if foreign:
+            raise SchemaVersionError(
+                f"not a comlrl-lab store: the file holds other tables ({', '.join(foreign[:5])}"
+                f"{', ...' if len(foreign) > 5 else ''}) and no schema_version; comlrl-lab leaves it unchanged"
+            )
     missing = [v for v in range((version or SCHEMA_VERSION) + 1, SCHEMA_VERSION + 1) if v not in MIGRATIONS]
     if version is not None and missing:
         raise SchemaVersionError(f"no migration to schema version(s) {missing} from {version}")

@@ -8,20 +8,20 @@ Three guards, each enough on its own for the common cases, together for the odd 
 3. The parsed tree (``json_serialize_sql``): no data-modifying query node, only the store's tables and views, CTE
    names and a short list of catalog and generator table functions; no file readers, replacement scans of file
    names, sequences or other side-effecting functions.
-The query then runs on its own cursor inside a transaction that is always rolled back, with a row limit and an
-optional time limit. This module does not know the UI; it only answers DataFrames or ``ReadOnlyQueryError``.
+The query then runs in the SQL box (``sql_box``): a child process with DuckDB's own guards (no file access,
+locked configuration, a memory limit, a thread cap), a row limit, a byte limit and a time limit. This module does not know the UI; it only answers DataFrames or ``ReadOnlyQueryError``.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import threading
 from typing import Any
 
 import duckdb
 import pandas as pd
 
+from comlrl_lab.store import sql_box
 from comlrl_lab.store.schema import READABLE_RELATIONS
 
 
@@ -54,7 +54,24 @@ ALLOWED_TABLE_FUNCTIONS: frozenset[str] = frozenset(
     }
 )  # fmt: skip
 SYSTEM_VIEWS: frozenset[str] = frozenset(f for f in ALLOWED_TABLE_FUNCTIONS if f.startswith("duckdb_"))
-SYSTEM_SCHEMAS = ("information_schema", "pg_catalog")
+#: The catalog views DuckDB defines in its two system schemas. Any other name there is not a view: DuckDB would
+#: fall back to reading a file of that name (``pg_catalog."secret.csv"`` reads ./pg_catalog.secret.csv).
+SYSTEM_SCHEMA_VIEWS: dict[str, frozenset[str]] = {
+    "information_schema": frozenset(
+        {
+            "character_sets", "check_constraints", "columns", "constraint_column_usage", "constraint_table_usage",
+            "key_column_usage", "referential_constraints", "schemata", "table_constraints", "tables", "views",
+        }
+    ),
+    "pg_catalog": frozenset(
+        {
+            "pg_am", "pg_attrdef", "pg_attribute", "pg_class", "pg_collation", "pg_constraint", "pg_database",
+            "pg_depend", "pg_description", "pg_enum", "pg_index", "pg_indexes", "pg_namespace",
+            "pg_prepared_statements", "pg_proc", "pg_sequence", "pg_sequences", "pg_settings", "pg_tables",
+            "pg_tablespace", "pg_type", "pg_views",
+        }
+    ),
+}  # fmt: skip
 
 _ALLOWED_TYPES = (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN)
 _KEYWORD_RE = re.compile(r"\b(" + "|".join(FORBIDDEN_KEYWORDS) + r")\b", re.IGNORECASE)
@@ -79,8 +96,10 @@ def blank_out(sql: str, *, keep_literals: bool = False) -> str:
     return _LEXEME_RE.sub(repl, sql)
 
 
-def check_readonly(con: duckdb.DuckDBPyConnection, query: str, *, extra_relations: frozenset[str] = frozenset()) -> str:
-    """Return the single statement to run, or raise ``ReadOnlyQueryError`` saying why it is refused."""
+def check_readonly(
+    con: duckdb.DuckDBPyConnection, query: str, *, extra_relations: frozenset[str] = frozenset()
+) -> tuple[str, set[str]]:
+    """The single statement to run and the store relations it names, or ``ReadOnlyQueryError`` saying why not."""
     if not isinstance(query, str) or not query.strip():
         raise ReadOnlyQueryError("the query is empty")
     try:
@@ -108,8 +127,9 @@ def check_readonly(con: duckdb.DuckDBPyConnection, query: str, *, extra_relation
     serialized = json.loads(con.execute("SELECT json_serialize_sql(?)", [inner]).fetchone()[0])
     if serialized.get("error"):
         raise ReadOnlyQueryError(f"the query is not a plain read: {serialized.get('error_message', 'unknown')}")
-    _check_tree(serialized["statements"], READABLE_RELATIONS | extra_relations | _cte_names(serialized))
-    return statement
+    named: set[str] = set()
+    _check_tree(serialized["statements"], READABLE_RELATIONS | extra_relations | _cte_names(serialized), named)
+    return statement, named & (READABLE_RELATIONS | extra_relations)
 
 
 def run_readonly(
@@ -118,33 +138,35 @@ def run_readonly(
     *,
     limit: int = 1000,
     timeout_s: float | None = 30.0,
+    max_bytes: int = sql_box.MAX_RESULT_BYTES,
     extra_relations: frozenset[str] = frozenset(),
 ) -> pd.DataFrame:
-    """Check ``query``, run it on a fresh cursor of ``con`` in a rolled-back transaction, return at most ``limit`` rows.
+    """Check ``query``, then run it in the SQL box (``sql_box``) over the relations of ``con`` it names.
 
-    ``df.attrs["truncated"]`` is True when the query had more rows than ``limit``.
+    At most ``limit`` rows and ``max_bytes`` bytes come back; ``df.attrs["truncated"]`` is True when the query had
+    more rows than ``limit``. The relations are read from ``con`` in one rolled-back transaction, so they agree.
     """
     if int(limit) < 1:
         raise ValueError(f"limit must be at least 1, got {limit!r}")
     cur = con.cursor()
-    try:
-        statement = check_readonly(cur, query, extra_relations=extra_relations)
-        cur.execute("BEGIN TRANSACTION")
-        timer = threading.Timer(timeout_s, cur.interrupt) if timeout_s else None
+    with sql_box.Box() as box:
         try:
-            if timer is not None:
-                timer.start()
-            df = cur.sql(statement).limit(int(limit) + 1).df()
-        except duckdb.InterruptException as e:
-            raise QueryExecutionError(f"the query ran longer than {timeout_s} s and was stopped") from e
-        except duckdb.Error as e:
-            raise QueryExecutionError(_first_line(e)) from e
+            statement, named = check_readonly(cur, query, extra_relations=extra_relations)
+            cur.execute("BEGIN TRANSACTION")
+            try:
+                for name in sorted(READABLE_RELATIONS | extra_relations):
+                    # Relations the query does not name go in empty, so catalog queries still list every one.
+                    rows = "" if name in named else " LIMIT 0"
+                    box.add(name, sql_box.arrow_reader(cur.sql(f'SELECT * FROM "{name}"{rows}')))
+            finally:
+                cur.execute("ROLLBACK")
         finally:
-            if timer is not None:
-                timer.cancel()
-            cur.execute("ROLLBACK")
-    finally:
-        cur.close()
+            cur.close()
+        try:
+            table = box.run(statement, limit=int(limit), timeout_s=timeout_s, max_bytes=max_bytes)
+        except sql_box.BoxError as e:
+            raise QueryExecutionError(str(e)) from None
+    df = table.to_pandas()
     truncated = len(df) > int(limit)
     df = df.iloc[: int(limit)].reset_index(drop=True)
     df.attrs["truncated"] = truncated
@@ -173,10 +195,10 @@ def _cte_names(tree: Any) -> frozenset[str]:
     return frozenset(names)
 
 
-def _check_tree(node: Any, relations: frozenset[str]) -> None:
+def _check_tree(node: Any, relations: frozenset[str], named: set[str]) -> None:
     if isinstance(node, list):
         for value in node:
-            _check_tree(value, relations)
+            _check_tree(value, relations, named)
         return
     if not isinstance(node, dict):
         return
@@ -186,7 +208,7 @@ def _check_tree(node: Any, relations: frozenset[str]) -> None:
         raise ReadOnlyQueryError(f"the query contains a {verb} inside it; only reads are allowed")
     is_show_of_table = kind == "SHOW_REF" and node.get("show_type") != "SHOW_SPECIAL" and node.get("table_name")
     if kind == "BASE_TABLE" or is_show_of_table:
-        _check_relation(node, relations)
+        named.add(_check_relation(node, relations))
     elif kind == "TABLE_FUNCTION":
         name = str((node.get("function") or {}).get("function_name", "")).lower()
         if name not in ALLOWED_TABLE_FUNCTIONS:
@@ -200,14 +222,19 @@ def _check_tree(node: Any, relations: frozenset[str]) -> None:
             raise ReadOnlyQueryError(f"the function {name}() is not allowed in a read-only query")
     for value in node.values():
         if isinstance(value, (dict, list)):
-            _check_tree(value, relations)
+            _check_tree(value, relations, named)
 
 
-def _check_relation(node: dict[str, Any], relations: frozenset[str]) -> None:
+def _check_relation(node: dict[str, Any], relations: frozenset[str]) -> str:
+    """The relation's name when it is one of the store's, a CTE or a catalog view; else refused."""
     name = str(node.get("table_name", "")).strip('"').lower()
     schema = str(node.get("schema_name", "") or "").lower()
-    if schema in SYSTEM_SCHEMAS or (schema in ("", "main") and (name in relations or name in SYSTEM_VIEWS)):
-        return
+    # A catalog part ("/dir/x".information_schema."*.csv") can only be a file path or another database.
+    if not node.get("catalog_name"):
+        if name in SYSTEM_SCHEMA_VIEWS.get(schema, ()):
+            return name
+        if schema in ("", "main") and (name in relations or name in SYSTEM_VIEWS):
+            return name
     raise ReadOnlyQueryError(
         f"{node.get('table_name')!r} is not a table of this store; readable: {', '.join(sorted(READABLE_RELATIONS))}"
     )

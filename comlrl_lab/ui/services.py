@@ -216,12 +216,17 @@ class Workspace:
         run_dir.mkdir(parents=True, exist_ok=False)
         return run_id, run_dir, RunStore(run_dir / STORE_FILE)
 
-    def _register_import(self, run_id: str, run_dir: Path, store: RunStore, report: ImportReport) -> ImportReport:
+    def _import_into_new_store(self, stem: str, do_import: Any) -> ImportReport:
+        """Run ``do_import(store, run_id)`` in a new import folder; the folder goes again unless something was
+        imported, also when the import fails."""
+        run_id, run_dir, store = self._new_import_store(stem)
+        try:
+            report = do_import(store, run_id)
+        except BaseException:
+            _discard_folder(run_dir, store)
+            raise
         if not report.imported_files:
-            store.close()
-            for leftover in sorted(run_dir.rglob("*"), reverse=True):
-                leftover.unlink() if leftover.is_file() else leftover.rmdir()
-            run_dir.rmdir()
+            _discard_folder(run_dir, store)
             return report
         with self._lock:
             self._imported[report.run_id] = RunView(report.run_id, run_dir, store, None)
@@ -232,14 +237,14 @@ class Workspace:
         directory = Path(path).expanduser()
         if not directory.is_dir():
             raise ValueError(f"{str(directory)!r} is not a directory")
-        run_id, run_dir, store = self._new_import_store(directory.resolve().name)
-        return self._register_import(run_id, run_dir, store, import_replay_dir(store, directory, run_id=run_id))
+        return self._import_into_new_store(
+            directory.resolve().name, lambda store, run_id: import_replay_dir(store, directory, run_id=run_id)
+        )
 
     def import_files(self, files: list[Any]) -> ImportReport:
         """Import uploaded JSON / JSONL pair files (one round per file) as a new pair set."""
         stem = Path(str(getattr(files[0], "name", "pairs"))).stem if files else "pairs"
-        run_id, run_dir, store = self._new_import_store(stem)
-        return self._register_import(run_id, run_dir, store, import_pair_files(store, files, run_id=run_id))
+        return self._import_into_new_store(stem, lambda store, run_id: import_pair_files(store, files, run_id=run_id))
 
     def export(self, run_id: str, fmt: str, filters: dict[str, Any]) -> tuple[Path, int]:
         """Write an export into ``<run dir>/exports/`` and return (path, number of pairs or round files)."""
@@ -303,6 +308,13 @@ class Workspace:
         if not path.exists():
             path.write_bytes(data)
         return path
+
+
+def _discard_folder(run_dir: Path, store: RunStore) -> None:
+    store.close()
+    for leftover in sorted(run_dir.rglob("*"), reverse=True):
+        leftover.unlink() if leftover.is_file() else leftover.rmdir()
+    run_dir.rmdir()
 
 
 def _mtime(path: Path) -> pd.Timestamp:

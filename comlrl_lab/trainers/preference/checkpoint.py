@@ -50,12 +50,26 @@ def save_checkpoint(directory: str | Path, state: dict[str, Any], weights: dict[
     return directory
 
 
+def remove_stale_tmp(directory: str | Path) -> list[Path]:
+    """Remove the ``.*.tmp-PID`` files of other processes: a kill while saving leaves them, and one run is only
+    ever written by one process (the store's lock), so they are never finished."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    mine = f".tmp-{os.getpid()}"
+    stale = [p for p in directory.glob(".*.tmp-*") if p.is_file() and not p.name.endswith(mine)]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
+
+
 def has_checkpoint(directory: str | Path) -> bool:
     return (Path(directory) / STATE_FILE).is_file()
 
 
 def load_checkpoint(directory: str | Path, map_location: Any = "cpu") -> tuple[dict[str, Any], dict[str, Any]]:
     directory = Path(directory)
+    remove_stale_tmp(directory)
     state_path = directory / STATE_FILE
     if not state_path.is_file():
         raise FileNotFoundError(f"no checkpoint in {directory} (missing {STATE_FILE})")

@@ -27,6 +27,9 @@ import difflib
 import math
 from dataclasses import dataclass, field, fields
 from typing import Any
+from urllib.parse import urlsplit
+
+from comlrl_lab.data import credentials
 
 __all__ = [
     "CONFIG_CLASSES",
@@ -51,9 +54,7 @@ MAGRPO_FAMILY_ADVANTAGE_MODE: dict[str, str] = {
 }
 
 SECRET_FIELDS: frozenset[str] = frozenset({"comparator_api_key"})
-# Header names that carry credentials: dropped from to_dict and pickles, masked in repr, like the key itself.
-CREDENTIAL_HEADERS: frozenset[str] = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key"})
-MASK = "***"
+MASK = credentials.MASK
 
 
 def _clean(value: Any) -> str:
@@ -131,14 +132,6 @@ def _check_positive(name: str, value: Any, *, optional: bool = False) -> None:
         return
     if not _is_number(value) or not value > 0:
         raise ValueError(f"{name} must be > 0.")
-
-
-def _credential_header_names(config: Any) -> set[str]:
-    names = set(CREDENTIAL_HEADERS)
-    key_header = getattr(config, "comparator_api_key_header", None)
-    if isinstance(key_header, str) and key_header.strip():
-        names.add(key_header.strip().lower())
-    return names
 
 
 def _jsonable(value: Any, path: str) -> Any:
@@ -542,6 +535,18 @@ class MADPOConfig:
         if selection == "all" and self.preference_pairs_per_sample is not None:
             raise ValueError("preference_pairs_per_sample must be null when pair_selection='all'.")
 
+        # Differs from CoMLRL: these fail here, by name, not after the models have loaded (or never).
+        if str(self.joint_mode).strip().lower() not in ("aligned", "align"):
+            family = type(self).__name__.removesuffix("Config")
+            raise ValueError(f"{family} preference generation currently supports aligned joint_mode only.")
+        _check_int_at_least("max_new_tokens", self.max_new_tokens, 1)
+        _check_positive("temperature", self.temperature)
+        if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}.")
+        _check_int_at_least("top_k", self.top_k, 0, optional=True)
+        if not _is_number(self.agent_learning_rate) or self.agent_learning_rate < 0:
+            raise ValueError(f"agent_learning_rate must be a number >= 0, got {self.agent_learning_rate!r}.")
+
         # Our fields, checked after CoMLRL's so a CoMLRL config fails with CoMLRL's message first.
         _check_int_at_least("seed", self.seed, 0)
         _check_int_at_least("generation_batch_size", self.generation_batch_size, 1)
@@ -594,21 +599,13 @@ class MADPOConfig:
     # ---- serialisation: the API key never leaves memory -------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe field values; ``comparator_api_key`` and credential headers are always left out.
+        """JSON-safe field values; ``comparator_api_key`` is left out, header values and URL credentials masked.
 
         Use this, not ``dataclasses.asdict``, which copies the key. Model objects in ``comparator_agents``
         are written as the id they were loaded from.
         """
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            if f.name in SECRET_FIELDS:
-                continue
-            value = getattr(self, f.name)
-            if f.name == "comparator_api_headers" and isinstance(value, dict):
-                secret = _credential_header_names(self)
-                value = {k: v for k, v in value.items() if str(k).lower() not in secret}
-            out[f.name] = _jsonable(value, f.name)
-        return out
+        values = credentials.public_config({f.name: getattr(self, f.name) for f in fields(self)})
+        return {name: _jsonable(value, name) for name, value in values.items() if name not in SECRET_FIELDS}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MADPOConfig:
@@ -625,14 +622,10 @@ class MADPOConfig:
         return {f.name: f.metadata["help"] for f in fields(cls)}
 
     def __repr__(self) -> str:
+        shown = credentials.public_config({f.name: getattr(self, f.name) for f in fields(self)})
         parts = []
         for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name in SECRET_FIELDS and value:
-                value = MASK
-            elif f.name == "comparator_api_headers" and isinstance(value, dict):
-                secret = _credential_header_names(self)
-                value = {k: (MASK if str(k).lower() in secret else v) for k, v in value.items()}
+            value = MASK if f.name in SECRET_FIELDS and getattr(self, f.name) else shown.get(f.name)
             parts.append(f"{f.name}={value!r}")
         return f"{type(self).__name__}({', '.join(parts)})"
 
@@ -642,10 +635,10 @@ class MADPOConfig:
         state = dict(self.__dict__)
         for name in SECRET_FIELDS & state.keys():
             state[name] = None
-        headers = state.get("comparator_api_headers")
-        if isinstance(headers, dict):
-            secret = _credential_header_names(self)
-            state["comparator_api_headers"] = {k: v for k, v in headers.items() if str(k).lower() not in secret}
+        public = credentials.public_config(state)
+        for name in (credentials.HEADERS_FIELD, credentials.URL_FIELD):
+            if name in state:
+                state[name] = public[name]
         return state
 
     def __copy__(self) -> MADPOConfig:
@@ -993,7 +986,11 @@ class _IterativePreferenceConfig:
         },
     )
     comparator_api_url: str | None = field(
-        default=None, metadata={"help": "api comparator: endpoint URL (required).", "group": "API comparator"}
+        default=None,
+        metadata={
+            "help": "api comparator: endpoint URL (required). Userinfo and key-like query values are never saved; ${ENV_VAR} is read from the environment.",
+            "group": "API comparator",
+        },
     )
     comparator_api_format: str = field(
         default="generic",
@@ -1030,7 +1027,7 @@ class _IterativePreferenceConfig:
     comparator_api_headers: dict[str, str] | None = field(
         default=None,
         metadata={
-            "help": "api comparator: extra HTTP headers. Credential headers are never saved.",
+            "help": "api comparator: extra HTTP headers. Values are never saved (written as ***) unless given as ${ENV_VAR}, which is read from the environment.",
             "group": "API comparator",
         },
     )
@@ -1098,6 +1095,22 @@ class _IterativePreferenceConfig:
             "group": "API comparator",
         },
     )
+    comparator_api_backoff_max: float = field(
+        default=60.0,
+        kw_only=True,
+        metadata={
+            "help": "api comparator: longest delay in seconds between two retries of our own backoff (> 0).",
+            "group": "API comparator",
+        },
+    )
+    comparator_api_retry_after_max: float = field(
+        default=60.0,
+        kw_only=True,
+        metadata={
+            "help": "api comparator: longest Retry-After wait in seconds the server may ask for (> 0); a longer one fails the request at once, naming this cap.",
+            "group": "API comparator",
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()  # type: ignore[misc]  # MADPOConfig or MARLHFConfig, next in the MRO
@@ -1123,6 +1136,15 @@ class _IterativePreferenceConfig:
         _check_int_at_least("comparator_api_max_concurrency", self.comparator_api_max_concurrency, 1)
         _check_int_at_least("comparator_api_max_retries", self.comparator_api_max_retries, 0)
         _check_positive("comparator_api_backoff_base", self.comparator_api_backoff_base)
+        _check_positive("comparator_api_backoff_max", self.comparator_api_backoff_max)
+        _check_positive("comparator_api_retry_after_max", self.comparator_api_retry_after_max)
+        url = self.comparator_api_url
+        if url:
+            parts = urlsplit(url) if isinstance(url, str) else None
+            if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+                # The URL may hold a credential: name its scheme, never the URL itself.
+                scheme = parts.scheme if parts is not None else type(url).__name__
+                raise ValueError(f"comparator_api_url must be an http(s) URL with a host, got scheme {scheme!r}.")
 
     def _check_replay(self) -> None:
         mode = _choose(self, "preference_replay_mode")

@@ -22,7 +22,7 @@ import math
 import os
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -346,6 +346,25 @@ def claim_run_directory(directory: str | os.PathLike[str], run_id: str) -> Path:
         f"preference_replay_dir {base} and its subdirectory run-{run_id} both hold another run's files; "
         "choose another preference_replay_dir"
     )
+
+
+def drop_round_files(directory: str | os.PathLike[str], run_id: str, keep: Callable[[int], bool]) -> list[Path]:
+    """Remove run ``run_id``'s round files whose round ``keep`` rejects; return the paths removed.
+
+    A round file is written during its collect phase, before the phase is committed: a kill in between leaves a
+    file for a round the run never finished. Only directories marked as this run's are touched.
+    """
+    base = Path(os.path.abspath(os.path.expanduser(os.fspath(directory))))
+    removed = []
+    for candidate in (base, base / f"run-{run_id}"):
+        if not candidate.is_dir() or _read_marker(candidate) != run_id:
+            continue
+        for entry in sorted(candidate.iterdir()):
+            found = _ROUND_FILE.match(entry.name)
+            if found and not keep(int(found.group(1))):
+                entry.unlink()
+                removed.append(entry)
+    return removed
 
 
 def _read_marker(directory: Path) -> str | None:

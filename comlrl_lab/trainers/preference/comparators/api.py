@@ -33,6 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from comlrl_lab.data import credentials
 from comlrl_lab.trainers.preference.config import MADPOIterConfig, check_choice
 
 logger = logging.getLogger(__name__)
@@ -41,7 +42,6 @@ DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY",
 ANTHROPIC_VERSION = "2023-06-01"
 BODY_EXCERPT_CHARS = 300
 _GENERIC_FALLBACK_FIELDS = ("completions", "responses", "outputs", "choices")
-_SENSITIVE_HEADER_WORDS = ("authorization", "key", "token", "secret", "cookie", "password")
 
 
 def normalize_api_format(value: str | None) -> str:
@@ -104,6 +104,7 @@ class ApiComparatorSettings:
     max_retries: int = 3
     backoff_base: float = 0.5
     backoff_max: float = 60.0
+    retry_after_max: float = 60.0
     max_new_tokens: int = 256
     temperature: float = 0.6
     top_p: float = 0.6
@@ -125,6 +126,7 @@ class ApiComparatorSettings:
         if self.backoff_base < 0 or self.backoff_max < 0:
             raise ValueError("comparator_api_backoff_base and comparator_api_backoff_max must be >= 0.")
         self.headers = {str(k): str(v) for k, v in dict(self.headers or {}).items()}
+        credentials.check_unmasked(self.headers, str(self.url))
         self.extra_body = dict(self.extra_body or {})
 
     @classmethod
@@ -156,6 +158,7 @@ class ApiComparatorSettings:
             max_retries=int(get("comparator_api_max_retries", 3)),
             backoff_base=float(get("comparator_api_backoff_base", 0.5)),
             backoff_max=float(get("comparator_api_backoff_max", 60.0)),
+            retry_after_max=float(get("comparator_api_retry_after_max", 60.0)),
             max_new_tokens=int(get("max_new_tokens", 256)),
             temperature=float(get("temperature", 0.6)),
             top_p=float(get("top_p", 0.6)),
@@ -198,7 +201,7 @@ class ApiComparatorSettings:
         headers: dict[str, str] = {}
         _set_header(headers, "Content-Type", "application/json")
         for name, value in self.headers.items():
-            _set_header(headers, name, value)
+            _set_header(headers, name, credentials.expand_env(value, f"comparator_api_headers[{name!r}]"))
         is_anthropic = self.api_format == "anthropic"
         if is_anthropic and not _has_header(headers, "anthropic-version"):
             _set_header(headers, "anthropic-version", ANTHROPIC_VERSION)
@@ -213,9 +216,10 @@ class ApiComparatorSettings:
         return headers
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field but ``api_key``; values of secret-looking headers are masked."""
+        """Every field but ``api_key``; header values and URL credentials masked (``credentials.py``)."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "api_key"}
-        out["headers"] = _masked_headers(self.headers)
+        out["headers"] = credentials.public_headers(self.headers)
+        out["url"] = credentials.public_url(self.url)
         out["extra_body"] = dict(self.extra_body)
         return out
 
@@ -438,9 +442,10 @@ class ApiComparatorClient:
         self._rng = rng if rng is not None else random.Random(0)
         key = settings.resolve_key()
         self._headers = settings.request_headers(key)
-        secrets = [key] if key else []
-        secrets += [v for k, v in settings.headers.items() if _is_sensitive(k) and v]
-        self._secrets = tuple(sorted(set(secrets), key=len, reverse=True))
+        self._url = credentials.expand_env(settings.url, "comparator_api_url")
+        configured = {k: v for k, v in self._headers.items() if _has_header(settings.headers, k)}
+        self._secrets = credentials.secret_strings(configured, self._url, [key])
+        _HTTP_LOG_FILTER.add(self._secrets)
 
     def __repr__(self) -> str:
         return f"ApiComparatorClient({self.settings!r})"
@@ -548,7 +553,7 @@ class ApiComparatorClient:
                 async with semaphore:
                     # httpx's timeout is per socket operation; wait_for bounds the whole exchange.
                     response = await asyncio.wait_for(
-                        client.post(settings.url, content=content, headers=self._headers), timeout=settings.timeout
+                        client.post(self._url, content=content, headers=self._headers), timeout=settings.timeout
                     )
             except (httpx.TimeoutException, asyncio.TimeoutError):
                 failure = f"timed out after {settings.timeout:g} s"
@@ -576,6 +581,13 @@ class ApiComparatorClient:
                     )
                 failure = f"HTTP {status}"
                 retry_after = retry_after_seconds(response.headers)
+                if retry_after is not None and retry_after > settings.retry_after_max:
+                    # Differs from CoMLRL (which never retries): a long Retry-After fails now, not after the waits.
+                    message = (
+                        f"Comparator API at {endpoint} answered {failure} and asked to wait {retry_after:g} s "
+                        f"(Retry-After), more than comparator_api_retry_after_max = {settings.retry_after_max:g} s."
+                    )
+                    raise self._error(message, status, raw)
             if attempt + 1 >= attempts:
                 message = f"Comparator API request to {endpoint} failed after {attempts} attempt(s): {failure}."
                 raise self._error(message, status, raw)
@@ -599,9 +611,7 @@ class ApiComparatorClient:
             raise self._error(message, status, raw) from None
 
     def _redact(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
+        return credentials.redact(text, self._secrets)
 
     def _error(self, message: str, status: int | None, body: str) -> ComparatorApiError:
         """The error to raise, with the body excerpt appended and every secret masked."""
@@ -613,6 +623,30 @@ class ApiComparatorClient:
             status=status,
             body_excerpt=self._redact(_excerpt(body)),
         )
+
+
+class _RedactingFilter(logging.Filter):
+    """Masks comparator credentials in httpx's own log lines, which print the full request URL."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._secrets: tuple[str, ...] = ()
+
+    def add(self, secrets: Sequence[str]) -> None:
+        self._secrets = tuple(sorted(set(self._secrets) | set(secrets), key=len, reverse=True))
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self._secrets:
+            message = record.getMessage()
+            redacted = credentials.redact(message, self._secrets)
+            if redacted != message:
+                record.msg, record.args = redacted, ()
+        return True
+
+
+_HTTP_LOG_FILTER = _RedactingFilter()
+for _name in ("httpx", "httpcore"):
+    logging.getLogger(_name).addFilter(_HTTP_LOG_FILTER)
 
 
 def _rebuild_client(settings: ApiComparatorSettings, rng: random.Random) -> ApiComparatorClient:
@@ -632,9 +666,12 @@ async def _all_or_cancel(coros: Sequence[Awaitable[Any]]) -> list[Any]:
             task.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
-    for task in tasks:
-        if not task.cancelled() and task.exception() is not None:
-            raise task.exception()
+    # Read every finished task's exception, not only the first: asyncio reports any left unread as
+    # "Task exception was never retrieved" (several requests failing with the same 401 at once).
+    errors = [task.exception() for task in tasks if not task.cancelled()]
+    first = next((error for error in errors if error is not None), None)
+    if first is not None:
+        raise first
     return [task.result() for task in tasks]
 
 
@@ -650,15 +687,6 @@ def _endpoint_of(url: str) -> str:
     parts = urlsplit(str(url or ""))
     netloc = parts.netloc.rsplit("@", 1)[-1]
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
-def _is_sensitive(header_name: str) -> bool:
-    lowered = header_name.lower()
-    return any(word in lowered for word in _SENSITIVE_HEADER_WORDS)
-
-
-def _masked_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    return {k: ("***" if _is_sensitive(k) else v) for k, v in headers.items()}
 
 
 def _has_header(headers: Mapping[str, str], name: str) -> bool:

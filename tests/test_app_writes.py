@@ -1,0 +1,97 @@
+"""The app writes only where it should: folder fields stay inside the run directory, foreign DuckDB files are not
+changed, and a reopened run has no file of a phase it never finished."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from comlrl_lab.engine import ExperimentSpec, RunManager
+from comlrl_lab.engine.run import Run
+from comlrl_lab.engine.spec_checks import inside_run_dir
+from comlrl_lab.store.schema import SchemaVersionError
+from comlrl_lab.trainers.preference import checkpoint as ckpt
+from comlrl_lab.trainers.preference.replay import RUN_MARKER
+from comlrl_lab.ui.services import Workspace
+
+ROOT = Path(__file__).resolve().parents[1]
+USER_TASK = str(ROOT / "examples" / "custom_task" / "my_task.py")
+USER_DATA = str(ROOT / "examples" / "custom_task" / "data.jsonl")
+
+
+def _spec(**config) -> ExperimentSpec:
+    return ExperimentSpec(
+        algorithm="MADPOIter",
+        task=None,
+        user_task=USER_TASK,
+        user_train_data=USER_DATA,
+        user_eval_data=USER_DATA,
+        config={"num_iterations": 1, **config},
+    )
+
+
+@pytest.mark.parametrize("field", ["preference_replay_dir", "policy_checkpoint_dir"])
+@pytest.mark.parametrize("value", ["/tmp/anywhere", "../../escape", "~/replay"])
+def test_folders_from_the_form_cannot_leave_the_run_directory(tmp_path, field, value):
+    manager = RunManager(tmp_path / "runs")
+    with pytest.raises(ValueError, match=f"{field} must be a folder inside the run directory"):
+        manager.create(_spec(**{field: value}))
+    assert list((tmp_path / "runs").iterdir()) == []
+    manager.close()
+
+
+def test_a_relative_folder_is_anchored_in_the_run_directory(tmp_path):
+    config = _spec(preference_replay_dir="replay_b", policy_checkpoint_dir="hist/a").build_config()
+    inside_run_dir(config, tmp_path / "run-1")
+    assert config.preference_replay_dir == str(tmp_path / "run-1" / "replay_b")
+    assert config.policy_checkpoint_dir == str(tmp_path / "run-1" / "hist" / "a")
+
+
+def test_another_tools_duckdb_file_is_left_unchanged(tmp_path):
+    folder = tmp_path / "other"
+    folder.mkdir()
+    with duckdb.connect(str(folder / "run.duckdb")) as con:
+        con.execute("CREATE TABLE customers (id INTEGER)")
+    ws = Workspace(tmp_path / "runs")
+    try:
+        with pytest.raises(
+            SchemaVersionError, match=r"not a comlrl-lab store: the file holds other tables \(customers\)"
+        ):
+            ws.open_dir(folder)
+    finally:
+        ws.close()
+    with duckdb.connect(str(folder / "run.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT table_name FROM duckdb_tables()").fetchall() == [("customers",)]
+
+
+def test_open_reconciles_round_files_and_removes_stale_checkpoint_tmp(tmp_path):
+    run = Run.create(_spec(num_iterations=3), tmp_path)
+    run.close()
+    replay = run.run_dir / "preference_replay"
+    replay.mkdir()
+    (replay / RUN_MARKER).write_text(run.run_id + "\n")
+    for r in (1, 2, 3):
+        (replay / f"iteration_000{r}.json").write_text(json.dumps({"iteration": r, "num_pairs": 0, "pairs": []}))
+    # Killed after round 2's collect was checkpointed, while round 3's collect was writing its file.
+    ckpt.save_checkpoint(run.checkpoint_dir, {"round_index": 2, "phase_index": 1, "finished": False}, {}, version=1)
+    stale = run.checkpoint_dir / ".weights-000002.pt.tmp-999999"
+    stale.write_bytes(b"half a tensor")
+    reopened = Run.open(run.run_dir)
+    reopened.close()
+    assert sorted(p.name for p in replay.glob("iteration_*.json")) == ["iteration_0001.json", "iteration_0002.json"]
+    assert not stale.exists() and (run.checkpoint_dir / "state.pt").is_file()
+
+
+def test_open_without_a_checkpoint_drops_every_round_file(tmp_path):
+    run = Run.create(_spec(), tmp_path)
+    run.close()
+    replay = run.run_dir / "preference_replay"
+    replay.mkdir()
+    (replay / RUN_MARKER).write_text(run.run_id + "\n")
+    (replay / "iteration_0001.json").write_text('{"iteration": 1, "num_pairs": 0, "pairs": []}')
+    (replay / "notes.txt").write_text("kept")
+    Run.open(run.run_dir).close()
+    assert sorted(p.name for p in replay.iterdir()) == [RUN_MARKER, "notes.txt"]
