@@ -324,7 +324,7 @@ def test_rounds_shows_a_failed_phase_with_its_cause_and_a_retry(open_app, seeded
     assert any("Nothing committed is lost" in c.value for c in at.caption)
     # The event log has the failure (here: loading the models) as an error of round 1, collect.
     events = services.workspace().view(run_id).store.events(run_id, level="error")
-    assert len(events) == 1 and "no-such-model" in events.loc[0, "message"]
+    assert len(events) == 1 and "tokenizer" in events.loc[0, "message"]
     assert (events.loc[0, "round"], events.loc[0, "phase"]) == (1, "collect")
 
 

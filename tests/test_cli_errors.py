@@ -172,6 +172,8 @@ def test_an_export_failure_is_one_line(tmp_path, capsys):
 class _FailingTrainer:
     finished = False
     num_rounds = 1
+    round_index = 1
+    next_phase = "collect"
 
     def __init__(self, error: BaseException):
         self.error = error
