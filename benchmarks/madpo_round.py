@@ -38,6 +38,7 @@ def build_trainer(args, output_dir: str) -> MADPOIterTrainer:
         agent_devices="cpu",
         output_dir=output_dir,
         seed=0,
+        adamw_implementation=args.adamw_implementation,
     )
     return MADPOIterTrainer(
         agent_model=TINY_MODEL_NAME,
@@ -88,6 +89,12 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--adamw-implementation",
+        default="fused",
+        choices=("fused", "foreach", "for_loop"),
+        help="the agents' AdamW (for_loop: the per-tensor loop, the saving off)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -122,7 +129,7 @@ def main() -> None:
     ours_rate, raw_rate = statistics.median(ours), statistics.median(raw)
     print(
         f"model: {TINY_MODEL_NAME}, task: {args.task}, items: {args.items}, candidates: {args.candidates}, "
-        f"max_new_tokens: {args.max_new_tokens}, threads: {args.threads}"
+        f"max_new_tokens: {args.max_new_tokens}, threads: {args.threads}, adamw: {args.adamw_implementation}"
     )
     print(f"pairs: {len(pairs)}, completion tokens per pass: {tokens}, batch: {args.batch_size}")
     print(f"DPOLearner.update    {ours_rate:8.1f} pairs/s")

@@ -67,6 +67,7 @@ OUR_MADPO_DEFAULTS = {
     "scoring_batch_size": 16,
     "output_dir": None,
     "max_grad_norm": None,
+    "adamw_implementation": "fused",
     "batch_invariant_sampling": True,
     "lora_r": None,
     "lora_alpha": 16.0,

@@ -16,8 +16,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-import torch
-
 from comlrl_lab.data import metric_names as M
 from comlrl_lab.data.datasets import load_items
 from comlrl_lab.data.formatters import resolve_formatters
@@ -50,6 +48,7 @@ from comlrl_lab.trainers.preference.comparators.centralized import (
 )
 from comlrl_lab.trainers.preference.devices import resolve_layout
 from comlrl_lab.trainers.preference.distributed import DistContext
+from comlrl_lab.trainers.preference.optim import build_adamw
 from comlrl_lab.trainers.preference.sink import PHASES, NullSink, PhaseControl, PhaseRecords, RecordSink
 
 GENERATION_STREAM = "generation"
@@ -171,8 +170,10 @@ class PreferenceTrainerBase:
 
         self.streams = RandomStreams(self.args.seed, cuda_offset=self.devices.cuda_offset)
         self._prepare_agents()
+        # Differs from CoMLRL: a fused AdamW by default (adamw_implementation), the same update rounded differently.
         self.optimizers = [
-            torch.optim.AdamW(trainable_parameters(model), lr=self.args.agent_learning_rate) for model in self.agents
+            build_adamw(trainable_parameters(model), self.args.agent_learning_rate, self.args.adamw_implementation)
+            for model in self.agents
         ]
         # Only the main rank commits records; the others compute the same phases and keep nothing.
         self.sink: RecordSink = sink if sink is not None and self.dist.is_main else NullSink()

@@ -408,6 +408,16 @@ class MADPOConfig:
             "group": "Large models",
         },
     )
+    adamw_implementation: str = field(
+        default="fused",
+        kw_only=True,
+        metadata={
+            "help": "How each AdamW step runs: 'fused' (one kernel; 'foreach' where torch has none for the device), 'foreach' (multi-tensor ops) or 'for_loop' (per-tensor loop, CoMLRL's). The same update, rounded in a different order.",
+            "choices": ("fused", "foreach", "for_loop"),
+            "aliases": {"multi_tensor": "foreach", "loop": "for_loop", "single_tensor": "for_loop"},
+            "group": "Training",
+        },
+    )
     gradient_checkpointing: bool = field(
         default=False,
         kw_only=True,
@@ -476,6 +486,7 @@ class MADPOConfig:
         _check_int_at_least("generation_batch_size", self.generation_batch_size, 1)
         _check_int_at_least("scoring_batch_size", self.scoring_batch_size, 1)
         _check_positive("max_grad_norm", self.max_grad_norm, optional=True)
+        _choose(self, "adamw_implementation")
         _check_int_at_least("lora_r", self.lora_r, 1, optional=True)
         _check_positive("lora_alpha", self.lora_alpha)
         if not _is_number(self.lora_dropout) or not 0 <= self.lora_dropout < 1:

@@ -50,6 +50,7 @@ from comlrl_lab.trainers.preference.losses import (
     policy_gradient_loss,
     value_loss,
 )
+from comlrl_lab.trainers.preference.optim import build_adamw
 from comlrl_lab.trainers.preference.reward_model import ScalarHeadLM, hidden_size, pooled_hidden, scalar_head
 
 RL_GENERATION_STREAM = "rl_generation"
@@ -278,7 +279,9 @@ class PolicyLearner:
             critic = ScalarHeadLM(backbone, tokenizer, head)
             critic.eval()
             self.critics.append(critic)
-            self.critic_optimizers.append(torch.optim.AdamW(critic.trainable_parameters(), lr=self.critic_lr))
+            self.critic_optimizers.append(
+                build_adamw(critic.trainable_parameters(), self.critic_lr, self.config.adamw_implementation)
+            )
 
     def _build_value_heads(self) -> None:
         generator = self.streams.torch(CRITIC_INIT_STREAM, "cpu")
@@ -288,7 +291,9 @@ class PolicyLearner:
             )
             head = head.to(device)
             self.value_heads.append(head)
-            self.value_head_optimizers.append(torch.optim.AdamW(head.parameters(), lr=self.critic_lr))
+            self.value_head_optimizers.append(
+                build_adamw(head.parameters(), self.critic_lr, self.config.adamw_implementation)
+            )
 
     # ------------------------------------------------------------------------------------------- rollout
     def rollout(self, items: Sequence[dict], item_indices: Sequence[int], reward_fn: RewardFn) -> Rollout:

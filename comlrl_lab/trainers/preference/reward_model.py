@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from comlrl_lab.data import metric_names as M
 from comlrl_lab.models.reward_oracle import joint_reward_text
 from comlrl_lab.trainers.preference.losses import bradley_terry_loss, check_finite
+from comlrl_lab.trainers.preference.optim import build_adamw
 
 
 # ------------------------------------------------------------------------------------------------ pooling
@@ -294,6 +295,7 @@ def fit_bradley_terry(
     dropout: bool = False,
     max_grad_norm: float | None = None,
     on_batch: Callable[[], None] | None = None,
+    adamw_implementation: str = "fused",
 ) -> list[dict[str, float]]:
     """Fit ``model`` on (winner text, loser text) pairs with L = -mean log σ(R(w) - R(l)); AdamW, ``epochs`` passes.
 
@@ -306,7 +308,7 @@ def fit_bradley_terry(
     """
     # Differs from CoMLRL: it logs nothing about the fit; these metrics and the held-out slice are ours.
     train_pairs = list(train_pairs)
-    optimizer = torch.optim.AdamW(model.trainable_parameters(), lr=learning_rate)
+    optimizer = build_adamw(model.trainable_parameters(), learning_rate, adamw_implementation)
     history: list[dict[str, float]] = []
     micro = max(1, int(micro_batch_size))
     for epoch in range(1, int(epochs) + 1):

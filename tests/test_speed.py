@@ -1,0 +1,75 @@
+"""Speed savings that must not change the maths: each one against the slow path it replaces."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from comlrl_lab.trainers.preference import MADPOConfig, MADPOTrainer
+from comlrl_lab.trainers.preference.optim import build_adamw
+
+ITEMS = [{"prompt": f"the {w} cat"} for w in ("red", "blue", "green", "big")]
+
+
+def _reward(completions1, completions2, **_):
+    return [float(len(a) - len(b)) for a, b in zip(completions1, completions2)]
+
+
+def _madpo(model_dir, tmp_path, **overrides):
+    values = dict(
+        preference_num_candidates=3,
+        max_new_tokens=5,
+        agent_learning_rate=1e-3,
+        eval_num_samples=0,
+        agent_devices="cpu",
+        output_dir=str(tmp_path / "out"),
+        seed=3,
+    )
+    values.update(overrides)
+    return MADPOTrainer(
+        agent_model=model_dir,
+        num_agents=2,
+        train_dataset=ITEMS,
+        reward_func=_reward,
+        formatters=[lambda x: x["prompt"] + " one", lambda x: x["prompt"] + " two"],
+        args=MADPOConfig(**values),
+    )
+
+
+def _adamw_steps(implementation: str) -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.randn(7))]
+    optimizer = build_adamw(params, 1e-2, implementation)
+    for step in range(3):
+        optimizer.zero_grad()
+        (sum((p**2).sum() for p in params) * (step + 1)).backward()
+        optimizer.step()
+    return [p.detach().clone() for p in params]
+
+
+def test_adamw_implementations_take_the_same_step():
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.randn(7))]
+    reference = torch.optim.AdamW(params, lr=1e-2)
+    for step in range(3):
+        reference.zero_grad()
+        (sum((p**2).sum() for p in params) * (step + 1)).backward()
+        reference.step()
+    loop = _adamw_steps("for_loop")
+    # The loop is CoMLRL's (torch's CPU default) bit for bit; fused and foreach agree to float rounding.
+    assert all(torch.equal(a, b) for a, b in zip(loop, params))
+    for implementation in ("fused", "foreach"):
+        for a, b in zip(_adamw_steps(implementation), loop):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="implementation must be one of"):
+        build_adamw(params, 1e-2, "adam")
+
+
+def test_agents_get_a_fused_adamw_unless_asked_otherwise(model_dir, tmp_path):
+    fused = _madpo(model_dir, tmp_path)
+    assert [opt.defaults["fused"] for opt in fused.optimizers] == [True, True]
+    loop = _madpo(model_dir, tmp_path, adamw_implementation="loop")
+    assert loop.args.adamw_implementation == "for_loop"
+    assert [(opt.defaults["fused"], opt.defaults["foreach"]) for opt in loop.optimizers] == [(False, False)] * 2
+    with pytest.raises(ValueError, match="adamw_implementation must be one of: fused, foreach, for_loop"):
+        MADPOConfig(adamw_implementation="apex")
