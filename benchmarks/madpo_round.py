@@ -33,14 +33,14 @@ def build_trainer(args, output_dir: str) -> MADPOIterTrainer:
         train_batch_size=args.batch_size,
         scoring_batch_size=args.batch_size,
         eval_num_samples=16,
-        temperature=1.0,
-        top_p=1.0,
+        temperature=args.temperature,
+        top_p=args.top_p,
         agent_devices="cpu",
         output_dir=output_dir,
         seed=0,
         adamw_implementation=args.adamw_implementation,
     )
-    return MADPOIterTrainer(
+    trainer = MADPOIterTrainer(
         agent_model=TINY_MODEL_NAME,
         num_agents=task.num_agents,
         train_dataset=task.train_items()[: args.items],
@@ -49,6 +49,10 @@ def build_trainer(args, output_dir: str) -> MADPOIterTrainer:
         formatters=list(task.formatters),
         args=config,
     )
+    if not args.top_k_first:
+        plain = trainer.sampling_settings
+        trainer.sampling_settings = lambda **overrides: plain(**{"top_k_first": False, **overrides})
+    return trainer
 
 
 def raw_batches(trainer, batches):
@@ -88,12 +92,20 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--top-p", type=float, default=1.0, help="CoMLRL's default is 0.6 (top-p sorts then run)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument(
         "--adamw-implementation",
         default="fused",
         choices=("fused", "foreach", "for_loop"),
         help="the agents' AdamW (for_loop: the per-tensor loop, the saving off)",
+    )
+    parser.add_argument(
+        "--no-top-k-first",
+        dest="top_k_first",
+        action="store_false",
+        help="row-seeded sampler: sort the whole vocabulary for top-p (the saving off)",
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -129,7 +141,8 @@ def main() -> None:
     ours_rate, raw_rate = statistics.median(ours), statistics.median(raw)
     print(
         f"model: {TINY_MODEL_NAME}, task: {args.task}, items: {args.items}, candidates: {args.candidates}, "
-        f"max_new_tokens: {args.max_new_tokens}, threads: {args.threads}, adamw: {args.adamw_implementation}"
+        f"max_new_tokens: {args.max_new_tokens}, threads: {args.threads}, adamw: {args.adamw_implementation}, "
+        f"top_k_first: {args.top_k_first}"
     )
     print(f"pairs: {len(pairs)}, completion tokens per pass: {tokens}, batch: {args.batch_size}")
     print(f"DPOLearner.update    {ours_rate:8.1f} pairs/s")

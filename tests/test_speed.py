@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from comlrl_lab.models.generation import SamplingSettings, sample_candidates, top_k_then_top_p
 from comlrl_lab.trainers.preference import MADPOConfig, MADPOTrainer
 from comlrl_lab.trainers.preference.optim import build_adamw
 
@@ -73,3 +74,40 @@ def test_agents_get_a_fused_adamw_unless_asked_otherwise(model_dir, tmp_path):
     assert [(opt.defaults["fused"], opt.defaults["foreach"]) for opt in loop.optimizers] == [(False, False)] * 2
     with pytest.raises(ValueError, match="adamw_implementation must be one of: fused, foreach, for_loop"):
         MADPOConfig(adamw_implementation="apex")
+
+
+def _reference_warpers(top_k: int, top_p: float):
+    from transformers.generation.logits_process import LogitsProcessorList, TopKLogitsWarper, TopPLogitsWarper
+
+    return LogitsProcessorList(
+        [TopKLogitsWarper(top_k=top_k, min_tokens_to_keep=1), TopPLogitsWarper(top_p=top_p, min_tokens_to_keep=1)]
+    )
+
+
+def test_top_k_then_top_p_keeps_what_the_warpers_keep():
+    generator = torch.Generator().manual_seed(0)
+    for trial in range(60):
+        scores = torch.randn(6, (256, 1000, 4096)[trial % 3], generator=generator) * (0.5, 2.0, 8.0)[trial % 5 % 3]
+        top_k, top_p = (5, 50, 200)[trial % 4 % 3], (0.6, 0.9, 0.3, 0.95)[trial % 4]
+        expected = _reference_warpers(top_k, top_p)(None, scores)
+        assert torch.equal(top_k_then_top_p(scores, top_k, top_p), expected)
+    # A tie at the k-th score makes top-k keep more than k tokens: the caller must run the full warpers.
+    tied = torch.tensor([[3.0, 1.0, 2.0, 2.0, 0.0]])
+    assert top_k_then_top_p(tied, 2, 0.9) is None
+    assert torch.isfinite(_reference_warpers(2, 0.9)(None, tied)).sum() == 3
+
+
+def test_row_seeded_sampling_gives_the_same_tokens_with_top_k_first(model_dir):
+    from comlrl_lab.models.loading import load_model, load_tokenizer
+
+    tokenizer = load_tokenizer(model_dir)
+    model = load_model(model_dir, device="cpu", dtype="float32")
+    prompts = [f"the {w} cat" for w in ("red", "blue", "green", "big", "small")]
+    seeds = [11, 12, 13, 14, 15]
+    samples = {}
+    for first in (True, False):
+        settings = SamplingSettings(max_new_tokens=8, temperature=0.7, top_p=0.6, top_k=7, top_k_first=first)
+        result = sample_candidates(model, tokenizer, prompts, 4, settings, None, row_seeds=seeds)
+        samples[first] = [[s.completion_ids for s in row] for row in result]
+    assert samples[True] == samples[False]
+    assert len({tuple(ids) for row in samples[True] for ids in row}) > 1  # the rows really sampled

@@ -47,6 +47,9 @@ class SamplingSettings:
     top_p: float = 0.6
     top_k: int | None = 50  # passed to generate only when not None, as in CoMLRL
     batch_size: int = 64  # sequences per model.generate call
+    # Per-row sampling only: top-p over the top-k candidates (a partial sort) instead of a sort of the whole
+    # vocabulary; the same kept set, so the same tokens. False runs transformers' warpers (the slow reference).
+    top_k_first: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
@@ -158,7 +161,7 @@ def row_uniforms(row_seed: int, candidate: int, steps: int) -> np.ndarray:
 class RowSeededSampler:
     """A ``generate`` logits processor that samples each row with its own uniforms and forces that token.
 
-    Per step t: scores -> temperature -> top-k -> top-p (transformers' own warpers, in the order and with the
+    Per step t: scores -> temperature -> top-k -> top-p (transformers' warpers' rules, in the order and with the
     ``min_tokens_to_keep=1`` that sampling with one beam uses), softmax in float32, then the token is the first
     index whose cumulative probability reaches u[b, t] times the total. Every other token gets -inf, so greedy
     decoding takes the sampled one. Each row's result depends only on its own logits and uniforms.
@@ -174,25 +177,56 @@ class RowSeededSampler:
 
         self.uniforms = uniforms  # (B, max_new_tokens) float32 on the model's device
         self.step = 0
-        warpers = []
+        self.top_k = max(int(settings.top_k or 0), 0)
+        self.top_p = float(settings.top_p)
+        self.temperature = None
         if settings.temperature != 1.0:
-            warpers.append(TemperatureLogitsWarper(settings.temperature))
-        if settings.top_k:
-            warpers.append(TopKLogitsWarper(top_k=settings.top_k, min_tokens_to_keep=1))
-        if settings.top_p < 1.0:
-            warpers.append(TopPLogitsWarper(top_p=settings.top_p, min_tokens_to_keep=1))
+            self.temperature = TemperatureLogitsWarper(settings.temperature)
+        warpers = []
+        if self.top_k:
+            warpers.append(TopKLogitsWarper(top_k=self.top_k, min_tokens_to_keep=1))
+        if self.top_p < 1.0:
+            warpers.append(TopPLogitsWarper(top_p=self.top_p, min_tokens_to_keep=1))
         self.warpers = LogitsProcessorList(warpers)
+        self.top_k_first = settings.top_k_first and bool(self.top_k) and self.top_p < 1.0
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        scores = self.warpers(input_ids, scores.float())  # (B, V)
-        cdf = torch.softmax(scores, dim=-1).cumsum(dim=-1)  # (B, V)
+        scores = scores.float()  # (B, V)
+        if self.temperature is not None:
+            scores = self.temperature(input_ids, scores)
+        filtered = top_k_then_top_p(scores, self.top_k, self.top_p) if self.top_k_first else None
+        if filtered is None:
+            filtered = self.warpers(input_ids, scores)
+        cdf = torch.softmax(filtered, dim=-1).cumsum(dim=-1)  # (B, V)
         u = self.uniforms[:, self.step].to(cdf.device) * cdf[:, -1]  # (B,)
         self.step += 1
         # First index with cdf >= u: u > 0, so that index has a positive probability.
         tokens = (cdf < u.unsqueeze(1)).sum(dim=-1).clamp_(max=cdf.shape[-1] - 1)  # (B,)
-        forced = torch.full_like(scores, float("-inf"))
+        forced = torch.full_like(filtered, float("-inf"))
         forced.scatter_(1, tokens.unsqueeze(1), 0.0)
         return forced
+
+
+def top_k_then_top_p(scores: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor | None:
+    """Top-k then top-p filtering of ``scores`` (B, V) with one ``topk`` of k values instead of a sort of V.
+
+    transformers' TopP warper sorts the whole vocabulary although top-k has already left k finite scores; the
+    cumulative probabilities it compares with 1 - top_p are those of the kept k, in ascending order, which is
+    what is computed here on the k values alone. Returns None when the k-th score is tied with a score outside
+    the top k (top-k then keeps more than k tokens), so the caller runs the full warpers instead.
+    """
+    k = min(top_k, scores.shape[-1])
+    values, indices = torch.topk(scores, k, dim=-1)  # (B, k), descending
+    kth = values[:, -1:]  # (B, 1)
+    outside = scores < kth  # (B, V): what top-k removes
+    if bool(((~outside).sum(dim=-1) > k).any()):
+        return None
+    ascending, ascending_indices = values.flip(-1), indices.flip(-1)  # (B, k), as TopP sorts them
+    cumulative = ascending.softmax(dim=-1).cumsum(dim=-1)
+    remove = cumulative <= (1 - top_p)
+    remove[:, -1] = False  # min_tokens_to_keep=1
+    outside.scatter_(1, ascending_indices, remove)
+    return scores.masked_fill(outside, float("-inf"))
 
 
 def _row_processor(batch: list[tuple[int, int]], row_seeds: Sequence[int], settings: SamplingSettings, device) -> Any:
