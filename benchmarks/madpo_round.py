@@ -49,6 +49,20 @@ def build_trainer(args, output_dir: str) -> MADPOIterTrainer:
         formatters=list(task.formatters),
         args=config,
     )
+    if args.per_update_mode_switch:
+        # The saving off: what the learner did before, a train()/eval() walk of every agent around each update.
+        plain_update = trainer.learner._update
+
+        def switching_update(batch):
+            for model in trainer.agents:
+                model.train(trainer.train_mode_for_updates)
+            try:
+                return plain_update(batch)
+            finally:
+                for model in trainer.agents:
+                    model.eval()
+
+        trainer.learner._update = switching_update
     if not args.top_k_first:
         plain = trainer.sampling_settings
         trainer.sampling_settings = lambda **overrides: plain(**{"top_k_first": False, **overrides})
@@ -107,6 +121,11 @@ def main() -> None:
         action="store_false",
         help="row-seeded sampler: sort the whole vocabulary for top-p (the saving off)",
     )
+    parser.add_argument(
+        "--per-update-mode-switch",
+        action="store_true",
+        help="switch the agents' train/eval mode around every update, as before (the saving off)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -142,7 +161,7 @@ def main() -> None:
     print(
         f"model: {TINY_MODEL_NAME}, task: {args.task}, items: {args.items}, candidates: {args.candidates}, "
         f"max_new_tokens: {args.max_new_tokens}, threads: {args.threads}, adamw: {args.adamw_implementation}, "
-        f"top_k_first: {args.top_k_first}"
+        f"top_k_first: {args.top_k_first}, per-update mode switch: {args.per_update_mode_switch}"
     )
     print(f"pairs: {len(pairs)}, completion tokens per pass: {tokens}, batch: {args.batch_size}")
     print(f"DPOLearner.update    {ours_rate:8.1f} pairs/s")

@@ -111,3 +111,54 @@ def test_row_seeded_sampling_gives_the_same_tokens_with_top_k_first(model_dir):
         samples[first] = [[s.completion_ids for s in row] for row in result]
     assert samples[True] == samples[False]
     assert len({tuple(ids) for row in samples[True] for ids in row}) > 1  # the rows really sampled
+
+
+def _count_mode_switches(models):
+    calls = []
+    for index, model in enumerate(models):
+        plain = model.train
+
+        def counted(mode=True, plain=plain, index=index):
+            calls.append((index, mode))
+            return plain(mode)
+
+        model.train = counted
+    return calls
+
+
+@pytest.mark.parametrize("disable_dropout", [True, False])
+def test_train_phase_switches_modes_once_not_per_update(model_dir, tmp_path, disable_dropout):
+    trainer = _madpo(model_dir, tmp_path, train_batch_size=2, num_train_epochs=3, disable_dropout=disable_dropout)
+    trainer.step("collect")
+    trainer.step("select")
+    assert len(trainer.collector.train_pairs) > 2  # several updates per epoch
+    calls = _count_mode_switches(trainer.agents)
+    seen = []
+    plain_update = trainer.learner._update
+
+    def watched(batch):
+        seen.append([model.training for model in trainer.agents])
+        return plain_update(batch)
+
+    trainer.learner._update = watched
+    trainer.step("train")
+    assert trainer.updates_seen == len(seen) > 3
+    # Dropout off: the agents are already in eval mode, so no update switches anything.
+    expected = [] if disable_dropout else [(0, True), (1, True), (0, False), (1, False)]
+    assert calls == expected
+    assert seen[1:] == [[not disable_dropout] * 2] * (len(seen) - 1)
+    assert not any(model.training for model in trainer.agents)
+
+
+def test_sampling_an_eval_model_leaves_its_mode_alone(model_dir):
+    from comlrl_lab.models.loading import load_model, load_tokenizer
+
+    tokenizer = load_tokenizer(model_dir)
+    model = load_model(model_dir, device="cpu", dtype="float32").eval()
+    calls = _count_mode_switches([model])
+    sample_candidates(model, tokenizer, ["a cat"], 2, SamplingSettings(max_new_tokens=3), None, row_seeds=[1])
+    assert calls == []
+    model.train(True)
+    calls.clear()
+    sample_candidates(model, tokenizer, ["a cat"], 2, SamplingSettings(max_new_tokens=3), None, row_seeds=[1])
+    assert calls == [(0, False), (0, True)] and model.training

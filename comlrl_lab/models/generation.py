@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from comlrl_lab.models.devices import model_device
+from comlrl_lab.models.scoring import set_mode
 
 # Keys the sampler owns; extra generate kwargs may not override them.
 _RESERVED_KWARGS = {"input_ids", "attention_mask", "num_return_sequences", "generator"}
@@ -351,7 +352,7 @@ def sample_candidates(
     results: list[list[Any]] = [[None] * num_candidates for _ in prompts]
 
     was_training = model.training
-    model.eval()  # dropout off while sampling
+    set_mode(model, False)  # dropout off while sampling
     try:
         rng_context = generator_as_device_rng(generator, device) if row_seeds is None else contextlib.nullcontext()
         with torch.inference_mode(), rng_context:
@@ -369,5 +370,5 @@ def sample_candidates(
                         text=text, completion_ids=ids, prompt_ids=list(prompt_ids[k]), finished=finished
                     )
     finally:
-        model.train(was_training)
+        set_mode(model, was_training)
     return results

@@ -41,6 +41,16 @@ def disable_dropout(model: Any) -> Any:
     return model
 
 
+def set_mode(model: Any, training: bool) -> None:
+    """``model.train(training)`` only when the model is not in that mode already.
+
+    ``train()``/``eval()`` walk every submodule; called per update and per generate call they cost about half a
+    millisecond each on the tiny model. Modes are only ever set on the root here, so its flag speaks for the tree.
+    """
+    if model.training != training:
+        model.train(training)
+
+
 def _scored_counts(completion_ids: Sequence[Sequence[int]], score_final_token: bool) -> list[int]:
     if score_final_token:
         return [len(c) for c in completion_ids]

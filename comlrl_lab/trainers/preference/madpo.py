@@ -29,7 +29,7 @@ import torch
 
 from comlrl_lab.data import metric_names as M
 from comlrl_lab.data.records import PreferencePair
-from comlrl_lab.models.scoring import sequence_logps
+from comlrl_lab.models.scoring import sequence_logps, set_mode
 from comlrl_lab.trainers.preference.base import PreferenceTrainerBase, finite_mean
 from comlrl_lab.trainers.preference.collection import map_agents
 from comlrl_lab.trainers.preference.collectors import ComparatorCollector, CurrentCollector
@@ -67,18 +67,23 @@ class DPOLearner:
             return
         rng = host.streams.python(SHUFFLE_STREAM)
         epoch_metrics: list[dict[str, float]] = []
-        for _epoch in range(host.args.num_train_epochs):
-            order = list(pairs)
-            rng.shuffle(order)
-            for start in range(0, len(order), batch_size):
-                batch = order[start : start + batch_size]
-                metrics, tokens = self._update(batch)
-                host.updates_seen += 1
-                if host.args.use_environment_step:
-                    host.env_step += host.args.environment_steps_per_pair * len(batch)
-                records.add_metrics(host.updates_seen, metrics)
-                epoch_metrics.append(metrics)
-                host.control.advance(1, tokens=tokens)
+        # The scoring mode is set once for the phase, not per update; the agents leave it in eval mode.
+        try:
+            for _epoch in range(host.args.num_train_epochs):
+                order = list(pairs)
+                rng.shuffle(order)
+                for start in range(0, len(order), batch_size):
+                    batch = order[start : start + batch_size]
+                    metrics, tokens = self._update(batch)
+                    host.updates_seen += 1
+                    if host.args.use_environment_step:
+                        host.env_step += host.args.environment_steps_per_pair * len(batch)
+                    records.add_metrics(host.updates_seen, metrics)
+                    epoch_metrics.append(metrics)
+                    host.control.advance(1, tokens=tokens)
+        finally:
+            for model in host.agents:
+                set_mode(model, False)
         host.mark_weights_changed()
         summary = {
             M.round_summary(name): finite_mean([m[name] for m in epoch_metrics if name in m])
@@ -88,7 +93,11 @@ class DPOLearner:
 
     def update(self, batch: list[PreferencePair]) -> dict[str, float]:
         """One optimiser step per agent on ``batch``; returns the update's metrics (names in ``metric_names``)."""
-        return self._update(batch)[0]
+        try:
+            return self._update(batch)[0]
+        finally:
+            for model in self.host.agents:
+                set_mode(model, False)
 
     def _update(self, batch: list[PreferencePair]) -> tuple[dict[str, float], int]:
         """``update``, and the number of completion tokens it scored (for the progress rate)."""
@@ -102,7 +111,7 @@ class DPOLearner:
         for optimizer in host.optimizers:
             optimizer.zero_grad(set_to_none=True)
         for model in host.agents:
-            model.train(host.train_mode_for_updates)
+            set_mode(model, host.train_mode_for_updates)
         sums = _UpdateSums(host.num_agents)
         try:
             self._accumulate_gradients(local, total, beta, micro, sums)
@@ -114,8 +123,6 @@ class DPOLearner:
         if host.dist.enabled:
             failed = sums.all_reduce(host.dist, failure is not None)
             if failed:
-                for model in host.agents:
-                    model.eval()
                 raise failure or NonFiniteLossError(
                     f"{host.algorithm_name} loss is not finite on another rank (update {host.updates_seen + 1}); "
                     "training stopped before the optimiser step."
@@ -126,7 +133,6 @@ class DPOLearner:
             if host.args.max_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), host.args.max_grad_norm)
             optimizer.step()
-            model.eval()
         reward_mean = finite_mean([p.candidate_reward_mean for p in batch])
         metrics = {
             M.MADPO_LOSS: sums.loss / total,
