@@ -102,6 +102,7 @@ def measure(
     batch_size: int = 64,
     repeats: int = 3,
     top_k_first: bool = True,
+    prefill_once: bool = True,
 ) -> dict:
     """Median tokens/s of both sides over ``repeats`` alternating runs (after one warm-up run each)."""
     torch.set_num_threads(1)
@@ -109,7 +110,9 @@ def measure(
     model = load_model(model_source, device="cpu", dtype="float32").eval()
     prompts = task_prompts(num_items)
     # CoMLRL's sampling defaults
-    settings = SamplingSettings(max_new_tokens=max_new_tokens, batch_size=batch_size, top_k_first=top_k_first)
+    settings = SamplingSettings(
+        max_new_tokens=max_new_tokens, batch_size=batch_size, top_k_first=top_k_first, prefill_once=prefill_once
+    )
     raw_generate(model, tokenizer, prompts[:2], 2, settings, 0)
     ours(model, tokenizer, prompts[:2], 2, settings, 0)
     ours_row_seeded(model, tokenizer, prompts[:2], 2, settings, 0)
@@ -134,6 +137,7 @@ def measure(
         "batch_size": batch_size,
         "repeats": repeats,
         "top_k_first": top_k_first,
+        "prefill_once": prefill_once,
         "raw_tokens": raw_tokens,
         "sampler_tokens": our_tokens,
         "raw_tokens_per_s": round(raw_rate, 1),
@@ -159,6 +163,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_false",
         help="row-seeded sampler: sort the whole vocabulary for top-p (the saving off)",
     )
+    parser.add_argument(
+        "--no-prefill-once",
+        dest="prefill_once",
+        action="store_false",
+        help="prefill every (prompt, candidate) row instead of each distinct prompt once (the saving off)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
     args = parser.parse_args(argv)
     if is_tiny_model_name(args.model) and not os.path.isfile(os.path.join(tiny_model_path(), "config.json")):
@@ -173,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             batch_size=args.batch_size,
             repeats=args.repeats,
             top_k_first=args.top_k_first,
+            prefill_once=args.prefill_once,
         )
     except ModelLoadError as exc:
         print(f"skipped: {exc}")
@@ -183,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"model {result['model']}: {result['sequences']} sequences, max_new_tokens {result['max_new_tokens']}, "
         f"batch size {result['batch_size']}, median of {result['repeats']}, 1 thread, "
-        f"top_k_first {result['top_k_first']}"
+        f"top_k_first {result['top_k_first']}, prefill_once {result['prefill_once']}"
     )
     print(f"  (a) raw model.generate   {result['raw_tokens_per_s']:>10.1f} tokens/s")
     print(f"  (b) sample_candidates    {result['sampler_tokens_per_s']:>10.1f} tokens/s")

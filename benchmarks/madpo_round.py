@@ -63,9 +63,11 @@ def build_trainer(args, output_dir: str) -> MADPOIterTrainer:
                     model.eval()
 
         trainer.learner._update = switching_update
-    if not args.top_k_first:
+    switched_off = {"top_k_first": args.top_k_first, "prefill_once": args.prefill_once}
+    switched_off = {name: False for name, on in switched_off.items() if not on}
+    if switched_off:
         plain = trainer.sampling_settings
-        trainer.sampling_settings = lambda **overrides: plain(**{"top_k_first": False, **overrides})
+        trainer.sampling_settings = lambda **overrides: plain(**{**switched_off, **overrides})
     return trainer
 
 
@@ -122,6 +124,12 @@ def main() -> None:
         help="row-seeded sampler: sort the whole vocabulary for top-p (the saving off)",
     )
     parser.add_argument(
+        "--no-prefill-once",
+        dest="prefill_once",
+        action="store_false",
+        help="prefill every (prompt, candidate) row instead of each distinct prompt once (the saving off)",
+    )
+    parser.add_argument(
         "--per-update-mode-switch",
         action="store_true",
         help="switch the agents' train/eval mode around every update, as before (the saving off)",
@@ -161,7 +169,8 @@ def main() -> None:
     print(
         f"model: {TINY_MODEL_NAME}, task: {args.task}, items: {args.items}, candidates: {args.candidates}, "
         f"max_new_tokens: {args.max_new_tokens}, threads: {args.threads}, adamw: {args.adamw_implementation}, "
-        f"top_k_first: {args.top_k_first}, per-update mode switch: {args.per_update_mode_switch}"
+        f"top_k_first: {args.top_k_first}, per-update mode switch: {args.per_update_mode_switch}, "
+        f"prefill_once: {args.prefill_once}"
     )
     print(f"pairs: {len(pairs)}, completion tokens per pass: {tokens}, batch: {args.batch_size}")
     print(f"DPOLearner.update    {ours_rate:8.1f} pairs/s")

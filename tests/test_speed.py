@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -162,3 +164,44 @@ def test_sampling_an_eval_model_leaves_its_mode_alone(model_dir):
     calls.clear()
     sample_candidates(model, tokenizer, ["a cat"], 2, SamplingSettings(max_new_tokens=3), None, row_seeds=[1])
     assert calls == [(0, False), (0, True)] and model.training
+
+
+def test_each_prompt_is_prefilled_once_with_the_same_tokens(model_dir):
+    from comlrl_lab.models.loading import load_model, load_tokenizer
+
+    tokenizer = load_tokenizer(model_dir)
+    model = load_model(model_dir, device="cpu", dtype="float32").eval()
+    prompts = ["the red cat sat on the mat", "a dog", "the green bird sang all day long"]
+    forward_rows = []
+    plain_forward = model.forward
+
+    @functools.wraps(plain_forward)  # the sampler reads the forward's signature
+    def watched(*args, **kwargs):
+        forward_rows.append(tuple(kwargs["input_ids"].shape))
+        return plain_forward(*args, **kwargs)
+
+    model.forward = watched
+    samples = {}
+    for prefill in (True, False):
+        for seeded in (True, False):
+            settings = SamplingSettings(max_new_tokens=6, batch_size=8, prefill_once=prefill)
+            forward_rows.clear()
+            result = sample_candidates(
+                model,
+                tokenizer,
+                prompts,
+                4,
+                settings,
+                None if seeded else torch.Generator().manual_seed(5),
+                row_seeds=[3, 4, 5] if seeded else None,
+            )
+            samples[prefill, seeded] = [[s.completion_ids for s in row] for row in result]
+            first_calls = [shape for shape in forward_rows if shape[1] > 1]
+            if prefill:
+                # Two generate calls (8 rows, then 4): their distinct prompts (2, then 1) run once over all their
+                # tokens but the last; every row then feeds only its last token.
+                assert [rows for rows, _ in first_calls] == [2, 1]
+            else:
+                assert [rows for rows, _ in first_calls] == [8, 4]
+    assert samples[True, True] == samples[False, True]
+    assert samples[True, False] == samples[False, False]

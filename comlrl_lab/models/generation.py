@@ -14,6 +14,10 @@ Two ways to draw the randomness:
   ``generate`` then runs greedily and takes that token. A row's tokens no longer depend on batch size, batch
   composition, sort order or which process sampled it, so sharding items across ranks changes nothing.
 
+Within a generate call, each distinct prompt's KV cache (all its tokens but the last) is computed once and
+shared by its candidates' rows (``SamplingSettings.prefill_once``); models without a ``logits_to_keep``/cache
+forward are prefilled per row as before.
+
 This module does not score, pair or train.
 """
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -51,6 +56,9 @@ class SamplingSettings:
     # Per-row sampling only: top-p over the top-k candidates (a partial sort) instead of a sort of the whole
     # vocabulary; the same kept set, so the same tokens. False runs transformers' warpers (the slow reference).
     top_k_first: bool = True
+    # Run the forward over each distinct prompt of a generate call once and share its KV cache with the prompt's
+    # candidates, instead of once per candidate. The same maths; the rounding of the first step may differ.
+    prefill_once: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
@@ -294,6 +302,50 @@ def _generate_kwargs(settings: SamplingSettings, pad_id: int, eos_ids: list[int]
     return kwargs
 
 
+def _cache_argument(model: Any) -> str | None:
+    """The name under which ``model`` takes a KV cache (``cache`` in transformers >= 5), or None (no sharing)."""
+    parameters = inspect.signature(model.forward).parameters
+    if "logits_to_keep" not in parameters:
+        return None
+    for name in ("cache", "past_key_values"):
+        if name in parameters:
+            return name
+    return None
+
+
+def _shared_prompt_cache(
+    model: Any,
+    cache_name: str,
+    batch: list[tuple[int, int]],
+    prompt_ids: list[list[int]],
+    pad_id: int,
+    device: torch.device,
+) -> Any:
+    """The KV cache of every row's prompt but its last token, computed once per distinct prompt of ``batch``.
+
+    The distinct prompts are left-padded to the batch's width, so each cached row lines up with the batch rows
+    of that prompt; ``generate`` then runs only each row's last prompt token before sampling. Positions count
+    real tokens only, as ``generate`` counts them from the attention mask.
+    """
+    from transformers import DynamicCache
+
+    distinct = list(dict.fromkeys(k for k, _ in batch))
+    input_ids, attention_mask = _left_pad([prompt_ids[k] for k in distinct], pad_id, device)  # (U, T)
+    position_ids = (attention_mask.cumsum(-1) - 1).masked_fill_(attention_mask == 0, 1)
+    cache = DynamicCache(config=model.config)
+    model(
+        input_ids=input_ids[:, :-1],
+        attention_mask=attention_mask[:, :-1],
+        position_ids=position_ids[:, :-1],
+        use_cache=True,
+        logits_to_keep=1,
+        **{cache_name: cache},
+    )
+    row_of = {k: u for u, k in enumerate(distinct)}
+    cache.batch_select_indices(torch.tensor([row_of[k] for k, _ in batch], device=device))  # (B, ...) rows
+    return cache
+
+
 def sample_candidates(
     model: Any,
     tokenizer: Any,
@@ -351,6 +403,7 @@ def sample_candidates(
     jobs = [(k, j) for k in order for j in range(num_candidates)]
     results: list[list[Any]] = [[None] * num_candidates for _ in prompts]
 
+    cache_name = _cache_argument(model) if settings.prefill_once else None
     was_training = model.training
     set_mode(model, False)  # dropout off while sampling
     try:
@@ -361,7 +414,10 @@ def sample_candidates(
                 input_ids, attention_mask = _left_pad([prompt_ids[k] for k, _ in batch], pad_id, device)
                 if row_seeds is not None:
                     kwargs["logits_processor"] = _row_processor(batch, row_seeds, settings, device)
-                output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+                shared = {}
+                if cache_name and input_ids.shape[1] > 1 and len({k for k, _ in batch}) < len(batch):
+                    shared[cache_name] = _shared_prompt_cache(model, cache_name, batch, prompt_ids, pad_id, device)
+                output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs, **shared)
                 sequences = output if isinstance(output, torch.Tensor) else output.sequences  # (B, T + new)
                 cut = [_cut_at_eos(row, eos_set) for row in sequences[:, input_ids.shape[1] :].tolist()]
                 texts = tokenizer.batch_decode([ids for ids, _ in cut], skip_special_tokens=True)
