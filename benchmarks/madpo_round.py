@@ -39,6 +39,7 @@ def build_trainer(args, output_dir: str) -> MADPOIterTrainer:
         output_dir=output_dir,
         seed=0,
         adamw_implementation=args.adamw_implementation,
+        pack_pair_scoring=args.pack_pair_scoring,
     )
     trainer = MADPOIterTrainer(
         agent_model=TINY_MODEL_NAME,
@@ -124,6 +125,12 @@ def main() -> None:
         help="row-seeded sampler: sort the whole vocabulary for top-p (the saving off)",
     )
     parser.add_argument(
+        "--no-pack-pair-scoring",
+        dest="pack_pair_scoring",
+        action="store_false",
+        help="score winner and loser as two rows, the prompt twice (the saving off)",
+    )
+    parser.add_argument(
         "--no-prefill-once",
         dest="prefill_once",
         action="store_false",
@@ -170,7 +177,7 @@ def main() -> None:
         f"model: {TINY_MODEL_NAME}, task: {args.task}, items: {args.items}, candidates: {args.candidates}, "
         f"max_new_tokens: {args.max_new_tokens}, threads: {args.threads}, adamw: {args.adamw_implementation}, "
         f"top_k_first: {args.top_k_first}, per-update mode switch: {args.per_update_mode_switch}, "
-        f"prefill_once: {args.prefill_once}"
+        f"prefill_once: {args.prefill_once}, pack_pair_scoring: {args.pack_pair_scoring}"
     )
     print(f"pairs: {len(pairs)}, completion tokens per pass: {tokens}, batch: {args.batch_size}")
     print(f"DPOLearner.update    {ours_rate:8.1f} pairs/s")

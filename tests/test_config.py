@@ -65,6 +65,7 @@ OUR_MADPO_DEFAULTS = {
     "score_final_token": False,
     "generation_batch_size": 64,
     "scoring_batch_size": 16,
+    "pack_pair_scoring": True,
     "output_dir": None,
     "max_grad_norm": None,
     "adamw_implementation": "fused",

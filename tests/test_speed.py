@@ -205,3 +205,91 @@ def test_each_prompt_is_prefilled_once_with_the_same_tokens(model_dir):
                 assert [rows for rows, _ in first_calls] == [8, 4]
     assert samples[True, True] == samples[False, True]
     assert samples[True, False] == samples[False, False]
+
+
+def _random_pairs(seed: int, vocab_size: int):
+    generator = torch.Generator().manual_seed(seed)
+
+    def ids(n):
+        return torch.randint(5, vocab_size, (n,), generator=generator).tolist()
+
+    prompts = [ids(n) for n in (3, 7, 1, 5, 9)]
+    winners = [ids(n) for n in (4, 1, 6, 0, 8)]
+    losers = [ids(n) for n in (2, 5, 1, 7, 3)]
+    return prompts, winners, losers
+
+
+@pytest.mark.parametrize("score_final_token", [False, True])
+def test_packed_pair_scoring_equals_two_rows_per_pair(model_dir, score_final_token):
+    from comlrl_lab.models.loading import load_model
+    from comlrl_lab.models.scoring import pair_logps, sequence_logps
+
+    model = load_model(model_dir, device="cpu", dtype="float32").eval()
+    prompts, winners, losers = _random_pairs(1, model.config.vocab_size)
+    kwargs = dict(pad_token_id=0, score_final_token=score_final_token, micro_batch_size=2)
+    packed = pair_logps(model, prompts, winners, losers, packed=True, **kwargs)
+    (packed[0].sum() - 2 * packed[1].sum()).backward()
+    packed_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    rows = sequence_logps(model, prompts + prompts, winners + losers, **kwargs)
+    (rows[:5].sum() - 2 * rows[5:].sum()).backward()
+    torch.testing.assert_close(packed[0], rows[:5], rtol=1e-6, atol=1e-4)
+    torch.testing.assert_close(packed[1], rows[5:], rtol=1e-6, atol=1e-4)
+    for got, expected in zip(packed_grads, (p.grad for p in model.parameters())):
+        torch.testing.assert_close(got, expected, rtol=1e-3, atol=1e-4)
+    # An empty winner scores 0, as sequence_logps scores it.
+    assert float(packed[0][3]) == 0.0
+
+
+def test_packed_loser_never_sees_its_winner(model_dir):
+    from comlrl_lab.models.loading import load_model
+    from comlrl_lab.models.scoring import pair_logps
+
+    model = load_model(model_dir, device="cpu", dtype="float32").eval()
+    prompts, winners, losers = _random_pairs(2, model.config.vocab_size)
+    with torch.no_grad():
+        before = pair_logps(model, prompts, winners, losers, pad_token_id=0)
+        changed = [
+            [(t * 7 + 3) % (model.config.vocab_size - 5) + 5 for t in w] for w in winners
+        ]  # same lengths, other tokens
+        after = pair_logps(model, prompts, changed, losers, pad_token_id=0)
+    torch.testing.assert_close(after[1], before[1], rtol=0, atol=1e-5)
+    assert not torch.allclose(after[0], before[0])
+
+
+def test_models_without_custom_masks_score_two_rows(model_dir, monkeypatch):
+    from comlrl_lab.models.loading import load_model
+    from comlrl_lab.models.scoring import pair_logps, sequence_logps, supports_packed_pairs
+
+    model = load_model(model_dir, device="cpu", dtype="float32").eval()
+    assert supports_packed_pairs(model)
+    with monkeypatch.context() as patch:
+        patch.setattr(model.config, "_attn_implementation", "flash_attention_2", raising=False)
+        assert not supports_packed_pairs(model)
+    # Score as such a model would be scored (flash attention itself needs a GPU kernel package).
+    monkeypatch.setattr("comlrl_lab.models.scoring.supports_packed_pairs", lambda model: False)
+    prompts, winners, losers = _random_pairs(3, model.config.vocab_size)
+    with torch.no_grad():
+        fallback = pair_logps(model, prompts, winners, losers, pad_token_id=0, micro_batch_size=5)
+        rows = sequence_logps(model, prompts + prompts, winners + losers, pad_token_id=0, micro_batch_size=10)
+    assert torch.equal(torch.cat(fallback), rows)
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_dpo_update_scores_one_row_per_pair_when_packing(model_dir, tmp_path, packed):
+    trainer = _madpo(model_dir, tmp_path, pack_pair_scoring=packed, scoring_batch_size=64, train_batch_size=64)
+    trainer.step("collect")
+    trainer.step("select")
+    pairs = trainer.collector.train_pairs
+    rows = []
+    for agent in trainer.agents:
+        plain = agent.forward
+
+        @functools.wraps(plain)
+        def watched(*args, plain=plain, **kwargs):
+            rows.append(kwargs["input_ids"].shape[0])
+            return plain(*args, **kwargs)
+
+        agent.forward = watched
+    trainer.learner.update(pairs)
+    assert rows == [len(pairs) if packed else 2 * len(pairs)] * 2

@@ -358,6 +358,14 @@ class MADPOConfig:
             "group": "Training",
         },
     )
+    pack_pair_scoring: bool = field(
+        default=True,
+        kw_only=True,
+        metadata={
+            "help": "MADPO: score each pair as one row [prompt | winner | loser] with a block-causal mask, so the prompt runs once per pair; the same log-probs up to float rounding. Used where the model takes custom masks (sdpa or eager attention); False, or other models, score winner and loser as two rows.",
+            "group": "Training",
+        },
+    )
     output_dir: str | None = field(
         default=None,
         kw_only=True,

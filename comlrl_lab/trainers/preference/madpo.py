@@ -11,6 +11,8 @@ The trainers are compositions (``base.PreferenceTrainerBase`` runs the phases):
 
 Deliberate deviations from CoMLRL (each one in docs/differences_from_comlrl.md):
 - one padded forward per agent per micro-batch, winners and losers together, instead of 4·A batch-1 forwards;
+  by default each pair is one row [prompt | winner | loser] with a block-causal mask (``pack_pair_scoring``), so
+  the prompt runs once per pair (equal log-probs up to float rounding);
   each agent's differentiable margin and the others' detached ones come from the same forward (exact when
   dropout is off, the default);
 - pairs train on the token ids that were sampled, never on re-tokenised text;
@@ -29,7 +31,7 @@ import torch
 
 from comlrl_lab.data import metric_names as M
 from comlrl_lab.data.records import PreferencePair
-from comlrl_lab.models.scoring import sequence_logps, set_mode
+from comlrl_lab.models.scoring import pair_logps, set_mode
 from comlrl_lab.trainers.preference.base import PreferenceTrainerBase, finite_mean
 from comlrl_lab.trainers.preference.collection import map_agents
 from comlrl_lab.trainers.preference.collectors import ComparatorCollector, CurrentCollector
@@ -155,26 +157,28 @@ class DPOLearner:
             size = len(chunk)
 
             def score(i: int, chunk=chunk, size=size):
-                prompt_ids = [p.prompt_ids[i] for p in chunk]
-                completion_ids = [p.winner_ids[i] for p in chunk] + [p.loser_ids[i] for p in chunk]
-                logps = sequence_logps(
+                winners, losers = [p.winner_ids[i] for p in chunk], [p.loser_ids[i] for p in chunk]
+                logps = pair_logps(
                     host.agents[i],
-                    prompt_ids + prompt_ids,
-                    completion_ids,
+                    [p.prompt_ids[i] for p in chunk],
+                    winners,
+                    losers,
                     pad_token_id=host.pad_token_id(i),
                     # Centralized joint completions are scored whole, EOS included (CoMLRL's centralized path).
                     score_final_token=host.args.score_final_token or host.centralized,
-                    micro_batch_size=2 * size,
+                    micro_batch_size=size,
+                    # Differs from CoMLRL: one row [prompt | winner | loser] per pair; the prompt runs once.
+                    packed=host.args.pack_pair_scoring,
                 )
-                return logps, sum(len(c) for c in completion_ids)
+                return logps, sum(len(c) for c in winners + losers)
 
             # Agents on distinct GPUs run their forwards in parallel threads; autograd's backward below
             # already runs one worker per device.
             winner_logps, loser_logps = [], []
-            for logps, tokens in map_agents(score, host.agent_devices):
+            for (winners, losers), tokens in map_agents(score, host.agent_devices):
                 sums.tokens += tokens
-                winner_logps.append(logps[:size])
-                loser_logps.append(logps[size:])
+                winner_logps.append(winners)
+                loser_logps.append(losers)
             margins = [w - lo for w, lo in zip(winner_logps, loser_logps)]  # (size,) Δ_i with grad, per agent
             losses, joint = madpo_losses(margins, beta)
             for i, loss in enumerate(losses):
