@@ -293,3 +293,43 @@ def test_dpo_update_scores_one_row_per_pair_when_packing(model_dir, tmp_path, pa
         agent.forward = watched
     trainer.learner.update(pairs)
     assert rows == [len(pairs) if packed else 2 * len(pairs)] * 2
+
+
+class _CountingTokenizer:
+    """Delegates to a tokenizer and counts its __call__s."""
+
+    def __init__(self, tokenizer):
+        self._tokenizer, self.calls = tokenizer, 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self._tokenizer(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._tokenizer, name)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_reward_model_fit_tokenises_each_text_once(side):
+    import random
+
+    from model_fixtures import build_model, build_tokenizer
+
+    from comlrl_lab.trainers.preference.reward_model import JointRewardModel, fit_bradley_terry
+
+    tokenizer = build_tokenizer()
+    tokenizer.padding_side = side
+    model = JointRewardModel.from_backbone(
+        build_model(len(tokenizer), seed=3), tokenizer, generator=torch.Generator().manual_seed(0)
+    )
+    texts = ["the red cat", "one two three four five six seven", "dog", "a b"]
+    with torch.no_grad():
+        # Pre-tokenised rows pad exactly as the tokenizer pads them: the same scores, bit for bit.
+        assert torch.equal(model.score_ids(model.tokenize(texts)), model.score_texts(texts))
+    counting = _CountingTokenizer(tokenizer)
+    model.tokenizer = counting
+    pairs = [(texts[0], texts[1]), (texts[2], texts[3]), (texts[1], texts[2])]
+    fit_bradley_terry(
+        model, pairs, [(texts[3], texts[0])], epochs=3, batch_size=1, learning_rate=1e-3, rng=random.Random(0)
+    )
+    assert counting.calls == 2  # the training texts once, the held-out texts once; not once per step
