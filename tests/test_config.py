@@ -68,6 +68,7 @@ OUR_MADPO_DEFAULTS = {
     "pack_pair_scoring": True,
     "output_dir": None,
     "max_grad_norm": None,
+    "save_strategy": "phase",
     "adamw_implementation": "fused",
     "batch_invariant_sampling": True,
     "lora_r": None,

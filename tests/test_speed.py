@@ -333,3 +333,68 @@ def test_reward_model_fit_tokenises_each_text_once(side):
         model, pairs, [(texts[3], texts[0])], epochs=3, batch_size=1, learning_rate=1e-3, rng=random.Random(0)
     )
     assert counting.calls == 2  # the training texts once, the held-out texts once; not once per step
+
+
+def _files(directory):
+    return sorted(p.name for p in directory.glob("*.pt")) if directory.exists() else []
+
+
+def test_checkpoints_write_weights_only_after_training(model_dir, tmp_path):
+    from comlrl_lab.trainers.preference import checkpoint as ckpt
+
+    trainer = _madpo(model_dir, tmp_path)
+    trainer.checkpoint_dir = tmp_path / "ckpt"
+    trainer.step("collect")
+    trainer.step("select")
+    # Nothing trained yet: the state file alone, pointing at version 0 (the weights as built).
+    assert _files(trainer.checkpoint_dir) == ["state.pt"]
+    state, weights = ckpt.load_checkpoint(trainer.checkpoint_dir)
+    assert state["weights_version"] == 0 and weights is None
+    fresh = _madpo(model_dir, tmp_path)
+    fresh.load_checkpoint(trainer.checkpoint_dir)
+    assert fresh.next_phase == "train"
+    trainer.step("train")
+    assert _files(trainer.checkpoint_dir) == ["state.pt", "weights-000001.pt"]
+    assert ckpt.load_checkpoint(trainer.checkpoint_dir)[1]["optimizers"] is not None  # the run goes on
+
+    # Checkpointing once per round, the last one comes when the run has finished: no moments to resume with.
+    once = _madpo(model_dir, tmp_path, save_strategy="round")
+    once.train(checkpoint_dir=tmp_path / "round")
+    _, weights = ckpt.load_checkpoint(tmp_path / "round")
+    assert weights["optimizers"] is None and len(weights["agents"]) == 2
+    resumed = _madpo(model_dir, tmp_path)
+    resumed.load_checkpoint(tmp_path / "round")
+    assert resumed.finished
+    for a, b in zip(once.agents[0].parameters(), resumed.agents[0].parameters()):
+        assert torch.equal(a, b)
+
+
+def test_a_trained_trainer_refuses_the_initial_weights_checkpoint(model_dir, tmp_path):
+    from comlrl_lab.trainers.preference import checkpoint as ckpt
+
+    trainer = _madpo(model_dir, tmp_path)
+    trainer.checkpoint_dir = tmp_path / "ckpt"
+    trainer.step("collect")
+    trainer.step("select")
+    trainer.checkpoint_dir = None
+    trainer.step("train")
+    with pytest.raises(ckpt.InitialWeightsCheckpoint, match="build a fresh trainer"):
+        trainer.load_checkpoint(tmp_path / "ckpt")
+
+
+@pytest.mark.parametrize(
+    ("strategy", "expected"),
+    [("phase", [True, True, True, True]), ("round", [False, False, False, True]), ("no", [False] * 4)],
+)
+def test_save_strategy_picks_the_phases_that_checkpoint(model_dir, tmp_path, strategy, expected):
+    trainer = _madpo(model_dir, tmp_path, save_strategy=strategy, eval_num_samples=1)
+    trainer.checkpoint_dir = tmp_path / "ckpt"
+    saved = []
+    for phase in ("collect", "select", "train", "evaluate"):
+        trainer.step(phase)
+        saved.append("state.pt" in _files(trainer.checkpoint_dir))
+        if saved[-1]:
+            (trainer.checkpoint_dir / "state.pt").unlink()
+    assert saved == expected
+    with pytest.raises(ValueError, match="save_strategy must be one of: phase, round, no"):
+        MADPOConfig(save_strategy="steps")

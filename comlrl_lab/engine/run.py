@@ -188,7 +188,10 @@ class Run:
         if self.trainer is None:
             return
         if ckpt.has_checkpoint(self.checkpoint_dir):
-            self.trainer.load_checkpoint(self.checkpoint_dir)
+            try:
+                self.trainer.load_checkpoint(self.checkpoint_dir)
+            except ckpt.InitialWeightsCheckpoint:
+                self.trainer = None  # the checkpoint holds the initial weights: a rebuilt trainer has them
         else:
             # Nothing finished yet: rebuild from scratch so no half-run phase leaks into the next attempt.
             self.trainer = None

@@ -188,8 +188,10 @@ class PreferenceTrainerBase:
         self.finished = False
         self.updates_seen = 0
         self.env_step = 0
-        self.weights_version = 0
-        self._weights_dirty = True
+        # Version 0 is the weights as built, which a rebuilt trainer holds again: nothing to write until training.
+        self.weights_version = ckpt.INITIAL_WEIGHTS
+        self._weights_dirty = False
+        self._weights_touched = False  # a train phase has started, so the weights may differ from version 0
         self.last_message: str | None = None
         self.history: list[dict[str, Any]] = []  # one summary per finished phase
 
@@ -285,9 +287,15 @@ class PreferenceTrainerBase:
         self.sink.commit_phase(records)
         self.history.append({"round": self.round_index, "phase": phase, "seconds": time.monotonic() - started})
         self._advance_cursor()
-        if self.checkpoint_dir is not None:
+        if self.checkpoint_dir is not None and self._saves_after(phase):
             self.save_checkpoint(self.checkpoint_dir)
         return records
+
+    def _saves_after(self, phase: str) -> bool:
+        """Whether ``save_strategy`` checkpoints after ``phase``: every phase, each round's last one, or never."""
+        # Differs from CoMLRL: its checkpoints follow checkpoint_interval alone; save_strategy is ours (TRL's name).
+        strategy = self.args.save_strategy
+        return strategy == "phase" or (strategy == "round" and (phase == PHASES[-1] or self.finished))
 
     def _run_phase(self, phase: str, records: PhaseRecords) -> None:
         if phase == "collect":
@@ -295,6 +303,7 @@ class PreferenceTrainerBase:
         elif phase == "select":
             self.collector.select(records)
         elif phase == "train":
+            self._weights_touched = True
             self.learner.train(self.collector.train_pairs, records)
             self.collector.after_train()
         else:
@@ -508,7 +517,8 @@ class PreferenceTrainerBase:
             weights = {
                 # LoRA: the adapters only; the frozen base is reloaded from its source.
                 "agents": [trainable_state_dict(m) for m in self.agents],
-                "optimizers": [opt.state_dict() for opt in self.optimizers],
+                # A finished run trains no more, so a resume never needs the moments (2x the weights for AdamW).
+                "optimizers": None if self.finished else [opt.state_dict() for opt in self.optimizers],
                 **self.learner.extra_weights(),
             }
         elif not self.dist.is_main:
@@ -519,14 +529,25 @@ class PreferenceTrainerBase:
 
     def load_checkpoint(self, directory: str | Path) -> None:
         state, weights = ckpt.load_checkpoint(directory)
+        if weights is None:
+            if self._weights_touched:
+                raise ckpt.InitialWeightsCheckpoint(
+                    f"{directory} holds the initial weights (no train phase had finished); this trainer has trained "
+                    "since, so build a fresh trainer to resume from it."
+                )
+            self.weights_version = ckpt.INITIAL_WEIGHTS
+            self._weights_dirty = False
+            self._load_state(state)
+            return
         for model, device, weights_i in zip(self.agents, self.agent_devices, weights["agents"]):
             load_trainable_state_dict(model, weights_i)
             model.to(device)
-        for optimizer, opt_state in zip(self.optimizers, weights["optimizers"]):
+        for optimizer, opt_state in zip(self.optimizers, weights["optimizers"] or []):
             optimizer.load_state_dict(opt_state)
         self.learner.load_extra_weights(weights)
         self.weights_version = int(state["weights_version"])
         self._weights_dirty = False
+        self._weights_touched = True
         self._load_state(state)
 
     # ---------------------------------------------------------------------------------------------------

@@ -416,6 +416,16 @@ class MADPOConfig:
             "group": "Large models",
         },
     )
+    save_strategy: str = field(
+        default="phase",
+        kw_only=True,
+        metadata={
+            "help": "When a checkpoint is written (given a checkpoint_dir): 'phase' after every phase, 'round' after each round's last phase, 'no' never. Weights are written only when training changed them.",
+            "choices": ("phase", "round", "no"),
+            "aliases": {"epoch": "round", "none": "no"},
+            "group": "Training",
+        },
+    )
     adamw_implementation: str = field(
         default="fused",
         kw_only=True,
@@ -495,6 +505,7 @@ class MADPOConfig:
         _check_int_at_least("scoring_batch_size", self.scoring_batch_size, 1)
         _check_positive("max_grad_norm", self.max_grad_norm, optional=True)
         _choose(self, "adamw_implementation")
+        _choose(self, "save_strategy")
         _check_int_at_least("lora_r", self.lora_r, 1, optional=True)
         _check_positive("lora_alpha", self.lora_alpha)
         if not _is_number(self.lora_dropout) or not 0 <= self.lora_dropout < 1:
