@@ -294,15 +294,17 @@ def _tokenize_pairs(model: ScalarHeadLM, pairs: Sequence[tuple[str, str]]) -> li
 
 
 def evaluate_bradley_terry(
-    model: ScalarHeadLM, pairs: Sequence[tuple[str, str]], *, micro_batch_size: int = 16
+    model: ScalarHeadLM,
+    pairs: Sequence[tuple[str, str]],
+    *,
+    micro_batch_size: int = 16,
+    token_ids: Sequence[tuple[list[int], list[int]]] | None = None,
 ) -> dict[str, float]:
-    """Loss, accuracy (share with R(w) > R(l)) and mean margin R(w) - R(l) of frozen scores; NaN with no pairs."""
-    return _evaluate_ids(model, _tokenize_pairs(model, pairs), micro_batch_size)
+    """Loss, accuracy (share with R(w) > R(l)) and mean margin R(w) - R(l) of frozen scores; NaN with no pairs.
 
-
-def _evaluate_ids(
-    model: ScalarHeadLM, pairs: Sequence[tuple[list[int], list[int]]], micro_batch_size: int
-) -> dict[str, float]:
+    ``token_ids`` (the pairs already tokenised, as ``fit_bradley_terry`` keeps them) skips the tokenizer.
+    """
+    pairs = _tokenize_pairs(model, pairs) if token_ids is None else list(token_ids)
     if not pairs:
         return {"loss": math.nan, "accuracy": math.nan, "margin": math.nan}
     was_training = model.training
@@ -370,7 +372,7 @@ def fit_bradley_terry(
             if on_batch is not None:
                 on_batch()
         count = max(1, len(order))
-        validation = _evaluate_ids(model, val_ids, micro)
+        validation = evaluate_bradley_terry(model, val_pairs, micro_batch_size=micro, token_ids=val_ids)
         metrics = {
             M.BT_LOSS: sums["loss"] / count if order else math.nan,
             M.BT_ACCURACY: sums["accuracy"] / count if order else math.nan,
