@@ -10,7 +10,8 @@ batch size on the same model, one thread:
 (c) the same with ``row_seeds`` (batch-invariant sampling: each row draws from its own seeded uniforms and a
     logits processor picks the token; what the trainers use by default, ``batch_invariant_sampling=True``).
 
-It prints the rates, (b) / (a) and (c) / (a); the target is >= 0.8 for both. Prompts come from the built-in ``length_ratio``
+It prints the rates, (b) / (a) and (c) / (a); the target is >= 0.8 for both. ``--no-top-k-first`` (top-p sorts
+the whole vocabulary) and ``--no-prefill-once`` (every row prefills its prompt) switch the sampler's savings off. Prompts come from the built-in ``length_ratio``
 task (agent 1's formatter) when it is available. The embedded tiny model is used by default; when it has
 not been built yet the benchmark says so and exits. Usage::
 

@@ -7,6 +7,11 @@ Both sides of the ratio run in this process on the same model and pairs:
   losers, with the tensors built before timing: the floor any implementation pays.
 
 Then a whole round (collect, select, train, evaluate) is timed. Run: ``python benchmarks/madpo_round.py``.
+
+Each exact-maths saving can be switched off to measure it (interleave on and off runs; the machine's load moves
+the absolute rates, the ``ours / raw`` ratio much less): ``--adamw-implementation for_loop`` (per-tensor AdamW),
+``--no-pack-pair-scoring`` (prompt scored twice per pair), ``--per-update-mode-switch`` (train/eval around every
+update), ``--no-top-k-first`` and ``--no-prefill-once`` (sampler; they act with ``--top-p`` < 1 and in collect).
 """
 
 from __future__ import annotations
