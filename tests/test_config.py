@@ -69,6 +69,7 @@ OUR_MADPO_DEFAULTS = {
     "output_dir": None,
     "max_grad_norm": None,
     "save_strategy": "phase",
+    "save_in_background": False,
     "adamw_implementation": "fused",
     "batch_invariant_sampling": True,
     "lora_r": None,

@@ -398,3 +398,54 @@ def test_save_strategy_picks_the_phases_that_checkpoint(model_dir, tmp_path, str
     assert saved == expected
     with pytest.raises(ValueError, match="save_strategy must be one of: phase, round, no"):
         MADPOConfig(save_strategy="steps")
+
+
+def test_background_checkpoint_lands_after_step_returns_and_holds_that_phase(model_dir, tmp_path, monkeypatch):
+    import threading
+
+    from comlrl_lab.trainers.preference import checkpoint as ckpt
+
+    trainer = _madpo(model_dir, tmp_path, save_in_background=True, num_train_epochs=2)
+    trainer.checkpoint_dir = tmp_path / "ckpt"
+    trainer.step("collect")
+    trainer.step("select")
+    trainer.wait_for_checkpoint()
+    release = threading.Event()
+    plain_save = ckpt.save_checkpoint
+
+    def held(*args, **kwargs):
+        release.wait(timeout=60)
+        return plain_save(*args, **kwargs)
+
+    monkeypatch.setattr(ckpt, "save_checkpoint", held)
+    trainer.step("train")
+    expected = [p.detach().clone() for p in trainer.agents[0].parameters()]
+    # The step returned while its checkpoint is still being written: the last committed one is the select's.
+    assert _files(trainer.checkpoint_dir) == ["state.pt"]
+    with torch.no_grad():  # the next phase changing the weights must not reach the checkpoint in flight
+        for p in trainer.agents[0].parameters():
+            p.add_(1.0)
+    release.set()
+    trainer.wait_for_checkpoint()
+    assert _files(trainer.checkpoint_dir) == ["state.pt", "weights-000001.pt"]
+    resumed = _madpo(model_dir, tmp_path)
+    resumed.load_checkpoint(trainer.checkpoint_dir)
+    assert resumed.next_phase == "evaluate"
+    for got, want in zip(resumed.agents[0].parameters(), expected):
+        assert torch.equal(got, want)
+
+
+def test_background_checkpoint_errors_surface_at_the_next_wait(model_dir, tmp_path, monkeypatch):
+    from comlrl_lab.trainers.preference import checkpoint as ckpt
+
+    trainer = _madpo(model_dir, tmp_path, save_in_background=True)
+    trainer.checkpoint_dir = tmp_path / "ckpt"
+
+    def full_disk(*args, **kwargs):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(ckpt, "save_checkpoint", full_disk)
+    trainer.step("collect")
+    with pytest.raises(OSError, match="No space left"):
+        trainer.wait_for_checkpoint()
+    trainer.wait_for_checkpoint()  # reported once

@@ -197,8 +197,12 @@ class Run:
             self.trainer = None
 
     def close(self) -> None:
-        if self.store is not None:
-            self.store.close()
+        try:
+            if self.trainer is not None:
+                self.trainer.wait_for_checkpoint()  # save_in_background: the last phase's checkpoint lands first
+        finally:
+            if self.store is not None:
+                self.store.close()
 
 
 def run_data_parallel(

@@ -10,6 +10,7 @@ does not know about DuckDB or Streamlit.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -192,6 +193,7 @@ class PreferenceTrainerBase:
         self.weights_version = ckpt.INITIAL_WEIGHTS
         self._weights_dirty = False
         self._weights_touched = False  # a train phase has started, so the weights may differ from version 0
+        self._writer = ckpt.BackgroundWriter()
         self.last_message: str | None = None
         self.history: list[dict[str, Any]] = []  # one summary per finished phase
 
@@ -346,6 +348,7 @@ class PreferenceTrainerBase:
             self.checkpoint_dir = Path(checkpoint_dir)
         while not self.finished:
             self.step()
+        self.wait_for_checkpoint()
 
     # ---------------------------------------------------------------------------------------------------
     # Collection helpers shared by subclasses
@@ -523,11 +526,21 @@ class PreferenceTrainerBase:
             }
         elif not self.dist.is_main:
             return Path(directory)
+        if self.args.save_in_background:
+            # Copies, since the next phase updates the weights, moments and replay state in place.
+            self._writer.submit(directory, copy.deepcopy(self._state()), copy.deepcopy(weights), self.weights_version)
+            self._weights_dirty = False
+            return Path(directory)
         path = ckpt.save_checkpoint(directory, self._state(), weights, self.weights_version)
         self._weights_dirty = False
         return path
 
+    def wait_for_checkpoint(self) -> None:
+        """Block until a checkpoint being written in the background is on disk; re-raise its error."""
+        self._writer.wait()
+
     def load_checkpoint(self, directory: str | Path) -> None:
+        self.wait_for_checkpoint()
         state, weights = ckpt.load_checkpoint(directory)
         if weights is None:
             if self._weights_touched:

@@ -16,6 +16,7 @@ configs are stored through ``to_dict()``, which drops them.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -78,3 +79,38 @@ def load_checkpoint(directory: str | Path, map_location: Any = "cpu") -> tuple[d
         weights_file(directory, state["weights_version"]), map_location=map_location, weights_only=False
     )
     return state, weights
+
+
+class BackgroundWriter:
+    """``save_checkpoint`` in one background thread, one write at a time, so the next phase starts at once.
+
+    The caller hands over copies that nothing else mutates. The write stays atomic (the state file, renamed last,
+    commits it), so a process killed mid-write resumes from the previous checkpoint. ``wait`` blocks until the
+    write in flight has finished and re-raises its error; the thread is not a daemon, so a normal exit waits too.
+    """
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def submit(
+        self, directory: str | Path, state: dict[str, Any], weights: dict[str, Any] | None, version: int
+    ) -> None:
+        self.wait()
+
+        def write() -> None:
+            try:
+                save_checkpoint(directory, state, weights, version)
+            except BaseException as error:  # handed to the trainer's thread by wait()
+                self._error = error
+
+        self._thread = threading.Thread(target=write, name="checkpoint-writer")
+        self._thread.start()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error

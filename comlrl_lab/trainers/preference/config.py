@@ -426,6 +426,14 @@ class MADPOConfig:
             "group": "Training",
         },
     )
+    save_in_background: bool = field(
+        default=False,
+        kw_only=True,
+        metadata={
+            "help": "Write each checkpoint in a background thread from a copy, so the next phase starts at once; a checkpoint counts only once its write has finished, so a killed run resumes from the one before. Costs one copy of the weights and optimiser state in memory.",
+            "group": "Training",
+        },
+    )
     adamw_implementation: str = field(
         default="fused",
         kw_only=True,
