@@ -10,7 +10,8 @@ batch size on the same model, one thread:
 (c) the same with ``row_seeds`` (batch-invariant sampling: each row draws from its own seeded uniforms and a
     logits processor picks the token; what the trainers use by default, ``batch_invariant_sampling=True``).
 
-It prints the rates, (b) / (a) and (c) / (a); the target is >= 0.8 for both. Prompts come from the built-in ``length_ratio``
+It prints the rates, (b) / (a) and (c) / (a); the target is >= 0.8 for both. ``--no-top-k-first`` (top-p sorts
+the whole vocabulary) and ``--no-prefill-once`` (every row prefills its prompt) switch the sampler's savings off. Prompts come from the built-in ``length_ratio``
 task (agent 1's formatter) when it is available. The embedded tiny model is used by default; when it has
 not been built yet the benchmark says so and exits. Usage::
 
@@ -101,13 +102,18 @@ def measure(
     max_new_tokens: int = 32,
     batch_size: int = 64,
     repeats: int = 3,
+    top_k_first: bool = True,
+    prefill_once: bool = True,
 ) -> dict:
     """Median tokens/s of both sides over ``repeats`` alternating runs (after one warm-up run each)."""
     torch.set_num_threads(1)
     tokenizer = load_tokenizer(model_source)
     model = load_model(model_source, device="cpu", dtype="float32").eval()
     prompts = task_prompts(num_items)
-    settings = SamplingSettings(max_new_tokens=max_new_tokens, batch_size=batch_size)  # CoMLRL's sampling defaults
+    # CoMLRL's sampling defaults
+    settings = SamplingSettings(
+        max_new_tokens=max_new_tokens, batch_size=batch_size, top_k_first=top_k_first, prefill_once=prefill_once
+    )
     raw_generate(model, tokenizer, prompts[:2], 2, settings, 0)
     ours(model, tokenizer, prompts[:2], 2, settings, 0)
     ours_row_seeded(model, tokenizer, prompts[:2], 2, settings, 0)
@@ -131,6 +137,8 @@ def measure(
         "max_new_tokens": max_new_tokens,
         "batch_size": batch_size,
         "repeats": repeats,
+        "top_k_first": top_k_first,
+        "prefill_once": prefill_once,
         "raw_tokens": raw_tokens,
         "sampler_tokens": our_tokens,
         "raw_tokens_per_s": round(raw_rate, 1),
@@ -150,6 +158,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--no-top-k-first",
+        dest="top_k_first",
+        action="store_false",
+        help="row-seeded sampler: sort the whole vocabulary for top-p (the saving off)",
+    )
+    parser.add_argument(
+        "--no-prefill-once",
+        dest="prefill_once",
+        action="store_false",
+        help="prefill every (prompt, candidate) row instead of each distinct prompt once (the saving off)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
     args = parser.parse_args(argv)
     if is_tiny_model_name(args.model) and not os.path.isfile(os.path.join(tiny_model_path(), "config.json")):
@@ -163,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
             max_new_tokens=args.max_new_tokens,
             batch_size=args.batch_size,
             repeats=args.repeats,
+            top_k_first=args.top_k_first,
+            prefill_once=args.prefill_once,
         )
     except ModelLoadError as exc:
         print(f"skipped: {exc}")
@@ -172,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(
         f"model {result['model']}: {result['sequences']} sequences, max_new_tokens {result['max_new_tokens']}, "
-        f"batch size {result['batch_size']}, median of {result['repeats']}, 1 thread"
+        f"batch size {result['batch_size']}, median of {result['repeats']}, 1 thread, "
+        f"top_k_first {result['top_k_first']}, prefill_once {result['prefill_once']}"
     )
     print(f"  (a) raw model.generate   {result['raw_tokens_per_s']:>10.1f} tokens/s")
     print(f"  (b) sample_candidates    {result['sampler_tokens_per_s']:>10.1f} tokens/s")

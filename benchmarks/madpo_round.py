@@ -7,6 +7,11 @@ Both sides of the ratio run in this process on the same model and pairs:
   losers, with the tensors built before timing: the floor any implementation pays.
 
 Then a whole round (collect, select, train, evaluate) is timed. Run: ``python benchmarks/madpo_round.py``.
+
+Each exact-maths saving can be switched off to measure it (interleave on and off runs; the machine's load moves
+the absolute rates, the ``ours / raw`` ratio much less): ``--adamw-implementation for_loop`` (per-tensor AdamW),
+``--no-pack-pair-scoring`` (prompt scored twice per pair), ``--per-update-mode-switch`` (train/eval around every
+update), ``--no-top-k-first`` and ``--no-prefill-once`` (sampler; they act with ``--top-p`` < 1 and in collect).
 """
 
 from __future__ import annotations
@@ -33,13 +38,15 @@ def build_trainer(args, output_dir: str) -> MADPOIterTrainer:
         train_batch_size=args.batch_size,
         scoring_batch_size=args.batch_size,
         eval_num_samples=16,
-        temperature=1.0,
-        top_p=1.0,
+        temperature=args.temperature,
+        top_p=args.top_p,
         agent_devices="cpu",
         output_dir=output_dir,
         seed=0,
+        adamw_implementation=args.adamw_implementation,
+        pack_pair_scoring=args.pack_pair_scoring,
     )
-    return MADPOIterTrainer(
+    trainer = MADPOIterTrainer(
         agent_model=TINY_MODEL_NAME,
         num_agents=task.num_agents,
         train_dataset=task.train_items()[: args.items],
@@ -48,6 +55,26 @@ def build_trainer(args, output_dir: str) -> MADPOIterTrainer:
         formatters=list(task.formatters),
         args=config,
     )
+    if args.per_update_mode_switch:
+        # The saving off: what the learner did before, a train()/eval() walk of every agent around each update.
+        plain_update = trainer.learner._update
+
+        def switching_update(batch):
+            for model in trainer.agents:
+                model.train(trainer.train_mode_for_updates)
+            try:
+                return plain_update(batch)
+            finally:
+                for model in trainer.agents:
+                    model.eval()
+
+        trainer.learner._update = switching_update
+    switched_off = {"top_k_first": args.top_k_first, "prefill_once": args.prefill_once}
+    switched_off = {name: False for name, on in switched_off.items() if not on}
+    if switched_off:
+        plain = trainer.sampling_settings
+        trainer.sampling_settings = lambda **overrides: plain(**{**switched_off, **overrides})
+    return trainer
 
 
 def raw_batches(trainer, batches):
@@ -87,7 +114,38 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--top-p", type=float, default=1.0, help="CoMLRL's default is 0.6 (top-p sorts then run)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--adamw-implementation",
+        default="fused",
+        choices=("fused", "foreach", "for_loop"),
+        help="the agents' AdamW (for_loop: the per-tensor loop, the saving off)",
+    )
+    parser.add_argument(
+        "--no-top-k-first",
+        dest="top_k_first",
+        action="store_false",
+        help="row-seeded sampler: sort the whole vocabulary for top-p (the saving off)",
+    )
+    parser.add_argument(
+        "--no-pack-pair-scoring",
+        dest="pack_pair_scoring",
+        action="store_false",
+        help="score winner and loser as two rows, the prompt twice (the saving off)",
+    )
+    parser.add_argument(
+        "--no-prefill-once",
+        dest="prefill_once",
+        action="store_false",
+        help="prefill every (prompt, candidate) row instead of each distinct prompt once (the saving off)",
+    )
+    parser.add_argument(
+        "--per-update-mode-switch",
+        action="store_true",
+        help="switch the agents' train/eval mode around every update, as before (the saving off)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -122,7 +180,9 @@ def main() -> None:
     ours_rate, raw_rate = statistics.median(ours), statistics.median(raw)
     print(
         f"model: {TINY_MODEL_NAME}, task: {args.task}, items: {args.items}, candidates: {args.candidates}, "
-        f"max_new_tokens: {args.max_new_tokens}, threads: {args.threads}"
+        f"max_new_tokens: {args.max_new_tokens}, threads: {args.threads}, adamw: {args.adamw_implementation}, "
+        f"top_k_first: {args.top_k_first}, per-update mode switch: {args.per_update_mode_switch}, "
+        f"prefill_once: {args.prefill_once}, pack_pair_scoring: {args.pack_pair_scoring}"
     )
     print(f"pairs: {len(pairs)}, completion tokens per pass: {tokens}, batch: {args.batch_size}")
     print(f"DPOLearner.update    {ours_rate:8.1f} pairs/s")

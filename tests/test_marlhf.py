@@ -136,6 +136,15 @@ class LookupScores(torch.nn.Module):
         self.batches.append(list(texts))
         return self.values[torch.tensor([self.index[t] for t in texts])]
 
+    def tokenize(self, texts):
+        self.tokenized = getattr(self, "tokenized", 0) + len(texts)
+        return [[self.index[t]] for t in texts]
+
+    def score_ids(self, rows):
+        names = list(self.index)
+        self.batches.append([names[row[0]] for row in rows])
+        return self.values[torch.tensor([row[0] for row in rows])]
+
     def trainable_parameters(self):
         return [self.values]
 

@@ -235,14 +235,21 @@ class Run:
         if self.trainer is None:
             return
         if _ckpt().has_checkpoint(self.checkpoint_dir):
-            self.trainer.load_checkpoint(self.checkpoint_dir)
+            try:
+                self.trainer.load_checkpoint(self.checkpoint_dir)
+            except _ckpt().InitialWeightsCheckpoint:
+                self.trainer = None  # the checkpoint holds the initial weights: a rebuilt trainer has them
         else:
             # Nothing finished yet: rebuild from scratch so no half-run phase leaks into the next attempt.
             self.trainer = None
 
     def close(self) -> None:
-        if self.store is not None:
-            self.store.close()
+        try:
+            if self.trainer is not None:
+                self.trainer.wait_for_checkpoint()  # save_in_background: the last phase's checkpoint lands first
+        finally:
+            if self.store is not None:
+                self.store.close()
 
 
 def run_data_parallel(

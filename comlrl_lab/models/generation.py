@@ -14,6 +14,10 @@ Two ways to draw the randomness:
   ``generate`` then runs greedily and takes that token. A row's tokens no longer depend on batch size, batch
   composition, sort order or which process sampled it, so sharding items across ranks changes nothing.
 
+Within a generate call, each distinct prompt's KV cache (all its tokens but the last) is computed once and
+shared by its candidates' rows (``SamplingSettings.prefill_once``); models without a ``logits_to_keep``/cache
+forward are prefilled per row as before.
+
 This module does not score, pair or train.
 """
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -31,6 +36,7 @@ import numpy as np
 import torch
 
 from comlrl_lab.models.devices import model_device
+from comlrl_lab.models.scoring import set_mode
 
 # Keys the sampler owns; extra generate kwargs may not override them.
 _RESERVED_KWARGS = {"input_ids", "attention_mask", "num_return_sequences", "generator"}
@@ -47,6 +53,12 @@ class SamplingSettings:
     top_p: float = 0.6
     top_k: int | None = 50  # passed to generate only when not None, as in CoMLRL
     batch_size: int = 64  # sequences per model.generate call
+    # Per-row sampling only: top-p over the top-k candidates (a partial sort) instead of a sort of the whole
+    # vocabulary; the same kept set, so the same tokens. False runs transformers' warpers (the slow reference).
+    top_k_first: bool = True
+    # Run the forward over each distinct prompt of a generate call once and share its KV cache with the prompt's
+    # candidates, instead of once per candidate. The same maths; the rounding of the first step may differ.
+    prefill_once: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
@@ -158,7 +170,7 @@ def row_uniforms(row_seed: int, candidate: int, steps: int) -> np.ndarray:
 class RowSeededSampler:
     """A ``generate`` logits processor that samples each row with its own uniforms and forces that token.
 
-    Per step t: scores -> temperature -> top-k -> top-p (transformers' own warpers, in the order and with the
+    Per step t: scores -> temperature -> top-k -> top-p (transformers' warpers' rules, in the order and with the
     ``min_tokens_to_keep=1`` that sampling with one beam uses), softmax in float32, then the token is the first
     index whose cumulative probability reaches u[b, t] times the total. Every other token gets -inf, so greedy
     decoding takes the sampled one. Each row's result depends only on its own logits and uniforms.
@@ -174,25 +186,56 @@ class RowSeededSampler:
 
         self.uniforms = uniforms  # (B, max_new_tokens) float32 on the model's device
         self.step = 0
-        warpers = []
+        self.top_k = max(int(settings.top_k or 0), 0)
+        self.top_p = float(settings.top_p)
+        self.temperature = None
         if settings.temperature != 1.0:
-            warpers.append(TemperatureLogitsWarper(settings.temperature))
-        if settings.top_k:
-            warpers.append(TopKLogitsWarper(top_k=settings.top_k, min_tokens_to_keep=1))
-        if settings.top_p < 1.0:
-            warpers.append(TopPLogitsWarper(top_p=settings.top_p, min_tokens_to_keep=1))
+            self.temperature = TemperatureLogitsWarper(settings.temperature)
+        warpers = []
+        if self.top_k:
+            warpers.append(TopKLogitsWarper(top_k=self.top_k, min_tokens_to_keep=1))
+        if self.top_p < 1.0:
+            warpers.append(TopPLogitsWarper(top_p=self.top_p, min_tokens_to_keep=1))
         self.warpers = LogitsProcessorList(warpers)
+        self.top_k_first = settings.top_k_first and bool(self.top_k) and self.top_p < 1.0
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        scores = self.warpers(input_ids, scores.float())  # (B, V)
-        cdf = torch.softmax(scores, dim=-1).cumsum(dim=-1)  # (B, V)
+        scores = scores.float()  # (B, V)
+        if self.temperature is not None:
+            scores = self.temperature(input_ids, scores)
+        filtered = top_k_then_top_p(scores, self.top_k, self.top_p) if self.top_k_first else None
+        if filtered is None:
+            filtered = self.warpers(input_ids, scores)
+        cdf = torch.softmax(filtered, dim=-1).cumsum(dim=-1)  # (B, V)
         u = self.uniforms[:, self.step].to(cdf.device) * cdf[:, -1]  # (B,)
         self.step += 1
         # First index with cdf >= u: u > 0, so that index has a positive probability.
         tokens = (cdf < u.unsqueeze(1)).sum(dim=-1).clamp_(max=cdf.shape[-1] - 1)  # (B,)
-        forced = torch.full_like(scores, float("-inf"))
+        forced = torch.full_like(filtered, float("-inf"))
         forced.scatter_(1, tokens.unsqueeze(1), 0.0)
         return forced
+
+
+def top_k_then_top_p(scores: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor | None:
+    """Top-k then top-p filtering of ``scores`` (B, V) with one ``topk`` of k values instead of a sort of V.
+
+    transformers' TopP warper sorts the whole vocabulary although top-k has already left k finite scores; the
+    cumulative probabilities it compares with 1 - top_p are those of the kept k, in ascending order, which is
+    what is computed here on the k values alone. Returns None when the k-th score is tied with a score outside
+    the top k (top-k then keeps more than k tokens), so the caller runs the full warpers instead.
+    """
+    k = min(top_k, scores.shape[-1])
+    values, indices = torch.topk(scores, k, dim=-1)  # (B, k), descending
+    kth = values[:, -1:]  # (B, 1)
+    outside = scores < kth  # (B, V): what top-k removes
+    if bool(((~outside).sum(dim=-1) > k).any()):
+        return None
+    ascending, ascending_indices = values.flip(-1), indices.flip(-1)  # (B, k), as TopP sorts them
+    cumulative = ascending.softmax(dim=-1).cumsum(dim=-1)
+    remove = cumulative <= (1 - top_p)
+    remove[:, -1] = False  # min_tokens_to_keep=1
+    outside.scatter_(1, ascending_indices, remove)
+    return scores.masked_fill(outside, float("-inf"))
 
 
 def _row_processor(batch: list[tuple[int, int]], row_seeds: Sequence[int], settings: SamplingSettings, device) -> Any:
@@ -259,6 +302,50 @@ def _generate_kwargs(settings: SamplingSettings, pad_id: int, eos_ids: list[int]
     return kwargs
 
 
+def _cache_argument(model: Any) -> str | None:
+    """The name under which ``model`` takes a KV cache (``cache`` in transformers >= 5), or None (no sharing)."""
+    parameters = inspect.signature(model.forward).parameters
+    if "logits_to_keep" not in parameters:
+        return None
+    for name in ("cache", "past_key_values"):
+        if name in parameters:
+            return name
+    return None
+
+
+def _shared_prompt_cache(
+    model: Any,
+    cache_name: str,
+    batch: list[tuple[int, int]],
+    prompt_ids: list[list[int]],
+    pad_id: int,
+    device: torch.device,
+) -> Any:
+    """The KV cache of every row's prompt but its last token, computed once per distinct prompt of ``batch``.
+
+    The distinct prompts are left-padded to the batch's width, so each cached row lines up with the batch rows
+    of that prompt; ``generate`` then runs only each row's last prompt token before sampling. Positions count
+    real tokens only, as ``generate`` counts them from the attention mask.
+    """
+    from transformers import DynamicCache
+
+    distinct = list(dict.fromkeys(k for k, _ in batch))
+    input_ids, attention_mask = _left_pad([prompt_ids[k] for k in distinct], pad_id, device)  # (U, T)
+    position_ids = (attention_mask.cumsum(-1) - 1).masked_fill_(attention_mask == 0, 1)
+    cache = DynamicCache(config=model.config)
+    model(
+        input_ids=input_ids[:, :-1],
+        attention_mask=attention_mask[:, :-1],
+        position_ids=position_ids[:, :-1],
+        use_cache=True,
+        logits_to_keep=1,
+        **{cache_name: cache},
+    )
+    row_of = {k: u for u, k in enumerate(distinct)}
+    cache.batch_select_indices(torch.tensor([row_of[k] for k, _ in batch], device=device))  # (B, ...) rows
+    return cache
+
+
 def sample_candidates(
     model: Any,
     tokenizer: Any,
@@ -316,8 +403,9 @@ def sample_candidates(
     jobs = [(k, j) for k in order for j in range(num_candidates)]
     results: list[list[Any]] = [[None] * num_candidates for _ in prompts]
 
+    cache_name = _cache_argument(model) if settings.prefill_once else None
     was_training = model.training
-    model.eval()  # dropout off while sampling
+    set_mode(model, False)  # dropout off while sampling
     try:
         rng_context = generator_as_device_rng(generator, device) if row_seeds is None else contextlib.nullcontext()
         with torch.inference_mode(), rng_context:
@@ -326,7 +414,10 @@ def sample_candidates(
                 input_ids, attention_mask = _left_pad([prompt_ids[k] for k, _ in batch], pad_id, device)
                 if row_seeds is not None:
                     kwargs["logits_processor"] = _row_processor(batch, row_seeds, settings, device)
-                output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+                shared = {}
+                if cache_name and input_ids.shape[1] > 1 and len({k for k, _ in batch}) < len(batch):
+                    shared[cache_name] = _shared_prompt_cache(model, cache_name, batch, prompt_ids, pad_id, device)
+                output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs, **shared)
                 sequences = output if isinstance(output, torch.Tensor) else output.sequences  # (B, T + new)
                 cut = [_cut_at_eos(row, eos_set) for row in sequences[:, input_ids.shape[1] :].tolist()]
                 texts = tokenizer.batch_decode([ids for ids, _ in cut], skip_special_tokens=True)
@@ -335,5 +426,5 @@ def sample_candidates(
                         text=text, completion_ids=ids, prompt_ids=list(prompt_ids[k]), finished=finished
                     )
     finally:
-        model.train(was_training)
+        set_mode(model, was_training)
     return results

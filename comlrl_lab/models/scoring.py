@@ -41,6 +41,16 @@ def disable_dropout(model: Any) -> Any:
     return model
 
 
+def set_mode(model: Any, training: bool) -> None:
+    """``model.train(training)`` only when the model is not in that mode already.
+
+    ``train()``/``eval()`` walk every submodule; called per update and per generate call they cost about half a
+    millisecond each on the tiny model. Modes are only ever set on the root here, so its flag speaks for the tree.
+    """
+    if model.training != training:
+        model.train(training)
+
+
 def scored_token_counts(completion_ids: Sequence[Sequence[int]], score_final_token: bool) -> list[int]:
     """How many tokens of each completion ``sequence_logps`` scores."""
     if score_final_token:
@@ -206,3 +216,154 @@ def token_logps_and_mask(
         score_final_token=True,
         micro_batch_size=micro_batch_size,
     )
+
+
+def supports_packed_pairs(model: Any) -> bool:
+    """Whether ``model`` takes a custom 4D additive attention mask and position ids (sdpa or eager attention)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    implementation = getattr(getattr(base, "config", None), "_attn_implementation", None)
+    return implementation in ("sdpa", "eager") and "position_ids" in _forward_params(type(base))
+
+
+def _packed_pair_rows(
+    model: Any,
+    prompts: list[list[int]],
+    winners: list[list[int]],
+    losers: list[list[int]],
+    winner_counts: list[int],
+    loser_counts: list[int],
+    pad_token_id: int,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed log-probs of winners and losers, (b,) each, from one row per pair: [prompt | winner | loser].
+
+    The loser's tokens see the prompt and themselves, never the winner (a block-causal mask), and restart their
+    positions where the prompt ends, so each token's logits are those of its own unpacked sequence; the prompt
+    runs once. Both completions' first tokens are scored from the prompt's last position.
+    """
+    rows, positions, segments = [], [], []
+    for p, w, lo, nw, nl in zip(prompts, winners, losers, winner_counts, loser_counts):
+        w_in, l_in = w[: max(nw - 1, 0)], lo[: max(nl - 1, 0)]
+        rows.append(p + w_in + l_in)
+        positions.append(list(range(len(p) + len(w_in))) + list(range(len(p), len(p) + len(l_in))))
+        segments.append([0] * len(p) + [1] * len(w_in) + [2] * len(l_in))
+    b, seq_len = len(rows), max(len(r) for r in rows)
+    input_ids = torch.full((b, seq_len), pad_token_id, dtype=torch.long)  # (b, T)
+    position_ids = torch.zeros((b, seq_len), dtype=torch.long)
+    segment = torch.full((b, seq_len), -1, dtype=torch.long)  # -1: padding
+    for r, (row, pos, seg) in enumerate(zip(rows, positions, segments)):
+        input_ids[r, : len(row)] = torch.tensor(row, dtype=torch.long)
+        position_ids[r, : len(row)] = torch.tensor(pos, dtype=torch.long)
+        segment[r, : len(row)] = torch.tensor(seg, dtype=torch.long)
+    query, key = segment.unsqueeze(2), segment.unsqueeze(1)  # (b, T, 1), (b, 1, T)
+    causal = torch.ones((seq_len, seq_len), dtype=torch.bool).tril()
+    allowed = causal & (key != -1) & ((key == 0) | (key == query))  # (b, T, T)
+    allowed |= torch.eye(seq_len, dtype=torch.bool)  # a padding query attends to itself, so no row is empty
+    dtype = next(model.parameters()).dtype
+    mask = torch.zeros((b, 1, seq_len, seq_len), dtype=dtype).masked_fill_(
+        ~allowed.unsqueeze(1), torch.finfo(dtype).min
+    )
+
+    first = min(len(p) - 1 for p in prompts)
+    kwargs: dict[str, Any] = {}
+    params = _forward_params(type(model.get_base_model() if hasattr(model, "get_base_model") else model))
+    if "logits_to_keep" in params:
+        kwargs["logits_to_keep"] = seq_len - first
+    logits = model(
+        input_ids=input_ids.to(device),
+        attention_mask=mask.to(device),
+        position_ids=position_ids.to(device),
+        use_cache=False,
+        **kwargs,
+    ).logits  # (b, T', V)
+    offset = seq_len - logits.shape[1]
+
+    row_index, position, target, side = [], [], [], []
+    for r, (p, w, lo, nw, nl) in enumerate(zip(prompts, winners, losers, winner_counts, loser_counts)):
+        start = len(p) - 1 - offset
+        row_index += [r] * (nw + nl)
+        position += range(start, start + nw)
+        loser_start = start + 1 + max(nw - 1, 0)  # the loser's inputs follow the winner's in the row
+        position += [start] + list(range(loser_start, loser_start + nl - 1)) if nl else []
+        target += w[:nw] + lo[:nl]
+        side += [0] * nw + [1] * nl
+    out_dtype = torch.promote_types(logits.dtype, torch.float32)
+    sums = torch.zeros((2 * b,), dtype=out_dtype, device=device)
+    if not target:
+        return sums[:b], sums[b:]
+    row_t = torch.tensor(row_index, device=device)
+    selected = logits[row_t, torch.tensor(position, device=device)].to(out_dtype)  # (N, V)
+    target_t = torch.tensor(target, device=device).unsqueeze(-1)
+    token_logps = selected.gather(-1, target_t).squeeze(-1) - torch.logsumexp(selected, dim=-1)  # (N,)
+    sums = sums.index_add(0, row_t + b * torch.tensor(side, device=device), token_logps)
+    return sums[:b], sums[b:]
+
+
+def pair_logps(
+    model: Any,
+    prompt_ids: Sequence[Sequence[int]],
+    winner_ids: Sequence[Sequence[int]],
+    loser_ids: Sequence[Sequence[int]],
+    *,
+    pad_token_id: int,
+    score_final_token: bool = False,
+    micro_batch_size: int = 16,
+    packed: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sequence_logps`` of each pair's winner and of its loser after the same prompt: (B,) each.
+
+    With ``packed`` (and a model that takes custom masks, ``supports_packed_pairs``) each pair is one row
+    ``[prompt | winner | loser]`` with a block-causal mask, so the prompt runs once per pair instead of twice:
+    the same log-probs up to float rounding. Otherwise winners and losers are scored as ``sequence_logps`` does.
+    """
+    size = len(prompt_ids)
+    if not (len(winner_ids) == len(loser_ids) == size):
+        raise ValueError(f"{size} prompts, {len(winner_ids)} winners and {len(loser_ids)} losers.")
+    if not packed or not supports_packed_pairs(model) or size == 0:
+        logps = sequence_logps(
+            model,
+            list(prompt_ids) + list(prompt_ids),
+            list(winner_ids) + list(loser_ids),
+            pad_token_id=pad_token_id,
+            score_final_token=score_final_token,
+            micro_batch_size=2 * micro_batch_size,
+        )
+        return logps[:size], logps[size:]
+    prompts = [list(map(int, p)) for p in prompt_ids]
+    winners = [list(map(int, c)) for c in winner_ids]
+    losers = [list(map(int, c)) for c in loser_ids]
+    winner_counts = scored_token_counts(winners, score_final_token)
+    loser_counts = scored_token_counts(losers, score_final_token)
+    for b, p in enumerate(prompts):
+        if (winner_counts[b] or loser_counts[b]) and not p:
+            raise ValueError(f"prompt_ids[{b}] is empty: the first completion token has no context to be scored from.")
+    device = model_device(model)
+    # Longest rows first, so each micro-batch holds similar lengths (little padding).
+    order = sorted(range(size), key=lambda b: len(prompts[b]) + winner_counts[b] + loser_counts[b], reverse=True)
+    order = [b for b in order if prompts[b]]
+    winner_parts, loser_parts = [], []
+    for start in range(0, len(order), micro_batch_size):
+        chunk = order[start : start + micro_batch_size]
+        w, lo = _packed_pair_rows(
+            model,
+            [prompts[b] for b in chunk],
+            [winners[b] for b in chunk],
+            [losers[b] for b in chunk],
+            [winner_counts[b] for b in chunk],
+            [loser_counts[b] for b in chunk],
+            int(pad_token_id),
+            device,
+        )
+        winner_parts.append(w)
+        loser_parts.append(lo)
+    index = torch.tensor(order, device=device)
+    dtype = winner_parts[0].dtype if winner_parts else torch.float32
+    winner_logps = torch.zeros(size, dtype=dtype, device=device)
+    loser_logps = torch.zeros(size, dtype=dtype, device=device)
+    if winner_parts:
+        winner_logps = winner_logps.index_put((index,), torch.cat(winner_parts))
+        loser_logps = loser_logps.index_put((index,), torch.cat(loser_parts))
+    if torch.is_grad_enabled() and not winner_logps.requires_grad:
+        winner_logps.requires_grad_(True)
+        loser_logps.requires_grad_(True)
+    return winner_logps, loser_logps

@@ -10,13 +10,12 @@ does not know about DuckDB or Streamlit.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
-
-import torch
 
 from comlrl_lab.data import metric_names as M
 from comlrl_lab.data.datasets import load_items
@@ -50,6 +49,7 @@ from comlrl_lab.trainers.preference.comparators.centralized import (
 )
 from comlrl_lab.trainers.preference.devices import resolve_layout
 from comlrl_lab.trainers.preference.distributed import DistContext
+from comlrl_lab.trainers.preference.optim import build_adamw
 from comlrl_lab.trainers.preference.sink import PHASES, NullSink, PhaseControl, PhaseRecords, RecordSink
 from comlrl_lab.trainers.preference.tracking import Trackers
 
@@ -173,8 +173,10 @@ class PreferenceTrainerBase:
 
         self.streams = RandomStreams(self.args.seed, cuda_offset=self.devices.cuda_offset)
         self._prepare_agents()
+        # Differs from CoMLRL: a fused AdamW by default (adamw_implementation), the same update rounded differently.
         self.optimizers = [
-            torch.optim.AdamW(trainable_parameters(model), lr=self.args.agent_learning_rate) for model in self.agents
+            build_adamw(trainable_parameters(model), self.args.agent_learning_rate, self.args.adamw_implementation)
+            for model in self.agents
         ]
         # Only the main rank commits records; the others compute the same phases and keep nothing.
         self.sink: RecordSink = sink if sink is not None and self.dist.is_main else NullSink()
@@ -198,8 +200,11 @@ class PreferenceTrainerBase:
         self.finished = False
         self.updates_seen = 0
         self.env_step = 0
-        self.weights_version = 0
-        self._weights_dirty = True
+        # Version 0 is the weights as built, which a rebuilt trainer holds again: nothing to write until training.
+        self.weights_version = ckpt.INITIAL_WEIGHTS
+        self._weights_dirty = False
+        self._weights_touched = False  # a train phase has started, so the weights may differ from version 0
+        self._writer = ckpt.BackgroundWriter()
         self.last_message: str | None = None
         self.history: list[dict[str, Any]] = []  # one summary per finished phase
 
@@ -303,9 +308,15 @@ class PreferenceTrainerBase:
         self._advance_cursor()
         if self.finished:
             self.trackers.finish()
-        if self.checkpoint_dir is not None:
+        if self.checkpoint_dir is not None and self._saves_after(phase):
             self.save_checkpoint(self.checkpoint_dir)
         return records
+
+    def _saves_after(self, phase: str) -> bool:
+        """Whether ``save_strategy`` checkpoints after ``phase``: every phase, each round's last one, or never."""
+        # Differs from CoMLRL: its checkpoints follow checkpoint_interval alone; save_strategy is ours (TRL's name).
+        strategy = self.args.save_strategy
+        return strategy == "phase" or (strategy == "round" and (phase == PHASES[-1] or self.finished))
 
     def _run_phase(self, phase: str, records: PhaseRecords) -> None:
         if phase == "collect":
@@ -314,6 +325,7 @@ class PreferenceTrainerBase:
         elif phase == "select":
             self.collector.select(records)
         elif phase == "train":
+            self._weights_touched = True
             self.learner.train(self.collector.train_pairs, records)
             self.collector.after_train()
         else:
@@ -356,6 +368,7 @@ class PreferenceTrainerBase:
             self.checkpoint_dir = Path(checkpoint_dir)
         while not self.finished:
             self.step()
+        self.wait_for_checkpoint()
 
     # ---------------------------------------------------------------------------------------------------
     # Collection helpers shared by subclasses
@@ -538,25 +551,47 @@ class PreferenceTrainerBase:
             weights = {
                 # LoRA: the adapters only; the frozen base is reloaded from its source.
                 "agents": [trainable_state_dict(m) for m in self.agents],
-                "optimizers": [opt.state_dict() for opt in self.optimizers],
+                # A finished run trains no more, so a resume never needs the moments (2x the weights for AdamW).
+                "optimizers": None if self.finished else [opt.state_dict() for opt in self.optimizers],
                 **self.learner.extra_weights(),
             }
         elif not self.dist.is_main:
+            return Path(directory)
+        if self.args.save_in_background:
+            # Copies, since the next phase updates the weights, moments and replay state in place.
+            self._writer.submit(directory, copy.deepcopy(self._state()), copy.deepcopy(weights), self.weights_version)
+            self._weights_dirty = False
             return Path(directory)
         path = ckpt.save_checkpoint(directory, self._state(), weights, self.weights_version)
         self._weights_dirty = False
         return path
 
+    def wait_for_checkpoint(self) -> None:
+        """Block until a checkpoint being written in the background is on disk; re-raise its error."""
+        self._writer.wait()
+
     def load_checkpoint(self, directory: str | Path) -> None:
+        self.wait_for_checkpoint()
         state, weights = ckpt.load_checkpoint(directory)
+        if weights is None:
+            if self._weights_touched:
+                raise ckpt.InitialWeightsCheckpoint(
+                    f"{directory} holds the initial weights (no train phase had finished); this trainer has trained "
+                    "since, so build a fresh trainer to resume from it."
+                )
+            self.weights_version = ckpt.INITIAL_WEIGHTS
+            self._weights_dirty = False
+            self._load_state(state)
+            return
         for model, device, weights_i in zip(self.agents, self.agent_devices, weights["agents"]):
             load_trainable_state_dict(model, weights_i)
             model.to(device)
-        for optimizer, opt_state in zip(self.optimizers, weights["optimizers"]):
+        for optimizer, opt_state in zip(self.optimizers, weights["optimizers"] or []):
             optimizer.load_state_dict(opt_state)
         self.learner.load_extra_weights(weights)
         self.weights_version = int(state["weights_version"])
         self._weights_dirty = False
+        self._weights_touched = True
         self._load_state(state)
 
     # ---------------------------------------------------------------------------------------------------

@@ -5,6 +5,9 @@ Layout of ``checkpoint_dir``::
     state.pt              cursor, RNG streams, replay buffer, pending pairs, counters (small; rewritten each phase)
     weights-<version>.pt  agent state dicts and optimiser states (written only when training changed them)
 
+Version 0 is the trainer's initial weights, which a freshly built trainer already holds, so it has no file: a
+checkpoint written before the first train phase is the state file alone.
+
 Each file is written to a temporary name and renamed, and ``state.pt`` names the weights version it belongs to,
 so a process killed at any moment leaves the previous consistent checkpoint. API keys are never part of it:
 configs are stored through ``to_dict()``, which drops them.
@@ -13,6 +16,7 @@ configs are stored through ``to_dict()``, which drops them.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,11 @@ import torch
 
 STATE_FILE = "state.pt"
 CHECKPOINT_FORMAT = 1
+INITIAL_WEIGHTS = 0  # the weights version of an untrained trainer; never written
+
+
+class InitialWeightsCheckpoint(ValueError):
+    """A checkpoint at weights version 0 cannot be loaded into a trainer that has trained since: build a new one."""
 
 
 def _atomic_save(obj: Any, path: Path) -> None:
@@ -39,10 +48,10 @@ def save_checkpoint(directory: str | Path, state: dict[str, Any], weights: dict[
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     target = weights_file(directory, version)
-    if weights is not None or not target.exists():
-        if weights is None:
-            raise ValueError(f"weights version {version} is missing from {directory}")
+    if weights is not None:
         _atomic_save(weights, target)
+    elif version != INITIAL_WEIGHTS and not target.exists():
+        raise ValueError(f"weights version {version} is missing from {directory}")
     _atomic_save({"format": CHECKPOINT_FORMAT, "weights_version": version, **state}, directory / STATE_FILE)
     for old in directory.glob("weights-*.pt"):
         if old != target:
@@ -67,7 +76,8 @@ def has_checkpoint(directory: str | Path) -> bool:
     return (Path(directory) / STATE_FILE).is_file()
 
 
-def load_checkpoint(directory: str | Path, map_location: Any = "cpu") -> tuple[dict[str, Any], dict[str, Any]]:
+def load_checkpoint(directory: str | Path, map_location: Any = "cpu") -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(state, weights); weights is None for version 0, the initial weights a fresh trainer already holds."""
     directory = Path(directory)
     remove_stale_tmp(directory)
     state_path = directory / STATE_FILE
@@ -77,7 +87,44 @@ def load_checkpoint(directory: str | Path, map_location: Any = "cpu") -> tuple[d
     state = torch.load(state_path, map_location=map_location, weights_only=False)
     if state.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{state_path}: unsupported checkpoint format {state.get('format')!r}")
+    if int(state["weights_version"]) == INITIAL_WEIGHTS:
+        return state, None
     weights = torch.load(
         weights_file(directory, state["weights_version"]), map_location=map_location, weights_only=False
     )
     return state, weights
+
+
+class BackgroundWriter:
+    """``save_checkpoint`` in one background thread, one write at a time, so the next phase starts at once.
+
+    The caller hands over copies that nothing else mutates. The write stays atomic (the state file, renamed last,
+    commits it), so a process killed mid-write resumes from the previous checkpoint. ``wait`` blocks until the
+    write in flight has finished and re-raises its error; the thread is not a daemon, so a normal exit waits too.
+    """
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def submit(
+        self, directory: str | Path, state: dict[str, Any], weights: dict[str, Any] | None, version: int
+    ) -> None:
+        self.wait()
+
+        def write() -> None:
+            try:
+                save_checkpoint(directory, state, weights, version)
+            except BaseException as error:  # handed to the trainer's thread by wait()
+                self._error = error
+
+        self._thread = threading.Thread(target=write, name="checkpoint-writer")
+        self._thread.start()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error

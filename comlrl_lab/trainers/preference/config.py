@@ -382,6 +382,14 @@ class MADPOConfig:
             "group": "Training",
         },
     )
+    pack_pair_scoring: bool = field(
+        default=True,
+        kw_only=True,
+        metadata={
+            "help": "MADPO: score each pair as one row [prompt | winner | loser] with a block-causal mask, so the prompt runs once per pair; the same log-probs up to float rounding. Used where the model takes custom masks (sdpa or eager attention); False, or other models, score winner and loser as two rows.",
+            "group": "Training",
+        },
+    )
     output_dir: str | None = field(
         default=None,
         kw_only=True,
@@ -464,6 +472,34 @@ class MADPOConfig:
         metadata={
             "help": "Module names that get LoRA adapters (e.g. ['q_proj', 'v_proj'] or 'all-linear'); None lets peft choose for the architecture.",
             "group": "Large models",
+        },
+    )
+    save_strategy: str = field(
+        default="phase",
+        kw_only=True,
+        metadata={
+            "help": "When a checkpoint is written (given a checkpoint_dir): 'phase' after every phase, 'round' after each round's last phase, 'no' never. Weights are written only when training changed them.",
+            "choices": ("phase", "round", "no"),
+            "aliases": {"epoch": "round", "none": "no"},
+            "group": "Training",
+        },
+    )
+    save_in_background: bool = field(
+        default=False,
+        kw_only=True,
+        metadata={
+            "help": "Write each checkpoint in a background thread from a copy, so the next phase starts at once; a checkpoint counts only once its write has finished, so a killed run resumes from the one before. Costs one copy of the weights and optimiser state in memory.",
+            "group": "Training",
+        },
+    )
+    adamw_implementation: str = field(
+        default="fused",
+        kw_only=True,
+        metadata={
+            "help": "How each AdamW step runs: 'fused' (one kernel; 'foreach' where torch has none for the device), 'foreach' (multi-tensor ops) or 'for_loop' (per-tensor loop, CoMLRL's). The same update, rounded in a different order.",
+            "choices": ("fused", "foreach", "for_loop"),
+            "aliases": {"multi_tensor": "foreach", "loop": "for_loop", "single_tensor": "for_loop"},
+            "group": "Training",
         },
     )
     gradient_checkpointing: bool = field(
@@ -552,6 +588,8 @@ class MADPOConfig:
         _check_int_at_least("generation_batch_size", self.generation_batch_size, 1)
         _check_int_at_least("scoring_batch_size", self.scoring_batch_size, 1)
         _check_positive("max_grad_norm", self.max_grad_norm, optional=True)
+        _choose(self, "adamw_implementation")
+        _choose(self, "save_strategy")
         _check_int_at_least("lora_r", self.lora_r, 1, optional=True)
         _check_positive("lora_alpha", self.lora_alpha)
         if not _is_number(self.lora_dropout) or not 0 <= self.lora_dropout < 1:

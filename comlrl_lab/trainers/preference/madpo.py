@@ -11,6 +11,8 @@ The trainers are compositions (``base.PreferenceTrainerBase`` runs the phases):
 
 Deliberate deviations from CoMLRL (each one in docs/differences_from_comlrl.md):
 - one padded forward per agent per micro-batch, winners and losers together, instead of 4·A batch-1 forwards;
+  by default each pair is one row [prompt | winner | loser] with a block-causal mask (``pack_pair_scoring``), so
+  the prompt runs once per pair (equal log-probs up to float rounding);
   each agent's differentiable margin and the others' detached ones come from the same forward (exact when
   dropout is off, the default);
 - pairs train on the token ids that were sampled, never on re-tokenised text;
@@ -30,7 +32,7 @@ import torch
 from comlrl_lab.data import metric_names as M
 from comlrl_lab.data.records import PreferencePair
 from comlrl_lab.models.reference import frozen_references
-from comlrl_lab.models.scoring import scored_token_counts, sequence_logps
+from comlrl_lab.models.scoring import pair_logps, scored_token_counts, set_mode
 from comlrl_lab.trainers.preference.base import PreferenceTrainerBase, finite_mean
 from comlrl_lab.trainers.preference.collection import map_agents
 from comlrl_lab.trainers.preference.collectors import ComparatorCollector, CurrentCollector
@@ -82,17 +84,19 @@ class DPOLearner:
         with torch.no_grad():
             winners, losers = [], []
             for i, reference in enumerate(self.references):
-                prompt_ids = [p.prompt_ids[i] for p in pairs]
-                logps = sequence_logps(
+                # Scored as the update scores the policy (packed or not), so an unchanged policy has margin 0.
+                winner_logps, loser_logps = pair_logps(
                     reference,
-                    prompt_ids + prompt_ids,
-                    [p.winner_ids[i] for p in pairs] + [p.loser_ids[i] for p in pairs],
+                    [p.prompt_ids[i] for p in pairs],
+                    [p.winner_ids[i] for p in pairs],
+                    [p.loser_ids[i] for p in pairs],
                     pad_token_id=host.pad_token_id(i),
                     score_final_token=final,
                     micro_batch_size=max(1, int(host.args.scoring_batch_size)),
-                ).tolist()
-                winners.append(logps[: len(pairs)])
-                losers.append(logps[len(pairs) :])
+                    packed=host.args.pack_pair_scoring,
+                )
+                winners.append(winner_logps.tolist())
+                losers.append(loser_logps.tolist())
         for k, pair in enumerate(pairs):
             pair.reference_winner_logps = [float(w[k]) for w in winners]
             pair.reference_loser_logps = [float(lo[k]) for lo in losers]
@@ -116,18 +120,23 @@ class DPOLearner:
             return
         rng = host.streams.python(SHUFFLE_STREAM)
         epoch_metrics: list[dict[str, float]] = []
-        for _epoch in range(host.args.num_train_epochs):
-            order = list(pairs)
-            rng.shuffle(order)
-            for start in range(0, len(order), batch_size):
-                batch = order[start : start + batch_size]
-                metrics, tokens = self._update(batch)
-                host.updates_seen += 1
-                if host.args.use_environment_step:
-                    host.env_step += host.args.environment_steps_per_pair * len(batch)
-                records.add_metrics(host.updates_seen, metrics)
-                epoch_metrics.append(metrics)
-                host.control.advance(1, tokens=tokens)
+        # The scoring mode is set once for the phase, not per update; the agents leave it in eval mode.
+        try:
+            for _epoch in range(host.args.num_train_epochs):
+                order = list(pairs)
+                rng.shuffle(order)
+                for start in range(0, len(order), batch_size):
+                    batch = order[start : start + batch_size]
+                    metrics, tokens = self._update(batch)
+                    host.updates_seen += 1
+                    if host.args.use_environment_step:
+                        host.env_step += host.args.environment_steps_per_pair * len(batch)
+                    records.add_metrics(host.updates_seen, metrics)
+                    epoch_metrics.append(metrics)
+                    host.control.advance(1, tokens=tokens)
+        finally:
+            for model in host.agents:
+                set_mode(model, False)
         host.mark_weights_changed()
         summary = {
             M.round_summary(name): finite_mean([m[name] for m in epoch_metrics if name in m])
@@ -142,7 +151,11 @@ class DPOLearner:
         """
         if not batch:
             return {}
-        return self._update(batch)[0]
+        try:
+            return self._update(batch)[0]
+        finally:
+            for model in self.host.agents:
+                set_mode(model, False)
 
     def _update(self, batch: list[PreferencePair]) -> tuple[dict[str, float], int]:
         """``update``, and the number of completion tokens it scored (for the progress rate)."""
@@ -156,7 +169,7 @@ class DPOLearner:
         for optimizer in host.optimizers:
             optimizer.zero_grad(set_to_none=True)
         for model in host.agents:
-            model.train(host.train_mode_for_updates)
+            set_mode(model, host.train_mode_for_updates)
         sums = _UpdateSums(host.num_agents)
         try:
             self._accumulate_gradients(local, total, beta, micro, sums)
@@ -168,8 +181,6 @@ class DPOLearner:
         if host.dist.enabled:
             failed = sums.all_reduce(host.dist, failure is not None)
             if failed:
-                for model in host.agents:
-                    model.eval()
                 raise failure or NonFiniteLossError(
                     f"{host.algorithm_name} loss is not finite on another rank (update {host.updates_seen + 1}); "
                     "training stopped before the optimiser step."
@@ -180,7 +191,6 @@ class DPOLearner:
             if host.args.max_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), host.args.max_grad_norm)
             optimizer.step()
-            model.eval()
         reward_mean = finite_mean([p.candidate_reward_mean for p in batch])
         metrics = {
             M.MADPO_LOSS: sums.loss / total,
@@ -205,25 +215,27 @@ class DPOLearner:
             size = len(chunk)
 
             def score(i: int, chunk=chunk, size=size):
-                prompt_ids = [p.prompt_ids[i] for p in chunk]
-                completion_ids = [p.winner_ids[i] for p in chunk] + [p.loser_ids[i] for p in chunk]
-                logps = sequence_logps(
+                winners, losers = [p.winner_ids[i] for p in chunk], [p.loser_ids[i] for p in chunk]
+                logps = pair_logps(
                     host.agents[i],
-                    prompt_ids + prompt_ids,
-                    completion_ids,
+                    [p.prompt_ids[i] for p in chunk],
+                    winners,
+                    losers,
                     pad_token_id=host.pad_token_id(i),
                     score_final_token=self._score_final_token,
-                    micro_batch_size=2 * size,
+                    micro_batch_size=size,
+                    # Differs from CoMLRL: one row [prompt | winner | loser] per pair; the prompt runs once.
+                    packed=host.args.pack_pair_scoring,
                 )
-                return logps, sum(len(c) for c in completion_ids)
+                return logps, sum(len(c) for c in winners + losers)
 
             # Agents on distinct GPUs run their forwards in parallel threads; autograd's backward below
             # already runs one worker per device.
             winner_logps, loser_logps = [], []
-            for logps, tokens in map_agents(score, host.agent_devices):
+            for (winners, losers), tokens in map_agents(score, host.agent_devices):
                 sums.tokens += tokens
-                winner_logps.append(logps[:size])
-                loser_logps.append(logps[size:])
+                winner_logps.append(winners)
+                loser_logps.append(losers)
             margins = [self._margin(chunk, i, w, lo) for i, (w, lo) in enumerate(zip(winner_logps, loser_logps))]
             losses, joint = madpo_losses(margins, beta)  # (size,) Δ_i with grad per agent -> L_i, Δ
             if self.nll_weight > 0:

@@ -172,6 +172,7 @@ class RLHFLearner:
             dropout=not args.disable_dropout,
             max_grad_norm=args.max_grad_norm,
             on_batch=lambda: host.control.advance(1),
+            adamw_implementation=args.adamw_implementation,
         )
         for metrics in history:
             self.bt_epochs_seen += 1

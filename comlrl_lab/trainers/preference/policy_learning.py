@@ -38,7 +38,7 @@ from comlrl_lab.models.devices import resolve_devices
 from comlrl_lab.models.generation import SamplingSettings
 from comlrl_lab.models.loading import load_model, load_tokenizer
 from comlrl_lab.models.reference import frozen_references
-from comlrl_lab.models.scoring import token_logps_and_mask
+from comlrl_lab.models.scoring import set_mode, token_logps_and_mask
 from comlrl_lab.seeding import RandomStreams
 from comlrl_lab.trainers.preference.collection import agent_prompts, sample_joint_candidates
 from comlrl_lab.trainers.preference.losses import (
@@ -50,6 +50,7 @@ from comlrl_lab.trainers.preference.losses import (
     policy_gradient_loss,
     value_loss,
 )
+from comlrl_lab.trainers.preference.optim import build_adamw
 from comlrl_lab.trainers.preference.reward_model import ScalarHeadLM, hidden_size, pooled_hidden, scalar_head
 
 RL_GENERATION_STREAM = "rl_generation"
@@ -268,7 +269,9 @@ class PolicyLearner:
             critic = ScalarHeadLM(backbone, tokenizer, head)
             critic.eval()
             self.critics.append(critic)
-            self.critic_optimizers.append(torch.optim.AdamW(critic.trainable_parameters(), lr=self.critic_lr))
+            self.critic_optimizers.append(
+                build_adamw(critic.trainable_parameters(), self.critic_lr, self.config.adamw_implementation)
+            )
 
     def _build_value_heads(self) -> None:
         generator = self.streams.torch(CRITIC_INIT_STREAM, "cpu")
@@ -278,7 +281,9 @@ class PolicyLearner:
             )
             head = head.to(device)
             self.value_heads.append(head)
-            self.value_head_optimizers.append(torch.optim.AdamW(head.parameters(), lr=self.critic_lr))
+            self.value_head_optimizers.append(
+                build_adamw(head.parameters(), self.critic_lr, self.config.adamw_implementation)
+            )
 
     # ------------------------------------------------------------------------------------------- rollout
     def rollout(self, items: Sequence[dict], item_indices: Sequence[int], reward_fn: RewardFn) -> Rollout:
@@ -333,11 +338,11 @@ class PolicyLearner:
                 prompt_ids = [c.prompt_ids[i] for c in flat]
                 completion_ids = [c.completion_ids[i] for c in flat]
                 was_training = agent.training
-                agent.eval()
+                set_mode(agent, False)
                 policy, mask = token_logps_and_mask(
                     agent, prompt_ids, completion_ids, pad_token_id=self.pad_token_ids[i], micro_batch_size=self.micro
                 )
-                agent.train(was_training)
+                set_mode(agent, was_training)
                 ref, _ = token_logps_and_mask(
                     reference,
                     prompt_ids,
@@ -395,7 +400,12 @@ class PolicyLearner:
         order = list(range(K))
         self.streams.python(RL_SHUFFLE_STREAM).shuffle(order)
         batch = int(self.config.train_batch_size)
-        return [self._update_chunk(rollout, order[start : start + batch]) for start in range(0, K, batch)]
+        # Modes are switched once per update call, not per chunk; everything is left in eval mode.
+        try:
+            return [self._update_chunk(rollout, order[start : start + batch]) for start in range(0, K, batch)]
+        finally:
+            for model in (*self.agents, *self.critics):
+                set_mode(model, False)
 
     def _update_chunk(self, rollout: Rollout, chunk: list[int]) -> dict[str, float]:
         G = self.num_generations
@@ -406,7 +416,9 @@ class PolicyLearner:
         for i, (agent, optimizer) in enumerate(zip(self.agents, self.optimizers)):
             optimizer.zero_grad(set_to_none=True)
             # Gradient checkpointing acts only in train mode; dropout is zeroed at load when disabled.
-            agent.train(not self.config.disable_dropout or bool(getattr(self.config, "gradient_checkpointing", False)))
+            set_mode(
+                agent, not self.config.disable_dropout or bool(getattr(self.config, "gradient_checkpointing", False))
+            )
             advantages = rollout.advantages[i, chunk].reshape(-1)  # (n,)
             n = len(flat)
             policy_loss = 0.0
@@ -435,7 +447,6 @@ class PolicyLearner:
             optimizer.step()
             if self.value_heads:
                 self.value_head_optimizers[i].step()
-            agent.eval()
             losses.append(policy_loss)
             metrics[M.name(M.RL_AGENT_LOSS, agent=i)] = policy_loss
         metrics[M.RL_LOSS] = sum(losses) / len(losses)
@@ -463,7 +474,7 @@ class PolicyLearner:
         coef = float(self.config.value_loss_coef)
         for index, (critic, optimizer) in enumerate(zip(self.critics, self.critic_optimizers)):
             optimizer.zero_grad(set_to_none=True)
-            critic.train(not self.config.disable_dropout)
+            set_mode(critic, not self.config.disable_dropout)
             agent = 0 if self.backend.critic == "central" else index
             values = self._values(joint, grad=True, agents=[agent])[0]  # (k, G)
             if self.backend.critic == "central":
@@ -477,7 +488,6 @@ class PolicyLearner:
             if self.config.max_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(critic.trainable_parameters(), self.config.max_grad_norm)
             optimizer.step()
-            critic.eval()
             metrics[M.name(M.RL_CRITIC_VALUE_LOSS, critic=index)] = float(loss.detach())
         metrics[M.RL_VALUE_LOSS] = sum(metrics.values()) / len(metrics)
         return metrics

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from comlrl_lab.data import metric_names as M
 from comlrl_lab.models.reward_oracle import joint_reward_text
 from comlrl_lab.trainers.preference.losses import bradley_terry_loss, check_finite
+from comlrl_lab.trainers.preference.optim import build_adamw
 
 
 # ------------------------------------------------------------------------------------------------ pooling
@@ -157,6 +158,25 @@ class ScalarHeadLM(nn.Module):
         encoded = self.tokenizer(list(texts), **kwargs)
         return encoded["input_ids"].to(self.device), encoded["attention_mask"].to(self.device)
 
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each text, truncated as ``encode`` truncates them, unpadded (``score_ids`` pads)."""
+        kwargs: dict[str, Any] = {"truncation": True}
+        if self.max_length is not None:
+            kwargs["max_length"] = int(self.max_length)
+        return [list(ids) for ids in self.tokenizer(list(texts), **kwargs)["input_ids"]]
+
+    def score_ids(self, rows: Sequence[Sequence[int]]) -> Tensor:
+        """Scores (B,) of tokenised texts in one forward, padded as ``encode`` pads them (the tokenizer's side)."""
+        width = max(len(r) for r in rows)
+        input_ids = torch.full((len(rows), width), int(self.tokenizer.pad_token_id), dtype=torch.long)  # (B, T)
+        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+        left = getattr(self.tokenizer, "padding_side", "right") == "left"
+        for b, row in enumerate(rows):
+            span = slice(width - len(row), width) if left else slice(0, len(row))
+            input_ids[b, span] = torch.tensor(list(row), dtype=torch.long)
+            attention_mask[b, span] = 1
+        return self(input_ids.to(self.device), attention_mask.to(self.device))
+
     def score_texts(self, texts: Sequence[str], *, micro_batch_size: int = 32) -> Tensor:
         """Scores (B,) float32 on the model's device; gradients flow when enabled by the caller."""
         texts = list(texts)
@@ -252,22 +272,39 @@ def split_validation(
     return sorted(i for group in order for i in group), sorted(held)
 
 
-def _bt_batch(model: ScalarHeadLM, winners: list[str], losers: list[str], micro: int) -> tuple[Tensor, Tensor]:
+def _bt_batch(
+    model: ScalarHeadLM, winners: list[list[int]], losers: list[list[int]], micro: int
+) -> tuple[Tensor, Tensor]:
     """Winner and loser scores (b,) each; winners and losers share one padded forward per micro-batch of pairs."""
     w_parts, l_parts = [], []
     for start in range(0, len(winners), micro):
         w, lo = winners[start : start + micro], losers[start : start + micro]
         # Differs from CoMLRL: winners and losers go through one padded forward, not two separate ones.
-        scores = model.score_texts(w + lo, micro_batch_size=2 * len(w))  # (2b,)
+        scores = model.score_ids(w + lo)  # (2b,)
         w_parts.append(scores[: len(w)])
         l_parts.append(scores[len(w) :])
     return torch.cat(w_parts), torch.cat(l_parts)
 
 
+def _tokenize_pairs(model: ScalarHeadLM, pairs: Sequence[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
+    """Each (winner, loser) text pair as token ids, every distinct text tokenised once for the whole fit."""
+    texts = list(dict.fromkeys(text for pair in pairs for text in pair))
+    ids = dict(zip(texts, model.tokenize(texts))) if texts else {}
+    return [(ids[w], ids[lo]) for w, lo in pairs]
+
+
 def evaluate_bradley_terry(
-    model: ScalarHeadLM, pairs: Sequence[tuple[str, str]], *, micro_batch_size: int = 16
+    model: ScalarHeadLM,
+    pairs: Sequence[tuple[str, str]],
+    *,
+    micro_batch_size: int = 16,
+    token_ids: Sequence[tuple[list[int], list[int]]] | None = None,
 ) -> dict[str, float]:
-    """Loss, accuracy (share with R(w) > R(l)) and mean margin R(w) - R(l) of frozen scores; NaN with no pairs."""
+    """Loss, accuracy (share with R(w) > R(l)) and mean margin R(w) - R(l) of frozen scores; NaN with no pairs.
+
+    ``token_ids`` (the pairs already tokenised, as ``fit_bradley_terry`` keeps them) skips the tokenizer.
+    """
+    pairs = _tokenize_pairs(model, pairs) if token_ids is None else list(token_ids)
     if not pairs:
         return {"loss": math.nan, "accuracy": math.nan, "margin": math.nan}
     was_training = model.training
@@ -294,6 +331,7 @@ def fit_bradley_terry(
     dropout: bool = False,
     max_grad_norm: float | None = None,
     on_batch: Callable[[], None] | None = None,
+    adamw_implementation: str = "fused",
 ) -> list[dict[str, float]]:
     """Fit ``model`` on (winner text, loser text) pairs with L = -mean log σ(R(w) - R(l)); AdamW, ``epochs`` passes.
 
@@ -305,8 +343,10 @@ def fit_bradley_terry(
     noise (the config's ``disable_dropout``).
     """
     # Differs from CoMLRL: it logs nothing about the fit; these metrics and the held-out slice are ours.
-    train_pairs = list(train_pairs)
-    optimizer = torch.optim.AdamW(model.trainable_parameters(), lr=learning_rate)
+    # Tokenised once for every epoch and the validation passes, not once per optimiser step.
+    train_pairs = _tokenize_pairs(model, train_pairs)
+    val_ids = _tokenize_pairs(model, val_pairs)
+    optimizer = build_adamw(model.trainable_parameters(), learning_rate, adamw_implementation)
     history: list[dict[str, float]] = []
     micro = max(1, int(micro_batch_size))
     for epoch in range(1, int(epochs) + 1):
@@ -332,7 +372,7 @@ def fit_bradley_terry(
             if on_batch is not None:
                 on_batch()
         count = max(1, len(order))
-        validation = evaluate_bradley_terry(model, val_pairs, micro_batch_size=micro)
+        validation = evaluate_bradley_terry(model, val_pairs, micro_batch_size=micro, token_ids=val_ids)
         metrics = {
             M.BT_LOSS: sums["loss"] / count if order else math.nan,
             M.BT_ACCURACY: sums["accuracy"] / count if order else math.nan,

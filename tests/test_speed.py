@@ -1,0 +1,451 @@
+"""Speed savings that must not change the maths: each one against the slow path it replaces."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from comlrl_lab.models.generation import SamplingSettings, sample_candidates, top_k_then_top_p
+from comlrl_lab.trainers.preference import MADPOConfig, MADPOTrainer
+from comlrl_lab.trainers.preference.optim import build_adamw
+
+ITEMS = [{"prompt": f"the {w} cat"} for w in ("red", "blue", "green", "big")]
+
+
+def _reward(completions1, completions2, **_):
+    return [float(len(a) - len(b)) for a, b in zip(completions1, completions2)]
+
+
+def _madpo(model_dir, tmp_path, **overrides):
+    values = dict(
+        preference_num_candidates=3,
+        max_new_tokens=5,
+        agent_learning_rate=1e-3,
+        eval_num_samples=0,
+        agent_devices="cpu",
+        output_dir=str(tmp_path / "out"),
+        seed=3,
+    )
+    values.update(overrides)
+    return MADPOTrainer(
+        agent_model=model_dir,
+        num_agents=2,
+        train_dataset=ITEMS,
+        reward_func=_reward,
+        formatters=[lambda x: x["prompt"] + " one", lambda x: x["prompt"] + " two"],
+        args=MADPOConfig(**values),
+    )
+
+
+def _adamw_steps(implementation: str) -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.randn(7))]
+    optimizer = build_adamw(params, 1e-2, implementation)
+    for step in range(3):
+        optimizer.zero_grad()
+        (sum((p**2).sum() for p in params) * (step + 1)).backward()
+        optimizer.step()
+    return [p.detach().clone() for p in params]
+
+
+def test_adamw_implementations_take_the_same_step():
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.randn(7))]
+    reference = torch.optim.AdamW(params, lr=1e-2)
+    for step in range(3):
+        reference.zero_grad()
+        (sum((p**2).sum() for p in params) * (step + 1)).backward()
+        reference.step()
+    loop = _adamw_steps("for_loop")
+    # The loop is CoMLRL's (torch's CPU default) bit for bit; fused and foreach agree to float rounding.
+    assert all(torch.equal(a, b) for a, b in zip(loop, params))
+    for implementation in ("fused", "foreach"):
+        for a, b in zip(_adamw_steps(implementation), loop):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="implementation must be one of"):
+        build_adamw(params, 1e-2, "adam")
+
+
+def test_agents_get_a_fused_adamw_unless_asked_otherwise(model_dir, tmp_path):
+    fused = _madpo(model_dir, tmp_path)
+    assert [opt.defaults["fused"] for opt in fused.optimizers] == [True, True]
+    loop = _madpo(model_dir, tmp_path, adamw_implementation="loop")
+    assert loop.args.adamw_implementation == "for_loop"
+    assert [(opt.defaults["fused"], opt.defaults["foreach"]) for opt in loop.optimizers] == [(False, False)] * 2
+    with pytest.raises(ValueError, match="adamw_implementation must be one of: fused, foreach, for_loop"):
+        MADPOConfig(adamw_implementation="apex")
+
+
+def _reference_warpers(top_k: int, top_p: float):
+    from transformers.generation.logits_process import LogitsProcessorList, TopKLogitsWarper, TopPLogitsWarper
+
+    return LogitsProcessorList(
+        [TopKLogitsWarper(top_k=top_k, min_tokens_to_keep=1), TopPLogitsWarper(top_p=top_p, min_tokens_to_keep=1)]
+    )
+
+
+def test_top_k_then_top_p_keeps_what_the_warpers_keep():
+    generator = torch.Generator().manual_seed(0)
+    for trial in range(60):
+        scores = torch.randn(6, (256, 1000, 4096)[trial % 3], generator=generator) * (0.5, 2.0, 8.0)[trial % 5 % 3]
+        top_k, top_p = (5, 50, 200)[trial % 4 % 3], (0.6, 0.9, 0.3, 0.95)[trial % 4]
+        expected = _reference_warpers(top_k, top_p)(None, scores)
+        assert torch.equal(top_k_then_top_p(scores, top_k, top_p), expected)
+    # A tie at the k-th score makes top-k keep more than k tokens: the caller must run the full warpers.
+    tied = torch.tensor([[3.0, 1.0, 2.0, 2.0, 0.0]])
+    assert top_k_then_top_p(tied, 2, 0.9) is None
+    assert torch.isfinite(_reference_warpers(2, 0.9)(None, tied)).sum() == 3
+
+
+def test_row_seeded_sampling_gives_the_same_tokens_with_top_k_first(model_dir):
+    from comlrl_lab.models.loading import load_model, load_tokenizer
+
+    tokenizer = load_tokenizer(model_dir)
+    model = load_model(model_dir, device="cpu", dtype="float32")
+    prompts = [f"the {w} cat" for w in ("red", "blue", "green", "big", "small")]
+    seeds = [11, 12, 13, 14, 15]
+    samples = {}
+    for first in (True, False):
+        settings = SamplingSettings(max_new_tokens=8, temperature=0.7, top_p=0.6, top_k=7, top_k_first=first)
+        result = sample_candidates(model, tokenizer, prompts, 4, settings, None, row_seeds=seeds)
+        samples[first] = [[s.completion_ids for s in row] for row in result]
+    assert samples[True] == samples[False]
+    assert len({tuple(ids) for row in samples[True] for ids in row}) > 1  # the rows really sampled
+
+
+def _count_mode_switches(models):
+    calls = []
+    for index, model in enumerate(models):
+        plain = model.train
+
+        def counted(mode=True, plain=plain, index=index):
+            calls.append((index, mode))
+            return plain(mode)
+
+        model.train = counted
+    return calls
+
+
+@pytest.mark.parametrize("disable_dropout", [True, False])
+def test_train_phase_switches_modes_once_not_per_update(model_dir, tmp_path, disable_dropout):
+    trainer = _madpo(model_dir, tmp_path, train_batch_size=2, num_train_epochs=3, disable_dropout=disable_dropout)
+    trainer.step("collect")
+    trainer.step("select")
+    assert len(trainer.collector.train_pairs) > 2  # several updates per epoch
+    calls = _count_mode_switches(trainer.agents)
+    seen = []
+    plain_update = trainer.learner._update
+
+    def watched(batch):
+        seen.append([model.training for model in trainer.agents])
+        return plain_update(batch)
+
+    trainer.learner._update = watched
+    trainer.step("train")
+    assert trainer.updates_seen == len(seen) > 3
+    # Dropout off: the agents are already in eval mode, so no update switches anything.
+    expected = [] if disable_dropout else [(0, True), (1, True), (0, False), (1, False)]
+    assert calls == expected
+    assert seen[1:] == [[not disable_dropout] * 2] * (len(seen) - 1)
+    assert not any(model.training for model in trainer.agents)
+
+
+def test_sampling_an_eval_model_leaves_its_mode_alone(model_dir):
+    from comlrl_lab.models.loading import load_model, load_tokenizer
+
+    tokenizer = load_tokenizer(model_dir)
+    model = load_model(model_dir, device="cpu", dtype="float32").eval()
+    calls = _count_mode_switches([model])
+    sample_candidates(model, tokenizer, ["a cat"], 2, SamplingSettings(max_new_tokens=3), None, row_seeds=[1])
+    assert calls == []
+    model.train(True)
+    calls.clear()
+    sample_candidates(model, tokenizer, ["a cat"], 2, SamplingSettings(max_new_tokens=3), None, row_seeds=[1])
+    assert calls == [(0, False), (0, True)] and model.training
+
+
+def test_each_prompt_is_prefilled_once_with_the_same_tokens(model_dir):
+    from comlrl_lab.models.loading import load_model, load_tokenizer
+
+    tokenizer = load_tokenizer(model_dir)
+    model = load_model(model_dir, device="cpu", dtype="float32").eval()
+    prompts = ["the red cat sat on the mat", "a dog", "the green bird sang all day long"]
+    forward_rows = []
+    plain_forward = model.forward
+
+    @functools.wraps(plain_forward)  # the sampler reads the forward's signature
+    def watched(*args, **kwargs):
+        forward_rows.append(tuple(kwargs["input_ids"].shape))
+        return plain_forward(*args, **kwargs)
+
+    model.forward = watched
+    samples = {}
+    for prefill in (True, False):
+        for seeded in (True, False):
+            settings = SamplingSettings(max_new_tokens=6, batch_size=8, prefill_once=prefill)
+            forward_rows.clear()
+            result = sample_candidates(
+                model,
+                tokenizer,
+                prompts,
+                4,
+                settings,
+                None if seeded else torch.Generator().manual_seed(5),
+                row_seeds=[3, 4, 5] if seeded else None,
+            )
+            samples[prefill, seeded] = [[s.completion_ids for s in row] for row in result]
+            first_calls = [shape for shape in forward_rows if shape[1] > 1]
+            if prefill:
+                # Two generate calls (8 rows, then 4): their distinct prompts (2, then 1) run once over all their
+                # tokens but the last; every row then feeds only its last token.
+                assert [rows for rows, _ in first_calls] == [2, 1]
+            else:
+                assert [rows for rows, _ in first_calls] == [8, 4]
+    assert samples[True, True] == samples[False, True]
+    assert samples[True, False] == samples[False, False]
+
+
+def _random_pairs(seed: int, vocab_size: int):
+    generator = torch.Generator().manual_seed(seed)
+
+    def ids(n):
+        return torch.randint(5, vocab_size, (n,), generator=generator).tolist()
+
+    prompts = [ids(n) for n in (3, 7, 1, 5, 9)]
+    winners = [ids(n) for n in (4, 1, 6, 0, 8)]
+    losers = [ids(n) for n in (2, 5, 1, 7, 3)]
+    return prompts, winners, losers
+
+
+@pytest.mark.parametrize("score_final_token", [False, True])
+def test_packed_pair_scoring_equals_two_rows_per_pair(model_dir, score_final_token):
+    from comlrl_lab.models.loading import load_model
+    from comlrl_lab.models.scoring import pair_logps, sequence_logps
+
+    model = load_model(model_dir, device="cpu", dtype="float32").eval()
+    prompts, winners, losers = _random_pairs(1, model.config.vocab_size)
+    kwargs = dict(pad_token_id=0, score_final_token=score_final_token, micro_batch_size=2)
+    packed = pair_logps(model, prompts, winners, losers, packed=True, **kwargs)
+    (packed[0].sum() - 2 * packed[1].sum()).backward()
+    packed_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    rows = sequence_logps(model, prompts + prompts, winners + losers, **kwargs)
+    (rows[:5].sum() - 2 * rows[5:].sum()).backward()
+    torch.testing.assert_close(packed[0], rows[:5], rtol=1e-6, atol=1e-4)
+    torch.testing.assert_close(packed[1], rows[5:], rtol=1e-6, atol=1e-4)
+    for got, expected in zip(packed_grads, (p.grad for p in model.parameters())):
+        torch.testing.assert_close(got, expected, rtol=1e-3, atol=1e-4)
+    # An empty winner scores 0, as sequence_logps scores it.
+    assert float(packed[0][3].detach()) == 0.0
+
+
+def test_packed_loser_never_sees_its_winner(model_dir):
+    from comlrl_lab.models.loading import load_model
+    from comlrl_lab.models.scoring import pair_logps
+
+    model = load_model(model_dir, device="cpu", dtype="float32").eval()
+    prompts, winners, losers = _random_pairs(2, model.config.vocab_size)
+    with torch.no_grad():
+        before = pair_logps(model, prompts, winners, losers, pad_token_id=0)
+        changed = [
+            [(t * 7 + 3) % (model.config.vocab_size - 5) + 5 for t in w] for w in winners
+        ]  # same lengths, other tokens
+        after = pair_logps(model, prompts, changed, losers, pad_token_id=0)
+    torch.testing.assert_close(after[1], before[1], rtol=0, atol=1e-5)
+    assert not torch.allclose(after[0], before[0])
+
+
+def test_models_without_custom_masks_score_two_rows(model_dir, monkeypatch):
+    from comlrl_lab.models.loading import load_model
+    from comlrl_lab.models.scoring import pair_logps, sequence_logps, supports_packed_pairs
+
+    model = load_model(model_dir, device="cpu", dtype="float32").eval()
+    assert supports_packed_pairs(model)
+    with monkeypatch.context() as patch:
+        patch.setattr(model.config, "_attn_implementation", "flash_attention_2", raising=False)
+        assert not supports_packed_pairs(model)
+    # Score as such a model would be scored (flash attention itself needs a GPU kernel package).
+    monkeypatch.setattr("comlrl_lab.models.scoring.supports_packed_pairs", lambda model: False)
+    prompts, winners, losers = _random_pairs(3, model.config.vocab_size)
+    with torch.no_grad():
+        fallback = pair_logps(model, prompts, winners, losers, pad_token_id=0, micro_batch_size=5)
+        rows = sequence_logps(model, prompts + prompts, winners + losers, pad_token_id=0, micro_batch_size=10)
+    assert torch.equal(torch.cat(fallback), rows)
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_dpo_update_scores_one_row_per_pair_when_packing(model_dir, tmp_path, packed):
+    trainer = _madpo(model_dir, tmp_path, pack_pair_scoring=packed, scoring_batch_size=64, train_batch_size=64)
+    trainer.step("collect")
+    trainer.step("select")
+    pairs = trainer.collector.train_pairs
+    rows = []
+    for agent in trainer.agents:
+        plain = agent.forward
+
+        @functools.wraps(plain)
+        def watched(*args, plain=plain, **kwargs):
+            rows.append(kwargs["input_ids"].shape[0])
+            return plain(*args, **kwargs)
+
+        agent.forward = watched
+    trainer.learner.update(pairs)
+    assert rows == [len(pairs) if packed else 2 * len(pairs)] * 2
+
+
+class _CountingTokenizer:
+    """Delegates to a tokenizer and counts its __call__s."""
+
+    def __init__(self, tokenizer):
+        self._tokenizer, self.calls = tokenizer, 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self._tokenizer(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._tokenizer, name)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_reward_model_fit_tokenises_each_text_once(side):
+    import random
+
+    from model_fixtures import build_model, build_tokenizer
+
+    from comlrl_lab.trainers.preference.reward_model import JointRewardModel, fit_bradley_terry
+
+    tokenizer = build_tokenizer()
+    tokenizer.padding_side = side
+    model = JointRewardModel.from_backbone(
+        build_model(len(tokenizer), seed=3), tokenizer, generator=torch.Generator().manual_seed(0)
+    )
+    texts = ["the red cat", "one two three four five six seven", "dog", "a b"]
+    with torch.no_grad():
+        # Pre-tokenised rows pad exactly as the tokenizer pads them: the same scores, bit for bit.
+        assert torch.equal(model.score_ids(model.tokenize(texts)), model.score_texts(texts))
+    counting = _CountingTokenizer(tokenizer)
+    model.tokenizer = counting
+    pairs = [(texts[0], texts[1]), (texts[2], texts[3]), (texts[1], texts[2])]
+    fit_bradley_terry(
+        model, pairs, [(texts[3], texts[0])], epochs=3, batch_size=1, learning_rate=1e-3, rng=random.Random(0)
+    )
+    assert counting.calls == 2  # the training texts once, the held-out texts once; not once per step
+
+
+def _files(directory):
+    return sorted(p.name for p in directory.glob("*.pt")) if directory.exists() else []
+
+
+def test_checkpoints_write_weights_only_after_training(model_dir, tmp_path):
+    from comlrl_lab.trainers.preference import checkpoint as ckpt
+
+    trainer = _madpo(model_dir, tmp_path)
+    trainer.checkpoint_dir = tmp_path / "ckpt"
+    trainer.step("collect")
+    trainer.step("select")
+    # Nothing trained yet: the state file alone, pointing at version 0 (the weights as built).
+    assert _files(trainer.checkpoint_dir) == ["state.pt"]
+    state, weights = ckpt.load_checkpoint(trainer.checkpoint_dir)
+    assert state["weights_version"] == 0 and weights is None
+    fresh = _madpo(model_dir, tmp_path)
+    fresh.load_checkpoint(trainer.checkpoint_dir)
+    assert fresh.next_phase == "train"
+    trainer.step("train")
+    assert _files(trainer.checkpoint_dir) == ["state.pt", "weights-000001.pt"]
+    assert ckpt.load_checkpoint(trainer.checkpoint_dir)[1]["optimizers"] is not None  # the run goes on
+
+    # Checkpointing once per round, the last one comes when the run has finished: no moments to resume with.
+    once = _madpo(model_dir, tmp_path, save_strategy="round")
+    once.train(checkpoint_dir=tmp_path / "round")
+    _, weights = ckpt.load_checkpoint(tmp_path / "round")
+    assert weights["optimizers"] is None and len(weights["agents"]) == 2
+    resumed = _madpo(model_dir, tmp_path)
+    resumed.load_checkpoint(tmp_path / "round")
+    assert resumed.finished
+    for a, b in zip(once.agents[0].parameters(), resumed.agents[0].parameters()):
+        assert torch.equal(a, b)
+
+
+def test_a_trained_trainer_refuses_the_initial_weights_checkpoint(model_dir, tmp_path):
+    from comlrl_lab.trainers.preference import checkpoint as ckpt
+
+    trainer = _madpo(model_dir, tmp_path)
+    trainer.checkpoint_dir = tmp_path / "ckpt"
+    trainer.step("collect")
+    trainer.step("select")
+    trainer.checkpoint_dir = None
+    trainer.step("train")
+    with pytest.raises(ckpt.InitialWeightsCheckpoint, match="build a fresh trainer"):
+        trainer.load_checkpoint(tmp_path / "ckpt")
+
+
+@pytest.mark.parametrize(
+    ("strategy", "expected"),
+    [("phase", [True, True, True, True]), ("round", [False, False, False, True]), ("no", [False] * 4)],
+)
+def test_save_strategy_picks_the_phases_that_checkpoint(model_dir, tmp_path, strategy, expected):
+    trainer = _madpo(model_dir, tmp_path, save_strategy=strategy, eval_num_samples=1)
+    trainer.checkpoint_dir = tmp_path / "ckpt"
+    saved = []
+    for phase in ("collect", "select", "train", "evaluate"):
+        trainer.step(phase)
+        saved.append("state.pt" in _files(trainer.checkpoint_dir))
+        if saved[-1]:
+            (trainer.checkpoint_dir / "state.pt").unlink()
+    assert saved == expected
+    with pytest.raises(ValueError, match="save_strategy must be one of: phase, round, no"):
+        MADPOConfig(save_strategy="steps")
+
+
+def test_background_checkpoint_lands_after_step_returns_and_holds_that_phase(model_dir, tmp_path, monkeypatch):
+    import threading
+
+    from comlrl_lab.trainers.preference import checkpoint as ckpt
+
+    trainer = _madpo(model_dir, tmp_path, save_in_background=True, num_train_epochs=2)
+    trainer.checkpoint_dir = tmp_path / "ckpt"
+    trainer.step("collect")
+    trainer.step("select")
+    trainer.wait_for_checkpoint()
+    release = threading.Event()
+    plain_save = ckpt.save_checkpoint
+
+    def held(*args, **kwargs):
+        release.wait(timeout=60)
+        return plain_save(*args, **kwargs)
+
+    monkeypatch.setattr(ckpt, "save_checkpoint", held)
+    trainer.step("train")
+    expected = [p.detach().clone() for p in trainer.agents[0].parameters()]
+    # The step returned while its checkpoint is still being written: the last committed one is the select's.
+    assert _files(trainer.checkpoint_dir) == ["state.pt"]
+    with torch.no_grad():  # the next phase changing the weights must not reach the checkpoint in flight
+        for p in trainer.agents[0].parameters():
+            p.add_(1.0)
+    release.set()
+    trainer.wait_for_checkpoint()
+    assert _files(trainer.checkpoint_dir) == ["state.pt", "weights-000001.pt"]
+    resumed = _madpo(model_dir, tmp_path)
+    resumed.load_checkpoint(trainer.checkpoint_dir)
+    assert resumed.next_phase == "evaluate"
+    for got, want in zip(resumed.agents[0].parameters(), expected):
+        assert torch.equal(got, want)
+
+
+def test_background_checkpoint_errors_surface_at_the_next_wait(model_dir, tmp_path, monkeypatch):
+    from comlrl_lab.trainers.preference import checkpoint as ckpt
+
+    trainer = _madpo(model_dir, tmp_path, save_in_background=True)
+    trainer.checkpoint_dir = tmp_path / "ckpt"
+
+    def full_disk(*args, **kwargs):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(ckpt, "save_checkpoint", full_disk)
+    trainer.step("collect")
+    with pytest.raises(OSError, match="No space left"):
+        trainer.wait_for_checkpoint()
+    trainer.wait_for_checkpoint()  # reported once
