@@ -23,13 +23,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-#: Opt-in MADPO stabilisers per setting name; "seed" is CoMLRL's loss.
+from comlrl_lab.engine.presets import QUICKSTART_CONFIG
+
+_STABILISERS = ("madpo_reference", "madpo_length_normalize", "madpo_nll_weight")
+#: Opt-in MADPO stabilisers per setting name; "seed" is CoMLRL's loss, "combined" the quickstart preset's.
 SETTINGS: dict[str, dict[str, object]] = {
     "seed": {},
-    "reference": {"madpo_reference": "initial"},
-    "length_norm": {"madpo_length_normalize": True},
-    "nll": {"madpo_nll_weight": 0.2},
-    "combined": {"madpo_reference": "initial", "madpo_length_normalize": True, "madpo_nll_weight": 0.2},
+    "reference": {"madpo_reference": QUICKSTART_CONFIG["madpo_reference"]},
+    "length_norm": {"madpo_length_normalize": QUICKSTART_CONFIG["madpo_length_normalize"]},
+    "nll": {"madpo_nll_weight": QUICKSTART_CONFIG["madpo_nll_weight"]},
+    "combined": {name: QUICKSTART_CONFIG[name] for name in _STABILISERS},
 }
 
 #: Two-sided 97.5% quantiles of Student's t for 1..10 degrees of freedom; 1.96 beyond.
@@ -75,26 +78,20 @@ def run_curve(task_name: str, setting: str, seed: int, args: argparse.Namespace)
     torch.set_num_threads(1)
     task = get_task(task_name)
     eval_items = task.eval_items()[: args.eval_items]
-    config = MADPOIterConfig(
+    values = {name: value for name, value in QUICKSTART_CONFIG.items() if name not in _STABILISERS}
+    values.update(
         num_iterations=args.rounds,
         preference_num_candidates=args.candidates,
-        preference_pairs_per_sample=4,
         num_train_epochs=args.epochs,
         agent_learning_rate=args.lr,
         dpo_beta=args.beta,
-        train_batch_size=8,
         max_new_tokens=args.max_new_tokens,
-        temperature=1.0,
-        top_p=1.0,
         eval_num_samples=len(eval_items),
-        comparator_policy="current",
-        preference_replay_mode="lambda_decay",
-        preference_replay_lambda=0.5,
-        agent_devices="cpu",
         seed=seed,
         output_dir=tempfile.mkdtemp(prefix="learning-"),
         **SETTINGS[setting],
     )
+    config = MADPOIterConfig(**values)
     trainer = MADPOIterTrainer(
         agent_model=TINY_MODEL_NAME,
         num_agents=task.num_agents,
@@ -124,14 +121,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", default="length_ratio,topic_relay,stance_agreement")
     parser.add_argument("--settings", default=",".join(SETTINGS))
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=5)
+    # The defaults are the quickstart preset's sizes, so the "combined" row measures the preset itself.
+    parser.add_argument("--rounds", type=int, default=QUICKSTART_CONFIG["num_iterations"])
     parser.add_argument("--items", type=int, default=16)
-    parser.add_argument("--eval-items", type=int, default=32)
-    parser.add_argument("--candidates", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=24)
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--lr", type=float, default=2e-4)
-    parser.add_argument("--beta", type=float, default=0.1)
+    parser.add_argument("--eval-items", type=int, default=QUICKSTART_CONFIG["eval_num_samples"])
+    parser.add_argument("--candidates", type=int, default=QUICKSTART_CONFIG["preference_num_candidates"])
+    parser.add_argument("--max-new-tokens", type=int, default=QUICKSTART_CONFIG["max_new_tokens"])
+    parser.add_argument("--epochs", type=int, default=QUICKSTART_CONFIG["num_train_epochs"])
+    parser.add_argument("--lr", type=float, default=QUICKSTART_CONFIG["agent_learning_rate"])
+    parser.add_argument("--beta", type=float, default=QUICKSTART_CONFIG["dpo_beta"])
     parser.add_argument("--json", default=None, help="also write every curve to this file")
     args = parser.parse_args(argv)
     unknown = [s for s in args.settings.split(",") if s not in SETTINGS]

@@ -70,3 +70,22 @@ def test_one_short_curve_per_setting_runs(capsys):
     )
     out = capsys.readouterr().out
     assert "length_ratio      seed" in out and "length_ratio      combined" in out
+
+
+def test_examples_quickstart_is_the_preset_and_a_valid_experiment():
+    from comlrl_lab.engine import ExperimentSpec
+    from comlrl_lab.engine.presets import quickstart_spec
+
+    from_file = ExperimentSpec.load(ROOT / "examples" / "quickstart.yaml")
+    assert from_file.to_dict() == quickstart_spec().to_dict()
+    config = from_file.build_config()
+    assert (config.madpo_reference, config.madpo_length_normalize, config.madpo_nll_weight) == ("initial", True, 0.2)
+
+
+def test_the_combined_setting_is_the_presets_stabilisers():
+    learning = load_learning()
+    from comlrl_lab.engine.presets import QUICKSTART_CONFIG
+
+    assert learning.SETTINGS["combined"] == {
+        name: QUICKSTART_CONFIG[name] for name in ("madpo_reference", "madpo_length_normalize", "madpo_nll_weight")
+    }
