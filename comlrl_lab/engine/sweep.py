@@ -188,7 +188,7 @@ class Sweep:
         # Seeds count up from the spec's own seed, so a sweep of one seed reruns exactly the spec.
         base_seed = int(spec.build_config().seed)
         seed_values = [base_seed + offset for offset in range(seeds)]
-        sweep_id = new_run_id(name or spec.name or "sweep", prefix="sweep")
+        sweep_id = new_run_id(name or spec.name, prefix="sweep")
         sweep = cls(Path(runs_root) / SWEEPS_DIR / sweep_id, sweep_id, copy.deepcopy(spec), grid, seed_values, parallel)
         names = list(grid)
         for index, combo in enumerate(itertools.product(*(grid[n] for n in names), seed_values)):
