@@ -95,6 +95,21 @@ LEARNING_STEP_CHART = "learning.step_chart"
 LEARNING_REWARD_HIST = "learning.reward_hist"
 LEARNING_REWARD_BOXES = "learning.reward_boxes"
 
+# Compare page
+COMPARE_ALGORITHMS = "compare.algorithms"
+COMPARE_TASKS = "compare.tasks"
+COMPARE_TAGS = "compare.tags"
+COMPARE_RUNS = "compare.runs"
+COMPARE_RUNS_TABLE = "compare.runs_table"
+COMPARE_FILTERS_SEEN = "compare.filters_seen"  # the filters the run selection was last filled from
+COMPARE_BY_SEED = "compare.by_seed"
+COMPARE_SMOOTHING = "compare.smoothing"
+COMPARE_CURVES_CHART = "compare.curves_chart"
+COMPARE_DIFF_TABLE = "compare.diff_table"
+COMPARE_PAIRS_TABLE = "compare.pairs_table"
+COMPARE_GAPS_CHART = "compare.gaps_chart"
+COMPARE_SIDES_CHART = "compare.sides_chart"
+
 # Data page
 DATA_TAB = "data.tab"
 EXPORT_FORMAT = "export.format"
