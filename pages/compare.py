@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from comlrl_lab.ui import compare, services, state
+from comlrl_lab.ui import compare, services, state, sweeps
 
 MAX_DEFAULT_RUNS = 40
 
@@ -15,6 +15,9 @@ st.caption(
 
 root = services.workspace().root
 entries = compare.cached_catalogue(root)
+# Before the filters: starting or opening a sweep sets the tag filter to it.
+sweeps.grid_panel(entries)
+sweeps.sweep_picker()
 if not entries:
     st.info("No runs yet: create one on the Setup page, or run `comlrl-lab sweep` into this runs folder.")
     st.stop()
@@ -24,15 +27,17 @@ algorithms = left.multiselect("Algorithm", sorted({e.algorithm for e in entries}
 tasks = middle.multiselect("Task", sorted({e.task for e in entries}), key=state.COMPARE_TASKS)
 tags = right.multiselect(
     "Tag",
-    sorted({t for e in entries for t in e.tags}),
+    # A sweep that has only just started has no run yet, but the filter already names it.
+    sorted({t for e in entries for t in e.tags} | set(st.session_state.get(state.COMPARE_TAGS, []))),
     key=state.COMPARE_TAGS,
     help="A sweep tags each of its runs with its id.",
 )
 matching = compare.filter_runs(entries, algorithms=algorithms, tasks=tasks, tags=tags)
 options = [e.run_id for e in matching]
-filters = (tuple(algorithms), tuple(tasks), tuple(tags))
+filters = (tuple(algorithms), tuple(tasks), tuple(tags), tuple(options))
 if st.session_state.get(state.COMPARE_FILTERS_SEEN) != filters or state.COMPARE_RUNS not in st.session_state:
-    # New filters choose every run they match; afterwards the user's own picks stand.
+    # New filters, or a new run that they match (a sweep filling in), choose every matching run; until then the
+    # user's own picks stand.
     st.session_state[state.COMPARE_RUNS] = options[:MAX_DEFAULT_RUNS]
     st.session_state[state.COMPARE_FILTERS_SEEN] = filters
 else:

@@ -192,3 +192,51 @@ def test_twenty_runs_of_twenty_rounds_are_prepared_and_drawn_within_two_seconds(
     assert not at.exception
     print(f"\n20 runs x 20 rounds, best of 3: data preparation {prepare:.2f} s, page run, cold cache {render:.2f} s")
     assert prepare <= 2.0 and render <= 2.0
+
+
+@pytest.mark.slow
+def test_a_grid_run_from_the_compare_page_fills_in_and_opens_there(tmp_path, monkeypatch, model_dir):
+    from test_sweep import tiny_spec
+
+    from comlrl_lab.engine.sweep import MANIFEST_FILE, SWEEPS_DIR
+    from comlrl_lab.ui import sweeps
+
+    root = tmp_path / "runs"
+    (root / "base-run").mkdir(parents=True)
+    tiny_spec(model_dir, num_iterations=2).save(root / "base-run" / "spec.json")
+    monkeypatch.setenv(services.RUNS_DIR_ENV, str(root))
+    services.close_all()
+    st.cache_resource.clear()
+    try:
+        at = AppTest.from_file(APP, default_timeout=60)
+        at.run()
+        at.switch_page("pages/compare.py").run()
+        at.selectbox(key=state.sweep_field_key(0)).set_value("preference_replay_mode")
+        at.text_input(key=state.sweep_values_key(0)).input("current, all_history")
+        at.number_input(key=state.SWEEP_SEEDS).set_value(2)
+        at.number_input(key=state.SWEEP_PARALLEL).set_value(2)
+        at.button(key=state.SWEEP_START).click().run()
+        assert not at.exception, [e.value for e in at.exception]
+        sweep_id = at.session_state[state.SWEEP_ID]
+        assert at.multiselect(key=state.COMPARE_TAGS).value == [sweep_id]
+        done = sweeps.board().wait(sweep_id, timeout=240)
+        assert done.finished == done.cells == 4 and not done.busy
+        manifest = json.loads((root / SWEEPS_DIR / sweep_id / MANIFEST_FILE).read_text())
+        assert [c["status"] for c in manifest["cells"]] == ["finished"] * 4
+
+        at.run()
+        assert len(at.multiselect(key=state.COMPARE_RUNS).value) == 4
+        traces = _curve_traces(at)
+        assert set(traces) == {"preference_replay_mode=current", "preference_replay_mode=all_history"}
+        assert all(len(t["x"]) == 2 for t in traces.values())  # two rounds each
+        assert any("has finished" in s.value for s in at.success)
+
+        # Cleared filters, then the sweep picked again: its four runs come back.
+        at.multiselect(key=state.COMPARE_TAGS).set_value([]).run()
+        assert len(at.multiselect(key=state.COMPARE_RUNS).value) == 5
+        at.selectbox(key=state.SWEEP_OPEN).set_value(sweep_id).run()
+        assert at.multiselect(key=state.COMPARE_TAGS).value == [sweep_id]
+        assert len(at.multiselect(key=state.COMPARE_RUNS).value) == 4
+    finally:
+        services.close_all()
+        st.cache_resource.clear()

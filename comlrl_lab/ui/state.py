@@ -101,7 +101,7 @@ COMPARE_TASKS = "compare.tasks"
 COMPARE_TAGS = "compare.tags"
 COMPARE_RUNS = "compare.runs"
 COMPARE_RUNS_TABLE = "compare.runs_table"
-COMPARE_FILTERS_SEEN = "compare.filters_seen"  # the filters the run selection was last filled from
+COMPARE_FILTERS_SEEN = "compare.filters_seen"  # the filters (and runs they matched) the selection was filled from
 COMPARE_BY_SEED = "compare.by_seed"
 COMPARE_SMOOTHING = "compare.smoothing"
 COMPARE_CURVES_CHART = "compare.curves_chart"
@@ -109,6 +109,16 @@ COMPARE_DIFF_TABLE = "compare.diff_table"
 COMPARE_PAIRS_TABLE = "compare.pairs_table"
 COMPARE_GAPS_CHART = "compare.gaps_chart"
 COMPARE_SIDES_CHART = "compare.sides_chart"
+
+# Sweeps ("Run a grid" on the Compare page)
+SWEEP_ID = "sweep.id"  # the sweep this session started
+SWEEP_OPEN = "sweep.open"
+SWEEP_BASE = "sweep.base"
+SWEEP_FORM = "sweep.form"
+SWEEP_START = "sweep.start"
+SWEEP_SEEDS = "sweep.seeds"
+SWEEP_PARALLEL = "sweep.parallel"
+SWEEP_STOP = "sweep.stop"
 
 # Data page
 DATA_TAB = "data.tab"
@@ -186,6 +196,14 @@ def phase_button_key(phase: str) -> str:
 
 def learning_chart_key(name: str) -> str:
     return f"learning.{name}_chart"
+
+
+def sweep_field_key(i: int) -> str:
+    return f"sweep.field.{i}"
+
+
+def sweep_values_key(i: int) -> str:
+    return f"sweep.values.{i}"
 
 
 def pair_agent_key(i: int, part: str | None = None) -> str:
