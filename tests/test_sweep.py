@@ -166,3 +166,20 @@ def test_cli_sweep_runs_every_cell_as_a_tagged_run_and_resume_finishes_an_interr
     with RunStore(runs / run.run_id / "run.duckdb", read_only=True) as store:
         phases = store.committed_phases(run.run_id)
     assert sorted(phases) == [(1, "collect"), (1, "evaluate"), (1, "select"), (1, "train")]
+
+
+@pytest.mark.slow
+def test_parallel_cells_load_their_models_one_at_a_time_in_a_fresh_process(model_dir, tmp_path):
+    """Two cells loading models at once in a process that has not imported transformers yet used to fail."""
+    import subprocess
+    import sys
+
+    spec_path = tmp_path / "spec.json"
+    tiny_spec(model_dir).save(spec_path)
+    grid = ["--grid", "preference_replay_mode=current,all_history"]
+    command = [sys.executable, "-m", "comlrl_lab.cli", "sweep", str(spec_path), *grid, "--parallel", "2", "--quiet"]
+    result = subprocess.run(
+        [*command, "--runs-root", str(tmp_path / "runs")], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "2/2 cells finished, 0 failed" in result.stdout

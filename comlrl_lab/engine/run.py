@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import traceback
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,11 @@ from comlrl_lab.engine.spec import ExperimentSpec, build_trainer
 from comlrl_lab.store import RunStore, snapshot_parquet
 from comlrl_lab.trainers.preference import checkpoint as ckpt
 from comlrl_lab.trainers.preference.sink import PHASES, PhaseControl, PhaseRecords
+
+# Loading models is not thread-safe: transformers imports lazily and from_pretrained builds modules under a global
+# "empty weights" context, so two runs loading at once in one process (a sweep with --parallel 2, two runs started
+# from the workbench) failed with "Cannot copy out of meta tensor" or a half-imported transformers.
+_BUILD_LOCK = threading.Lock()
 
 SPEC_FILE = "spec.json"
 STORE_FILE = "run.duckdb"
@@ -137,12 +143,13 @@ class Run:
         if self.trainer is None:
             apply_torch_threads(self.spec)
             sink = None if self.store is None else StoreSink(self.store, self.run_id, self.run_dir / SNAPSHOT_DIR)
-            trainer = build_trainer(
-                self.spec, output_dir=self.run_dir, run_id=self.run_id, sink=sink, control=self.control
-            )
-            trainer.checkpoint_dir = self.checkpoint_dir
-            if ckpt.has_checkpoint(self.checkpoint_dir):
-                trainer.load_checkpoint(self.checkpoint_dir)
+            with _BUILD_LOCK:
+                trainer = build_trainer(
+                    self.spec, output_dir=self.run_dir, run_id=self.run_id, sink=sink, control=self.control
+                )
+                trainer.checkpoint_dir = self.checkpoint_dir
+                if ckpt.has_checkpoint(self.checkpoint_dir):
+                    trainer.load_checkpoint(self.checkpoint_dir)
             self.trainer = trainer
         return self.trainer
 
