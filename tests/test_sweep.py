@@ -108,6 +108,15 @@ def test_a_cell_with_an_invalid_config_refuses_the_whole_sweep_before_anything_i
     assert not (tmp_path / SWEEPS_DIR).exists()
 
 
+def test_the_grid_may_supply_what_the_base_spec_lacks(model_dir, tmp_path):
+    spec = tiny_spec(model_dir, preference_replay_mode="nearest_k")  # invalid alone: nearest_k needs a k
+    sweep = Sweep.create(spec, {"preference_replay_k": [1, 2]}, seeds=1, runs_root=tmp_path)
+    assert [c.overrides for c in sweep.cells] == [
+        {"preference_replay_k": 1, "seed": 5},
+        {"preference_replay_k": 2, "seed": 5},
+    ]
+
+
 def test_cli_sweep_refuses_an_unknown_field_with_exit_2(model_dir, tmp_path, capsys):
     spec_path = tmp_path / "spec.json"
     tiny_spec(model_dir).save(spec_path)

@@ -185,8 +185,10 @@ class Sweep:
             raise ValueError(f"seeds must be an integer >= 1, got {seeds!r}")
         if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
             raise ValueError(f"parallel must be an integer >= 1, got {parallel!r}")
-        # Seeds count up from the spec's own seed, so a sweep of one seed reruns exactly the spec.
-        base_seed = int(spec.build_config().seed)
+        # Seeds count up from the spec's own seed, so a sweep of one seed reruns exactly the spec. The base spec
+        # alone need not be valid (the grid may supply what it lacks), so its config is not built here.
+        (seed_field,) = (f for f in fields(spec.config_class) if f.name == "seed")
+        base_seed = int(spec.config.get("seed", seed_field.default))
         seed_values = [base_seed + offset for offset in range(seeds)]
         sweep_id = new_run_id(name or spec.name, prefix="sweep")
         sweep = cls(Path(runs_root) / SWEEPS_DIR / sweep_id, sweep_id, copy.deepcopy(spec), grid, seed_values, parallel)
