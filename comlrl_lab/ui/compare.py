@@ -266,6 +266,7 @@ def curves_figure(stats: pd.DataFrame, groups: Sequence[Group]) -> go.Figure | N
                 go.Scatter(
                     x=x + x[::-1],
                     y=part["high"].tolist() + part["low"].tolist()[::-1],
+                    mode="lines",  # the band's outline only: no markers at its corners
                     fill="toself",
                     fillcolor=_rgba(color, 0.18),
                     line={"width": 0},
