@@ -29,6 +29,7 @@ PAGES = {
         st.Page("pages/pairs.py", title="Pairs", icon=":material/compare:", url_path="pairs"),
         st.Page("pages/replay.py", title="Replay", icon=":material/history:", url_path="replay"),
         st.Page("pages/learning.py", title="Learning", icon=":material/monitoring:", url_path="learning"),
+        st.Page("pages/compare.py", title="Compare", icon=":material/stacked_line_chart:", url_path="compare"),
         st.Page("pages/data.py", title="Data", icon=":material/database:", url_path="data"),
     ],
 }

@@ -23,6 +23,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from comlrl_lab.data.stats import ci95_half_width
 from comlrl_lab.engine.presets import QUICKSTART_CONFIG
 
 _STABILISERS = ("madpo_reference", "madpo_length_normalize", "madpo_nll_weight")
@@ -34,9 +35,6 @@ SETTINGS: dict[str, dict[str, object]] = {
     "nll": {"madpo_nll_weight": QUICKSTART_CONFIG["madpo_nll_weight"]},
     "combined": {name: QUICKSTART_CONFIG[name] for name in _STABILISERS},
 }
-
-#: Two-sided 97.5% quantiles of Student's t for 1..10 degrees of freedom; 1.96 beyond.
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
 
 
 @dataclass(frozen=True)
@@ -60,10 +58,7 @@ def mean_ci(values: Sequence[float]) -> Interval:
     """Mean ± t_{0.975, n-1} · s / sqrt(n) of ``values`` (sample std s)."""
     n = len(values)
     mean = statistics.fmean(values)
-    if n < 2:
-        return Interval(mean, math.nan, n)
-    t = _T975[n - 2] if n - 2 < len(_T975) else 1.96
-    return Interval(mean, t * statistics.stdev(values) / math.sqrt(n), n)
+    return Interval(mean, ci95_half_width(statistics.stdev(values) if n > 1 else math.nan, n), n)
 
 
 def run_curve(task_name: str, setting: str, seed: int, args: argparse.Namespace) -> list[float]:

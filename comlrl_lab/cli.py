@@ -1,4 +1,4 @@
-"""Headless entry point: ``comlrl-lab run SPEC``, ``comlrl-lab export RUN_DIR``, ``comlrl-lab import DIR``.
+"""Headless entry point: ``comlrl-lab run SPEC``, ``sweep SPEC --grid F=V1,V2``, ``export RUN_DIR``, ``import DIR``.
 
 ``run`` drives the same engine as the workbench, in the foreground, with a progress bar. A run directory can
 be resumed with ``comlrl-lab run --resume RUN_DIR`` after a crash or a kill; it continues after the last
@@ -101,6 +101,55 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sweep(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from comlrl_lab.engine.sweep import Sweep, SweepRunner, parse_grid
+
+    try:
+        if args.resume:
+            if args.spec or args.grid:
+                raise ValueError("--resume continues a sweep as it was made; give no SPEC or --grid with it")
+            sweep = Sweep.open(args.resume)
+        else:
+            if not args.spec:
+                raise ValueError("give a SPEC file or --resume SWEEP_DIR")
+            spec = ExperimentSpec.load(args.spec)
+            if args.rounds is not None:
+                spec.config["num_iterations"] = args.rounds
+            grid = parse_grid(spec.config_class, args.grid)
+            sweep = Sweep.create(spec, grid, seeds=args.seeds, runs_root=args.runs_root, parallel=args.parallel or 1)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"comlrl-lab sweep: {error}", file=sys.stderr)
+        return 2
+    manager = RunManager(sweep.runs_root)
+    runner = SweepRunner(sweep, manager, parallel=args.parallel)
+    print(f"sweep {sweep.sweep_id}: {len(sweep.cells)} cells, {len(sweep.unfinished)} to run, in {sweep.sweep_dir}")
+    runner.start()
+    bar = tqdm(total=0, unit="phase", dynamic_ncols=True, disable=args.quiet)
+    try:
+        while True:
+            progress = runner.wait(timeout=0.5)
+            bar.total, bar.n = progress.phases_total, progress.phases_done
+            bar.set_description(f"cells {progress.finished}/{progress.cells} finished, {progress.running} running")
+            bar.refresh()
+            if not progress.busy:
+                break
+    except KeyboardInterrupt:
+        runner.stop()
+        progress = runner.wait()
+    finally:
+        bar.close()
+        manager.close()
+    for cell in sweep.cells:
+        if cell.status == "error":
+            print(f"cell {cell.index} {cell.overrides}: {cell.error}", file=sys.stderr)
+    print(
+        f"{progress.finished}/{progress.cells} cells finished, {progress.errors} failed; tag {sweep.tag}; manifest {sweep.sweep_dir}"
+    )
+    return 0 if progress.finished == progress.cells else 1
+
+
 def _export(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     with RunStore(run_dir / STORE_FILE, read_only=True) as store:
@@ -142,6 +191,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--verbose", action="store_true", help="print the traceback on error")
     run.set_defaults(func=_run)
+
+    sweep = sub.add_parser("sweep", help="run a grid of experiments, each cell a run directory with the sweep's tag")
+    sweep.add_argument("spec", nargs="?", help="base experiment spec file (.yaml/.yml/.json)")
+    sweep.add_argument(
+        "--grid", action="append", default=[], metavar="FIELD=V1,V2", help="a config field and its values (repeatable)"
+    )
+    sweep.add_argument("--seeds", type=int, default=1, help="seeds per grid point, counting up from the spec's seed")
+    sweep.add_argument("--parallel", type=int, help="cells run at the same time (default: 1, or the sweep's own)")
+    sweep.add_argument("--resume", metavar="SWEEP_DIR", help="finish the unfinished cells of a sweep")
+    sweep.add_argument("--runs-root", default="runs", help="where cell run directories are created (default: runs)")
+    sweep.add_argument("--rounds", type=int, help="override num_iterations")
+    sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+    sweep.set_defaults(func=_sweep)
 
     export = sub.add_parser("export", help="export a run's pairs or round files")
     export.add_argument("run_dir")

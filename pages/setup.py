@@ -16,6 +16,13 @@ st.caption(
     "Python API checks it."
 )
 
+if forms.start_from_quickstart():
+    st.session_state[state.SETUP_NOTICE] = (
+        "info",
+        "The form starts from the quickstart preset (`examples/quickstart.yaml`): MADPOIter on the embedded model, "
+        "sized to learn visibly in a few CPU minutes, with the opt-in MADPO stabilisers on. Every field can be "
+        "changed; CoMLRL's default is in each field's tooltip.",
+    )
 notice = st.session_state.pop(state.SETUP_NOTICE, None)
 if notice:
     kind, text = notice

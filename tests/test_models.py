@@ -539,3 +539,23 @@ def test_embedded_tiny_model_loads_samples_and_scores():
         )
         expected = [reference_logp(bundle.models[0], s.prompt_ids, s.completion_ids, True) for s in flat]
     assert logps.tolist() == pytest.approx(expected, abs=1e-3)
+
+
+def test_every_from_pretrained_holds_the_process_wide_load_lock(tmp_path):
+    """While one thread loads, no other thread can take the lock, so two loads never overlap."""
+    import threading
+
+    seen: list[bool] = []
+
+    def loader(path, **kwargs):
+        other: list[bool] = []
+        probe = threading.Thread(target=lambda: other.append(loading.LOAD_LOCK.acquire(blocking=False)))
+        probe.start()
+        probe.join()
+        seen.append(other[0])
+        return path
+
+    assert loading.load_pretrained(loader, str(tmp_path)) == str(tmp_path)
+    assert seen == [False]
+    assert loading.LOAD_LOCK.acquire(blocking=False)  # released afterwards
+    loading.LOAD_LOCK.release()

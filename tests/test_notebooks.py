@@ -23,8 +23,13 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 CELL_TIMEOUT_S = 300
 
 
-def test_the_three_notebooks_exist_and_are_up_to_date_with_their_builder():
-    assert [p.name for p in NOTEBOOKS] == ["01_quickstart.ipynb", "02_analyze_pairs.ipynb", "03_custom_task.ipynb"]
+def test_the_four_notebooks_exist_and_are_up_to_date_with_their_builder():
+    assert [p.name for p in NOTEBOOKS] == [
+        "01_quickstart.ipynb",
+        "02_analyze_pairs.ipynb",
+        "03_custom_task.ipynb",
+        "04_compare_replay_modes.ipynb",
+    ]
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "build_notebooks.py"), "--check"], capture_output=True, text=True
     )
@@ -67,12 +72,16 @@ def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert errors == []
     assert any(tmp_path.iterdir()), "the notebook wrote nothing under COMLRL_LAB_NOTEBOOK_DIR"
+    figures = [
+        o
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if "application/vnd.plotly.v1+json" in o.get("data", {})
+    ]
     if path.stem == "02_analyze_pairs":
-        figures = [
-            o
-            for c in nb.cells
-            if c.cell_type == "code"
-            for o in c.outputs
-            if "application/vnd.plotly.v1+json" in o.get("data", {})
-        ]
         assert len(figures) >= 5, "expected the gap, share, margin, weight and length charts"
+    if path.stem == "04_compare_replay_modes":
+        (figure,) = figures
+        names = [t.get("name") for t in figure["data"]["application/vnd.plotly.v1+json"]["data"]]
+        assert sorted(n for n in names if n) == ["all_history", "current"]

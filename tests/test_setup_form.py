@@ -50,7 +50,9 @@ def setup_page(tmp_path, monkeypatch):
     monkeypatch.setenv(services.RUNS_DIR_ENV, str(tmp_path))
     services.close_all()
     st.cache_resource.clear()
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.session_state[state.SETUP_PRESET] = True  # start from CoMLRL's defaults; the preset has its own test
+    at.run()
     assert not at.exception, [e.value for e in at.exception]
     yield at
     services.close_all()
@@ -238,5 +240,23 @@ def test_create_moves_on_to_rounds_while_the_draft_is_in_the_url(tmp_path, monke
     assert not at.exception, [e.value for e in at.exception]
     assert at.title[0].value == "Rounds"
     assert at.query_params[state.URL_RUN] == at.session_state[state.RUN_ID]
+    services.close_all()
+    st.cache_resource.clear()
+
+
+def test_a_new_session_starts_from_the_quickstart_preset(tmp_path, monkeypatch):
+    from comlrl_lab.engine.presets import QUICKSTART_CONFIG
+
+    monkeypatch.setenv(services.RUNS_DIR_ENV, str(tmp_path))
+    services.close_all()
+    st.cache_resource.clear()
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("quickstart preset" in i.value for i in at.info)
+    for name in ("num_iterations", "agent_learning_rate", "madpo_nll_weight", "madpo_reference"):
+        assert at.session_state[state.config_field_key("MADPOIter", name)] == QUICKSTART_CONFIG[name], name
+    assert at.session_state[state.SETUP_MAX_TRAIN_ITEMS] == 16
+    at.run()  # the preset is applied once: a value changed afterwards stays
+    assert not any("quickstart preset" in i.value for i in at.info)
     services.close_all()
     st.cache_resource.clear()

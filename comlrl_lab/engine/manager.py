@@ -221,6 +221,17 @@ class RunManager:
         with self._lock:
             return self._progress[run_id]
 
+    def release(self, run_id: str) -> None:
+        """Forget an idle run: its trainer (models) is dropped and its store closed; ``open`` brings it back."""
+        if self.progress(run_id).busy:
+            raise InvalidTransition(f"run {run_id} is busy; pause or stop it before releasing it")
+        self.wait(run_id)
+        with self._lock:
+            run = self._runs.pop(run_id)
+            for table in (self._controls, self._threads, self._progress, self._pause):
+                table.pop(run_id, None)
+        run.close()
+
     def close(self) -> None:
         for run_id in list(self._runs):
             if self.progress(run_id).busy:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import traceback
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,11 @@ def _ckpt():
 
     return checkpoint
 
+
+# Loading models is not thread-safe: transformers imports lazily and from_pretrained builds modules under a global
+# "empty weights" context, so two runs loading at once in one process (a sweep with --parallel 2, two runs started
+# from the workbench) failed with "Cannot copy out of meta tensor" or a half-imported transformers.
+_BUILD_LOCK = threading.Lock()
 
 SPEC_FILE = "spec.json"
 STORE_FILE = "run.duckdb"
@@ -161,12 +167,13 @@ class Run:
         if self.trainer is None:
             apply_torch_threads(self.spec)
             sink = None if self.store is None else StoreSink(self.store, self.run_id, self.run_dir / SNAPSHOT_DIR)
-            trainer = build_trainer(
-                self.spec, output_dir=self.run_dir, run_id=self.run_id, sink=sink, control=self.control
-            )
-            trainer.checkpoint_dir = self.checkpoint_dir
-            if _ckpt().has_checkpoint(self.checkpoint_dir):
-                trainer.load_checkpoint(self.checkpoint_dir)
+            with _BUILD_LOCK:
+                trainer = build_trainer(
+                    self.spec, output_dir=self.run_dir, run_id=self.run_id, sink=sink, control=self.control
+                )
+                trainer.checkpoint_dir = self.checkpoint_dir
+                if _ckpt().has_checkpoint(self.checkpoint_dir):
+                    trainer.load_checkpoint(self.checkpoint_dir)
             self.trainer = trainer
         return self.trainer
 

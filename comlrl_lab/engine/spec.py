@@ -61,9 +61,13 @@ class ExperimentSpec:
     # Keep only the first N task items (None = all): quick looks in the workbench and small tests.
     max_train_items: int | None = None
     max_eval_items: int | None = None
+    # Labels to find runs by (the Compare page filters on them); a sweep tags each of its cells with its id.
+    tags: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         algorithm(self.algorithm)
+        if not isinstance(self.tags, list) or not all(isinstance(t, str) and t for t in self.tags):
+            raise ValueError(f"tags must be a list of non-empty strings, got {self.tags!r}.")
         if not self.agent_models:
             raise ValueError("agent_models must name at least one model.")
         for name in ("max_train_items", "max_eval_items"):

@@ -138,11 +138,24 @@ def _keep_hub_name(loaded: Any, repo_id: str) -> None:
         loaded.name_or_path = repo_id
 
 
+#: Held around every ``from_pretrained`` of this process. transformers builds a model under a context that patches
+#: ``nn.Module`` globally (parameters on the meta device); two threads in it at once can restore each other's patch,
+#: after which every later load in the process fails with "Cannot copy out of meta tensor" (seen with two runs of a
+#: sweep in one server, one loading its history comparator while the other loaded its agents).
+LOAD_LOCK = threading.RLock()
+
+
 def load_pretrained(loader: Callable[..., Any], source: str, what: str = "model", **kwargs: Any) -> Any:
     """``loader(source, **kwargs)`` for the embedded model, a directory, or a hub id (local cache first).
 
-    ``loader`` is any ``from_pretrained`` (model, tokenizer, config); ``what`` names it in error messages.
+    ``loader`` is any ``from_pretrained`` (model, tokenizer, config); ``what`` names it in error messages. Loads
+    in one process run one at a time (``LOAD_LOCK``).
     """
+    with LOAD_LOCK:
+        return _load_pretrained(loader, source, what, **kwargs)
+
+
+def _load_pretrained(loader: Callable[..., Any], source: str, what: str, **kwargs: Any) -> Any:
     if not isinstance(source, str) or not source.strip():
         raise ValueError(f"{what} source must be a non-empty string (a name, a directory or a hub id), got {source!r}.")
     path = resolve_model_source(source.strip())

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from comlrl_lab.models.devices import model_device
-from comlrl_lab.models.loading import load_model
+from comlrl_lab.models.loading import LOAD_LOCK, load_model
 
 DEFAULT_ADAPTER = "default"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -143,7 +143,7 @@ def load_adapter_model(
     """Base model + the adapter saved in ``path``, frozen, on ``device`` (a full copy; see ``use_adapter``)."""
     peft = _import_peft()
     base = load_model(base_source or adapter_base_source(path), device=device, dtype=dtype, model_kwargs=model_kwargs)
-    with _quiet_peft():
+    with LOAD_LOCK, _quiet_peft():
         return peft.PeftModel.from_pretrained(base, str(path), is_trainable=False).to(device)
 
 

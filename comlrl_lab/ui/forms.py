@@ -24,6 +24,7 @@ import streamlit as st
 
 from comlrl_lab.data.tasks import get_task, list_tasks
 from comlrl_lab.engine import ExperimentSpec
+from comlrl_lab.engine.presets import quickstart_spec
 from comlrl_lab.engine.spec import resolve_task
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME, is_tiny_model_name
 from comlrl_lab.trainers.preference import config as config_module
@@ -685,6 +686,20 @@ def algorithm_section() -> str:
             **_fresh(state.SETUP_ITERATIVE, value=True),
         )
     return algorithm_name(family, iterative)
+
+
+def start_from_quickstart() -> bool:
+    """Fill a new session's form with the quickstart preset, once; True when it did.
+
+    A reload keeps its draft: when the URL already carries Setup or config values, the preset is not applied.
+    """
+    if st.session_state.get(state.SETUP_PRESET):
+        return False
+    st.session_state[state.SETUP_PRESET] = True
+    if any(str(name).startswith(("cfg.", "setup.")) for name in st.query_params):
+        return False
+    load_spec_into_state(quickstart_spec())
+    return True
 
 
 def load_spec_into_state(spec: ExperimentSpec) -> list[str]:

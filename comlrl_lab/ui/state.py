@@ -27,6 +27,7 @@ SIDEBAR_RUN = "sidebar.run"
 # Setup page. Config fields are keyed by ``config_field_key``; agents by ``agent_*_key``.
 SETUP_NOTICE = "setup.notice"  # a notice carried over one rerun (e.g. "config loaded")
 SETUP_GO_ROUNDS = "setup.go_rounds"  # set by a callback: switch to Rounds on the next rerun
+SETUP_PRESET = "setup.preset"  # set once a session's form has been started from the quickstart preset
 SETUP_PAST = "setup.past"
 SETUP_OPEN_PAST = "setup.open_past"
 SETUP_COPY_PAST = "setup.copy_past"
@@ -114,6 +115,31 @@ LEARNING_REWARD_HIST = "learning.reward_hist"
 LEARNING_REWARD_BOXES = "learning.reward_boxes"
 LEARNING_LOGGED_DISTRIBUTION = "learning.logged_distribution"
 
+# Compare page
+COMPARE_ALGORITHMS = "compare.algorithms"
+COMPARE_TASKS = "compare.tasks"
+COMPARE_TAGS = "compare.tags"
+COMPARE_RUNS = "compare.runs"
+COMPARE_RUNS_TABLE = "compare.runs_table"
+COMPARE_FILTERS_SEEN = "compare.filters_seen"  # the filters (and runs they matched) the selection was filled from
+COMPARE_BY_SEED = "compare.by_seed"
+COMPARE_SMOOTHING = "compare.smoothing"
+COMPARE_CURVES_CHART = "compare.curves_chart"
+COMPARE_DIFF_TABLE = "compare.diff_table"
+COMPARE_PAIRS_TABLE = "compare.pairs_table"
+COMPARE_GAPS_CHART = "compare.gaps_chart"
+COMPARE_SIDES_CHART = "compare.sides_chart"
+
+# Sweeps ("Run a grid" on the Compare page)
+SWEEP_ID = "sweep.id"  # the sweep this session started
+SWEEP_OPEN = "sweep.open"
+SWEEP_BASE = "sweep.base"
+SWEEP_FORM = "sweep.form"
+SWEEP_START = "sweep.start"
+SWEEP_SEEDS = "sweep.seeds"
+SWEEP_PARALLEL = "sweep.parallel"
+SWEEP_STOP = "sweep.stop"
+
 # Data page
 DATA_TAB = "data.tab"
 EXPORT_FORMAT = "export.format"
@@ -190,6 +216,14 @@ def phase_button_key(phase: str) -> str:
 
 def learning_chart_key(name: str) -> str:
     return f"learning.{name}_chart"
+
+
+def sweep_field_key(i: int) -> str:
+    return f"sweep.field.{i}"
+
+
+def sweep_values_key(i: int) -> str:
+    return f"sweep.values.{i}"
 
 
 def pair_agent_key(i: int, part: str | None = None) -> str:

@@ -1,0 +1,100 @@
+"""Compare: runs side by side, grouped over seeds: curves as mean ± 95% CI, the settings that differ, pair statistics."""
+
+import streamlit as st
+
+from comlrl_lab.ui import compare, services, state, sweeps
+
+MAX_DEFAULT_RUNS = 40
+
+st.title("Compare runs")
+st.caption(
+    "Runs are read from the Parquet snapshots each run writes after every phase, so a running run can be compared "
+    "as it fills in. Runs whose settings differ only in `seed` form one group; its curve is the mean over its "
+    "seeds with a 95% confidence band (Student's t)."
+)
+
+root = services.workspace().root
+entries = compare.cached_catalogue(root)
+# Before the filters: starting or opening a sweep sets the tag filter to it.
+sweeps.grid_panel(entries)
+sweeps.sweep_picker()
+if not entries:
+    st.info("No runs yet: create one on the Setup page, or run `comlrl-lab sweep` into this runs folder.")
+    st.stop()
+
+left, middle, right = st.columns(3)
+algorithms = left.multiselect("Algorithm", sorted({e.algorithm for e in entries}), key=state.COMPARE_ALGORITHMS)
+tasks = middle.multiselect("Task", sorted({e.task for e in entries}), key=state.COMPARE_TASKS)
+tags = right.multiselect(
+    "Tag",
+    # A sweep that has only just started has no run yet, but the filter already names it.
+    sorted({t for e in entries for t in e.tags} | set(st.session_state.get(state.COMPARE_TAGS, []))),
+    key=state.COMPARE_TAGS,
+    help="A sweep tags each of its runs with its id.",
+)
+matching = compare.filter_runs(entries, algorithms=algorithms, tasks=tasks, tags=tags)
+options = [e.run_id for e in matching]
+filters = (tuple(algorithms), tuple(tasks), tuple(tags), tuple(options))
+if st.session_state.get(state.COMPARE_FILTERS_SEEN) != filters or state.COMPARE_RUNS not in st.session_state:
+    # New filters, or a new run that they match (a sweep filling in), choose every matching run; until then the
+    # user's own picks stand.
+    st.session_state[state.COMPARE_RUNS] = options[:MAX_DEFAULT_RUNS]
+    st.session_state[state.COMPARE_FILTERS_SEEN] = filters
+else:
+    st.session_state[state.COMPARE_RUNS] = [r for r in st.session_state[state.COMPARE_RUNS] if r in options]
+chosen = st.multiselect("Runs", options, key=state.COMPARE_RUNS, placeholder="Pick runs to compare")
+with st.expander(f"{len(matching)} runs match the filters"):
+    st.dataframe(compare.catalogue_frame(matching), key=state.COMPARE_RUNS_TABLE, hide_index=True)
+
+left, right = st.columns(2)
+st.session_state.setdefault(state.COMPARE_BY_SEED, True)
+by_seed = left.toggle("Group runs that differ only in seed", key=state.COMPARE_BY_SEED)
+st.session_state.setdefault(state.COMPARE_SMOOTHING, 1)
+smoothing = right.slider(
+    "Smoothing",
+    min_value=1,
+    max_value=5,
+    key=state.COMPARE_SMOOTHING,
+    help="Each run's curve becomes a trailing moving average over this many rounds before the mean over seeds.",
+)
+if not chosen:
+    st.info("Pick at least one run.")
+    st.stop()
+
+by_id = {e.run_id: e for e in matching}
+data = compare.cached_compare(root, [by_id[r] for r in chosen], by_seed=by_seed, smoothing=smoothing)
+
+st.subheader("Curves per round")
+st.caption(" · ".join(f"**{g.label}**: {len(g.runs)} run{'s' if len(g.runs) > 1 else ''}" for g in data.groups))
+if data.curves_figure is None:
+    st.info("The chosen runs have no snapshot metrics yet: they appear as phases finish.")
+else:
+    st.plotly_chart(data.curves_figure, key=state.COMPARE_CURVES_CHART)
+
+st.subheader("Settings that differ")
+if len(data.groups) < 2:
+    st.caption("One group: there is nothing to tell apart.")
+elif data.config_diff.empty:
+    st.caption("The groups share every setting.")
+else:
+    st.dataframe(data.config_diff, key=state.COMPARE_DIFF_TABLE)
+
+st.subheader("Pair statistics")
+st.dataframe(
+    data.pair_table,
+    key=state.COMPARE_PAIRS_TABLE,
+    hide_index=True,
+    column_config={
+        "current wins": st.column_config.NumberColumn(format="percent"),
+        "pairs per round": st.column_config.NumberColumn(format="%.1f"),
+        "gap mean": st.column_config.NumberColumn(format="%.3f"),
+        "gap median": st.column_config.NumberColumn(format="%.3f"),
+        "winner tokens": st.column_config.NumberColumn(format="%.1f"),
+        "loser tokens": st.column_config.NumberColumn(format="%.1f"),
+    },
+)
+left, right = st.columns(2)
+if data.gaps_figure is not None:
+    left.plotly_chart(data.gaps_figure, key=state.COMPARE_GAPS_CHART)
+if data.sides_figure is not None:
+    right.plotly_chart(data.sides_figure, key=state.COMPARE_SIDES_CHART)

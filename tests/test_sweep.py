@@ -1,0 +1,194 @@
+"""Sweeps: grid values typed by the config field, cells as tagged run directories, K at a time, and resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from comlrl_lab.cli import main
+from comlrl_lab.engine import ExperimentSpec, Run
+from comlrl_lab.engine.sweep import MANIFEST_FILE, SWEEPS_DIR, Sweep, parse_grid, split_values
+from comlrl_lab.store import RunStore
+from comlrl_lab.trainers.preference import MADPOIterConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+USER_TASK = str(ROOT / "examples" / "custom_task" / "my_task.py")
+USER_DATA = str(ROOT / "examples" / "custom_task" / "data.jsonl")
+
+
+def tiny_spec(model_dir, **config) -> ExperimentSpec:
+    values = dict(
+        num_iterations=1,
+        preference_num_candidates=3,
+        preference_pairs_per_sample=2,
+        max_new_tokens=4,
+        eval_num_samples=2,
+        agent_learning_rate=1e-3,
+        agent_devices="cpu",
+        seed=5,
+    )
+    values.update(config)
+    return ExperimentSpec(
+        algorithm="MADPOIter",
+        agent_models=[model_dir, model_dir],
+        task=None,
+        user_task=USER_TASK,
+        user_train_data=USER_DATA,
+        user_eval_data=USER_DATA,
+        config=values,
+        max_train_items=2,
+        max_eval_items=2,
+    )
+
+
+def test_grid_values_take_the_config_fields_types():
+    grid = parse_grid(
+        MADPOIterConfig,
+        [
+            "dpo_beta=0.1,0.5",
+            "num_train_epochs=1,3",
+            "score_final_token=true,False",
+            "preference_replay_k=none,2",
+            "preference_replay_mode=nearest_k,all_history",
+        ],
+    )
+    assert grid == {
+        "dpo_beta": [0.1, 0.5],
+        "num_train_epochs": [1, 3],
+        "score_final_token": [True, False],
+        "preference_replay_k": [None, 2],
+        "preference_replay_mode": ["nearest_k", "all_history"],
+    }
+    assert type(grid["num_train_epochs"][0]) is int and type(grid["dpo_beta"][0]) is float
+
+
+def test_grid_commas_inside_json_brackets_stay_in_one_value():
+    assert split_values('a, [1, 2] ,{"k": [3, 4]}') == ["a", "[1, 2]", '{"k": [3, 4]}']
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ("learning_rate=1e-4", "Unknown MADPOIterConfig fields: learning_rate."),
+        ("num_train_epochs=1,two", "grid field num_train_epochs: 'two' is not an int"),
+        ("score_final_token=maybe", "grid field score_final_token: 'maybe' is not a bool"),
+        ("seed=1,2", "seed is swept with --seeds N"),
+        ("dpo_beta", "a grid entry must read FIELD=V1,V2"),
+        ("dpo_beta=0.1,0.1", "grid field dpo_beta repeats a value"),
+    ],
+)
+def test_bad_grid_entries_are_refused_with_a_clear_message(entry, message):
+    with pytest.raises(ValueError, match="^" + __import__("re").escape(message)):
+        parse_grid(MADPOIterConfig, [entry])
+
+
+def test_sweep_makes_one_cell_per_grid_point_and_seed_with_seeds_counting_from_the_spec(model_dir, tmp_path):
+    grid = {"dpo_beta": [0.1, 0.5], "preference_replay_mode": ["current", "all_history"]}
+    sweep = Sweep.create(tiny_spec(model_dir), grid, seeds=2, runs_root=tmp_path, parallel=2)
+    assert sweep.sweep_dir.parent == tmp_path / SWEEPS_DIR
+    assert sweep.seeds == [5, 6]
+    assert len(sweep.cells) == 8
+    assert sweep.cells[0].overrides == {"dpo_beta": 0.1, "preference_replay_mode": "current", "seed": 5}
+    assert sweep.cells[-1].overrides == {"dpo_beta": 0.5, "preference_replay_mode": "all_history", "seed": 6}
+    spec = sweep.cell_spec(sweep.cells[3])
+    assert spec.tags == [sweep.sweep_id]
+    assert spec.config["seed"] == 6 and spec.config["preference_replay_mode"] == "all_history"
+    reopened = Sweep.open(sweep.sweep_dir)
+    assert [c.overrides for c in reopened.cells] == [c.overrides for c in sweep.cells]
+    assert reopened.parallel == 2 and all(c.status == "pending" for c in reopened.cells)
+
+
+def test_a_cell_with_an_invalid_config_refuses_the_whole_sweep_before_anything_is_written(model_dir, tmp_path):
+    spec = tiny_spec(model_dir, preference_replay_mode="lambda_decay", preference_replay_lambda=0.5)
+    grid = {"preference_replay_mode": ["lambda_decay", "current"]}
+    with pytest.raises(ValueError, match="preference_replay_lambda"):
+        Sweep.create(spec, grid, seeds=1, runs_root=tmp_path)
+    assert not (tmp_path / SWEEPS_DIR).exists()
+
+
+def test_the_grid_may_supply_what_the_base_spec_lacks(model_dir, tmp_path):
+    spec = tiny_spec(model_dir, preference_replay_mode="nearest_k")  # invalid alone: nearest_k needs a k
+    sweep = Sweep.create(spec, {"preference_replay_k": [1, 2]}, seeds=1, runs_root=tmp_path)
+    assert [c.overrides for c in sweep.cells] == [
+        {"preference_replay_k": 1, "seed": 5},
+        {"preference_replay_k": 2, "seed": 5},
+    ]
+
+
+def test_cli_sweep_refuses_an_unknown_field_with_exit_2(model_dir, tmp_path, capsys):
+    spec_path = tmp_path / "spec.json"
+    tiny_spec(model_dir).save(spec_path)
+    code = main(["sweep", str(spec_path), "--grid", "beta=0.1,0.2", "--runs-root", str(tmp_path / "runs")])
+    assert code == 2
+    assert "Unknown MADPOIterConfig fields: beta." in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_sweep_runs_every_cell_as_a_tagged_run_and_resume_finishes_an_interrupted_cell(model_dir, tmp_path):
+    runs = tmp_path / "runs"
+    spec_path = tmp_path / "spec.json"
+    tiny_spec(model_dir).save(spec_path)
+    grid = ["preference_replay_mode=current,all_history"]
+    code = main(
+        [
+            "sweep",
+            str(spec_path),
+            "--grid",
+            *grid,
+            "--seeds",
+            "2",
+            "--parallel",
+            "2",
+            "--runs-root",
+            str(runs),
+            "--quiet",
+        ]
+    )
+    assert code == 0
+    (sweep_dir,) = (runs / SWEEPS_DIR).iterdir()
+    manifest = json.loads((sweep_dir / MANIFEST_FILE).read_text())
+    assert [c["status"] for c in manifest["cells"]] == ["finished"] * 4
+    for cell in manifest["cells"]:
+        run_dir = runs / cell["run_id"]
+        spec = json.loads((run_dir / "spec.json").read_text())
+        assert spec["tags"] == [manifest["sweep_id"]]
+        assert spec["config"]["preference_replay_mode"] == cell["overrides"]["preference_replay_mode"]
+        assert spec["config"]["seed"] == cell["overrides"]["seed"]
+        assert (run_dir / "snapshots" / "metrics").is_dir()
+        with RunStore(run_dir / "run.duckdb", read_only=True) as store:
+            assert len(store.committed_phases(cell["run_id"])) == 4
+
+    # An interrupted sweep: one cell stopped after its collect phase, one never started.
+    sweep = Sweep.create(tiny_spec(model_dir), {"dpo_beta": [0.1]}, seeds=2, runs_root=runs)
+    first = sweep.cells[0]
+    run = Run.create(sweep.cell_spec(first), runs)
+    run.step("collect")
+    run.close()
+    first.run_id, first.status = run.run_id, "running"
+    sweep.save()
+    assert main(["sweep", "--resume", str(sweep.sweep_dir), "--quiet"]) == 0
+    resumed = Sweep.open(sweep.sweep_dir)
+    assert [c.status for c in resumed.cells] == ["finished", "finished"]
+    assert resumed.cells[0].run_id == run.run_id
+    with RunStore(runs / run.run_id / "run.duckdb", read_only=True) as store:
+        phases = store.committed_phases(run.run_id)
+    assert sorted(phases) == [(1, "collect"), (1, "evaluate"), (1, "select"), (1, "train")]
+
+
+@pytest.mark.slow
+def test_parallel_cells_load_their_models_one_at_a_time_in_a_fresh_process(model_dir, tmp_path):
+    """Two cells loading models at once in a process that has not imported transformers yet used to fail."""
+    import subprocess
+    import sys
+
+    spec_path = tmp_path / "spec.json"
+    tiny_spec(model_dir).save(spec_path)
+    grid = ["--grid", "preference_replay_mode=current,all_history"]
+    command = [sys.executable, "-m", "comlrl_lab.cli", "sweep", str(spec_path), *grid, "--parallel", "2", "--quiet"]
+    result = subprocess.run(
+        [*command, "--runs-root", str(tmp_path / "runs")], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "2/2 cells finished, 0 failed" in result.stdout
