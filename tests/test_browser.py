@@ -471,9 +471,18 @@ def test_compare_page_runs_a_2x2_grid_and_shows_it(server, browser_page):
     for i, field_name in enumerate(("preference_replay_mode", "preference_replay_lambda")):
         # The list of config fields is long and drawn only in part: type to bring the option up.
         combo = page.locator(f"{key(state.sweep_field_key(i))} input[role='combobox']")
-        combo.click()
-        page.keyboard.type(field_name)
-        page.locator("[role='option']").filter(has_text=field_name).first.click(timeout=10_000)
+        for attempt in range(3):
+            page.wait_for_selector(IDLE, timeout=120_000)
+            combo.click()
+            page.keyboard.type(field_name)
+            try:
+                page.locator("[role='option']").filter(has_text=field_name).first.click(timeout=5_000)
+                break
+            except sync_api.TimeoutError:  # the list was redrawn under a late rerun: try again
+                if attempt == 2:
+                    raise
+                page.keyboard.press("Escape")
+        settle(page)
     # Inside a form, Enter would submit it: Tab commits each value instead.
     for widget_key, text in (
         (state.sweep_values_key(0), "current,all_history"),  # λ belongs to lambda_decay, so the grid drops it
