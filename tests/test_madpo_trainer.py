@@ -64,6 +64,25 @@ def make_iter_trainer(model_dir, config, sink=None, **kwargs):
     )
 
 
+def hand_worked_pair(tok) -> PreferencePair:
+    """One two-agent pair with completions of different lengths, for the update tests worked by hand."""
+
+    def ids(text):
+        return tok(text, add_special_tokens=False)["input_ids"]
+
+    return PreferencePair(
+        prompts=["the red cat one", "the red cat two"],
+        winner_completions=["a", "b"],
+        loser_completions=["c", "d"],
+        winner_reward=1.0,
+        loser_reward=0.0,
+        candidate_reward_mean=0.5,
+        prompt_ids=[tok("the red cat one")["input_ids"], tok("the red cat two")["input_ids"]],
+        winner_ids=[ids("big dog") + [tok.eos_token_id], ids("small bird sun") + [tok.eos_token_id]],
+        loser_ids=[ids("up") + [tok.eos_token_id], ids("moon moon") + [tok.eos_token_id]],
+    )
+
+
 def manual_logp(model, prompt_ids, completion_ids, score_final_token=False):
     """Batch-1 reference: sum of log p(completion token) over the scored positions."""
     scored = completion_ids if score_final_token else completion_ids[:-1]
@@ -103,19 +122,7 @@ def test_madpo_update_matches_hand_computed_loss_and_gradients(model_dir, tmp_pa
     )
     for model in trainer.agents:
         model.to(torch.float64)
-    tok = trainer.tokenizers[0]
-    ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
-    pair = PreferencePair(
-        prompts=["the red cat one", "the red cat two"],
-        winner_completions=["a", "b"],
-        loser_completions=["c", "d"],
-        winner_reward=1.0,
-        loser_reward=0.0,
-        candidate_reward_mean=0.5,
-        prompt_ids=[tok("the red cat one")["input_ids"], tok("the red cat two")["input_ids"]],
-        winner_ids=[ids("big dog") + [tok.eos_token_id], ids("small bird sun") + [tok.eos_token_id]],
-        loser_ids=[ids("up") + [tok.eos_token_id], ids("moon moon") + [tok.eos_token_id]],
-    )
+    pair = hand_worked_pair(trainer.tokenizers[0])
     metrics = trainer.learner.update([pair])
 
     beta = 0.5
@@ -185,19 +192,7 @@ def test_stabilised_update_matches_hand_computed_loss_and_gradients(model_dir, t
         model_config={"dtype": "fp64"},
     )
     assert all(next(m.parameters()).dtype == torch.float64 for m in trainer.agents)
-    tok = trainer.tokenizers[0]
-    ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
-    pair = PreferencePair(
-        prompts=["the red cat one", "the red cat two"],
-        winner_completions=["a", "b"],
-        loser_completions=["c", "d"],
-        winner_reward=1.0,
-        loser_reward=0.0,
-        candidate_reward_mean=0.5,
-        prompt_ids=[tok("the red cat one")["input_ids"], tok("the red cat two")["input_ids"]],
-        winner_ids=[ids("big dog") + [tok.eos_token_id], ids("small bird sun") + [tok.eos_token_id]],
-        loser_ids=[ids("up") + [tok.eos_token_id], ids("moon moon") + [tok.eos_token_id]],
-    )
+    pair = hand_worked_pair(trainer.tokenizers[0])
     trainer.learner.on_pairs_collected([pair])
     for i, model in enumerate(trainer.agents):  # the reference log-probs were taken once, with the pair
         by_hand = manual_logp(model, pair.prompt_ids[i], pair.winner_ids[i]).detach().item()
