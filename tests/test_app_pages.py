@@ -500,12 +500,23 @@ def test_learning_plots_rewards_losses_margins_accuracy_and_distributions(open_a
         "Log-prob margins per round",
         "Pair accuracy and current agents' win share",
     ]
-    rewards = {t["name"]: _array(t["y"]) for t in charts[0]["data"]}
+    rewards = {t["name"]: _array(t["y"]) for t in charts[0]["data"] if t.get("fill") != "toself"}
     assert set(rewards) == {"candidates: current agents", "candidates: comparator", "evaluation (task reward)"}
     assert all(len(ys) == 2 for ys in rewards.values())
     eval_curve = store.eval_curve(seeded.run_id)
     evals = eval_curve[eval_curve["name"] == "eval/turn_1/reward_mean"].sort_values("round")["value"].tolist()
     assert [round(v, 6) for v in rewards["evaluation (task reward)"]] == [round(v, 6) for v in evals]
+    # The evaluation's 95% CI is shaded: mean ± t(0.975, n-1) · SE per round, from the logged SE and n.
+    (band,) = [t for t in charts[0]["data"] if t.get("fill") == "toself"]
+    assert band["name"] == "evaluation: 95% CI"
+    by_name = {
+        n: eval_curve[eval_curve["name"] == n].sort_values("round")["value"].tolist() for n in set(eval_curve["name"])
+    }
+    sems, counts = by_name["eval/turn_1/reward_sem"], by_name["eval/num_samples"]
+    t = {2: 12.706, 3: 4.303, 4: 3.182}
+    highs = [m + t[int(n)] * e for m, e, n in zip(evals, sems, counts)]
+    lows = [m - t[int(n)] * e for m, e, n in zip(evals, sems, counts)]
+    assert [round(v, 6) for v in _array(band["y"])] == [round(v, 6) for v in highs + lows[::-1]]
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["eval reward"] == f"{evals[-1]:.4f}"
     assert any(t.startswith("Candidate rewards in round 2") for t in titles)

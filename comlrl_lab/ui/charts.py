@@ -112,6 +112,26 @@ def round_curves(frame: pd.DataFrame, *, title: str, y_title: str, colors: dict[
     return _layout(round_axis(fig, rounds), title)
 
 
+def add_interval_band(fig: go.Figure, frame: pd.DataFrame, *, color: str, name: str) -> go.Figure:
+    """Shade ``frame``'s interval (columns round, low, high) under the lines already in ``fig``."""
+    if frame.empty:
+        return fig
+    part = frame.sort_values("round")
+    rounds = part["round"].tolist()
+    fig.add_scatter(
+        x=rounds + rounds[::-1],
+        y=part["high"].tolist() + part["low"].tolist()[::-1],
+        fill="toself",
+        mode="lines",
+        line={"width": 0, "color": color},
+        fillcolor=color,
+        opacity=0.18,
+        name=name,
+        hoverinfo="skip",
+    )
+    return fig
+
+
 def step_curves(frame: pd.DataFrame, *, title: str, y_title: str) -> go.Figure:
     """Per-update values. ``frame``: columns step, round, series, value."""
     fig = go.Figure()

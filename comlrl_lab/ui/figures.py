@@ -70,6 +70,9 @@ class LearningData:
     has_distributions: bool = False
 
 
+#: The shaded 95% CI of the evaluation reward (from its logged standard error and n).
+EVAL_BAND_NAME = "evaluation: 95% CI"
+
 REWARD_COLORS = {
     "candidates: current agents": charts.CURRENT,
     "candidates: comparator": charts.COMPARATOR,
@@ -143,6 +146,9 @@ def learning(run_id: str, version: str) -> LearningData | None:
     if len(rewards):
         figures["rewards"] = charts.round_curves(
             rewards, title="Rewards per round", y_title="mean reward", colors=REWARD_COLORS
+        )
+        charts.add_interval_band(
+            figures["rewards"], frames.eval_interval(metrics), color=charts.EVAL, name=EVAL_BAND_NAME
         )
     panels = training_panels(metrics)
     figures.update(panels)

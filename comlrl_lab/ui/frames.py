@@ -14,6 +14,7 @@ import pandas as pd
 
 from comlrl_lab.data import metric_names
 from comlrl_lab.data.phases import PHASES
+from comlrl_lab.data.stats import t975
 from comlrl_lab.trainers.preference.replay import REPLAY_MODES, lambda_decay_weights, replay_weights
 
 PHASE_LABELS = {"collect": "Collect", "select": "Select replay sample", "train": "Train", "evaluate": "Evaluate"}
@@ -150,6 +151,25 @@ def training_metrics(metrics: pd.DataFrame, kinds: Sequence[str]) -> dict[str, t
 def per_step(metrics: pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:
     rows = metrics[metrics["name"].isin(list(names)) & (metrics["phase"] == "train")]
     return rows.rename(columns={"name": "series"})[["step", "round", "series", "value"]]
+
+
+def eval_interval(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Per round, the evaluation reward's 95% confidence interval: columns round, low, high.
+
+    mean ± t_{0.975, n-1} · SE, from the standard error and n each evaluation logs; empty for runs that logged
+    no standard error (imports, older runs).
+    """
+    names = [metric_names.EVAL_REWARD_MEAN, metric_names.EVAL_REWARD_SEM, metric_names.EVAL_NUM_SAMPLES]
+    rows = metrics[metrics["name"].isin(names)]
+    if rows.empty:
+        return pd.DataFrame(columns=["round", "low", "high"])
+    wide = rows.groupby(["round", "name"])["value"].mean().unstack("name")
+    if not set(names) <= set(wide.columns):
+        return pd.DataFrame(columns=["round", "low", "high"])
+    half = wide[metric_names.EVAL_REWARD_SEM] * wide[metric_names.EVAL_NUM_SAMPLES].map(lambda n: t975(int(n) - 1))
+    mean = wide[metric_names.EVAL_REWARD_MEAN]
+    out = pd.DataFrame({"round": wide.index.astype(int), "low": (mean - half).values, "high": (mean + half).values})
+    return out.dropna().reset_index(drop=True)
 
 
 def latest_and_delta(frame: pd.DataFrame, series: str) -> tuple[float | None, float | None]:
