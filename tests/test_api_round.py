@@ -7,16 +7,14 @@ from pathlib import Path
 
 import pytest
 from http_stub import HttpStub, Reply, openai_chat
+from workbench_fixtures import custom_task_spec
 
-from comlrl_lab.engine import ExperimentSpec, RunManager
+from comlrl_lab.engine import RunManager
 from comlrl_lab.store.export import export_pairs, export_round_files
 from comlrl_lab.trainers.preference import MADPOIterConfig, MADPOIterTrainer
 from comlrl_lab.trainers.preference.comparators.api import ComparatorApiKeyError
 from comlrl_lab.trainers.preference.sink import MemorySink
 
-ROOT = Path(__file__).resolve().parents[1]
-USER_TASK = str(ROOT / "examples" / "custom_task" / "my_task.py")
-USER_DATA = str(ROOT / "examples" / "custom_task" / "data.jsonl")
 ENV_KEY = "sk-envkey-DO-NOT-LEAK-4f1c9a7e2b"
 LITERAL_KEY = "sk-literal-DO-NOT-LEAK-9b3e1d5c7a"
 
@@ -59,15 +57,7 @@ def test_api_round_end_to_end_and_the_key_is_written_nowhere(model_dir, server, 
     monkeypatch.setenv("COMLRL_TEST_API_KEY", ENV_KEY)
     key = LITERAL_KEY if literal else ENV_KEY
     extra = {"comparator_api_key": LITERAL_KEY} if literal else {}
-    spec = ExperimentSpec(
-        algorithm="MADPOIter",
-        agent_models=[model_dir, model_dir],
-        task=None,
-        user_task=USER_TASK,
-        user_train_data=USER_DATA,
-        user_eval_data=USER_DATA,
-        config=api_config(server.url("/v1/chat/completions"), **extra),
-    )
+    spec = custom_task_spec(model_dir, api_config(server.url("/v1/chat/completions"), **extra))
     manager = RunManager(tmp_path / "runs")
     run_id = manager.create(spec)
     manager.start(run_id, rounds=1)
@@ -169,16 +159,11 @@ def test_credentials_in_headers_and_url_are_written_nowhere(model_dir, server, t
         "X-Api-Token": MARKERS["header-custom"],
         "X-From-Env": "token ${COMLRL_TEST_HDR}",
     }
-    spec = ExperimentSpec(
-        algorithm="MADPOIter",
-        agent_models=[model_dir, model_dir],
-        task=None,
-        user_task=USER_TASK,
-        user_train_data=USER_DATA,
-        user_eval_data=USER_DATA,
+    spec = custom_task_spec(
+        model_dir,
+        api_config(url, comparator_api_key_env="", comparator_api_headers=headers),
         max_train_items=3,
         max_eval_items=2,
-        config=api_config(url, comparator_api_key_env="", comparator_api_headers=headers),
     )
     manager = RunManager(tmp_path / "runs")
     run_id = manager.create(spec)

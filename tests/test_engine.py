@@ -11,6 +11,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from workbench_fixtures import custom_task_spec
 
 from comlrl_lab.engine import ExperimentSpec, InvalidTransition, RunManager
 from comlrl_lab.engine.manager import EngineControl
@@ -18,8 +19,6 @@ from comlrl_lab.store import RunStore
 from comlrl_lab.trainers.preference.sink import PhaseCancelled
 
 ROOT = Path(__file__).resolve().parents[1]
-USER_TASK = str(ROOT / "examples" / "custom_task" / "my_task.py")
-USER_DATA = str(ROOT / "examples" / "custom_task" / "data.jsonl")
 
 
 def small_spec(model_dir, **config) -> ExperimentSpec:
@@ -37,15 +36,7 @@ def small_spec(model_dir, **config) -> ExperimentSpec:
         seed=3,
     )
     values.update(config)
-    return ExperimentSpec(
-        algorithm="MADPOIter",
-        agent_models=[model_dir, model_dir],
-        task=None,
-        user_task=USER_TASK,
-        user_train_data=USER_DATA,
-        user_eval_data=USER_DATA,
-        config=values,
-    )
+    return custom_task_spec(model_dir, values)
 
 
 def test_engine_control_publishes_counts_through_the_function_it_is_given():

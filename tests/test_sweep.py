@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from workbench_fixtures import custom_task_spec
 
 from comlrl_lab.cli import main
 from comlrl_lab.engine import ExperimentSpec, Run
@@ -14,8 +15,6 @@ from comlrl_lab.store import RunStore
 from comlrl_lab.trainers.preference import MADPOIterConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-USER_TASK = str(ROOT / "examples" / "custom_task" / "my_task.py")
-USER_DATA = str(ROOT / "examples" / "custom_task" / "data.jsonl")
 
 
 def tiny_spec(model_dir, **config) -> ExperimentSpec:
@@ -30,17 +29,7 @@ def tiny_spec(model_dir, **config) -> ExperimentSpec:
         seed=5,
     )
     values.update(config)
-    return ExperimentSpec(
-        algorithm="MADPOIter",
-        agent_models=[model_dir, model_dir],
-        task=None,
-        user_task=USER_TASK,
-        user_train_data=USER_DATA,
-        user_eval_data=USER_DATA,
-        config=values,
-        max_train_items=2,
-        max_eval_items=2,
-    )
+    return custom_task_spec(model_dir, values, max_train_items=2, max_eval_items=2)
 
 
 def test_grid_values_take_the_config_fields_types():

@@ -15,6 +15,11 @@ from model_fixtures import build_tiny_model_dir, embedded_tiny_model_dir
 from comlrl_lab.engine import ExperimentSpec, RunManager
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
 
+ROOT = Path(__file__).resolve().parents[1]
+#: The example user task (module and JSONL data) that engine-level tests run on.
+USER_TASK = str(ROOT / "examples" / "custom_task" / "my_task.py")
+USER_DATA = str(ROOT / "examples" / "custom_task" / "data.jsonl")
+
 SEED_TASK = "length_ratio"
 SEED_CONFIG = {
     "num_iterations": 2,
@@ -45,6 +50,20 @@ def seed_spec(model: str, **config) -> ExperimentSpec:
         name="seeded",
         max_train_items=8,
         max_eval_items=4,
+    )
+
+
+def custom_task_spec(model: str, config: dict, **spec_fields) -> ExperimentSpec:
+    """A MADPOIter spec for two agents on ``model``, trained and evaluated on the example user task."""
+    return ExperimentSpec(
+        algorithm="MADPOIter",
+        agent_models=[model, model],
+        task=None,
+        user_task=USER_TASK,
+        user_train_data=USER_DATA,
+        user_eval_data=USER_DATA,
+        config=config,
+        **spec_fields,
     )
 
 
