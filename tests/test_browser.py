@@ -335,7 +335,10 @@ def test_pages_switch_while_a_training_phase_runs(server, browser_page, journey)
     shot = False
     deadline = time.monotonic() + float(os.environ.get("COMLRL_LAB_BROWSER_RUN_S", "600"))
     while time.monotonic() < deadline and sum("Train" in e["during"] for e in latencies) < len(switches):
-        text = card.first.inner_text() if card.count() else ""
+        try:  # the card can vanish between count() and the read when a phase ends: read it as empty then
+            text = card.first.inner_text(timeout=2_000) if card.count() else ""
+        except sync_api.TimeoutError:
+            text = ""
         if "Train" in text:
             if not shot and page.locator("h1").filter(has_text="Rounds").count():
                 shoot(page, "02-rounds-training")
