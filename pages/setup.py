@@ -16,12 +16,19 @@ st.caption(
     "Python API checks it."
 )
 
-if forms.start_from_quickstart():
+started, draft_notes = forms.start_session() or (None, [])
+if started == "preset":
     st.session_state[state.SETUP_NOTICE] = (
         "info",
         "The form starts from the quickstart preset (`examples/quickstart.yaml`): MADPOIter on the embedded model, "
         "sized to learn visibly in a few CPU minutes, with the opt-in MADPO stabilisers on. Every field can be "
         "changed; CoMLRL's default is in each field's tooltip.",
+    )
+elif started == "draft":
+    st.session_state[state.SETUP_NOTICE] = (
+        "info",
+        "Your unsaved setup came back from the page's address: the quickstart preset with your changes"
+        + (". Skipped: " + "; ".join(draft_notes) if draft_notes else "."),
     )
 notice = st.session_state.pop(state.SETUP_NOTICE, None)
 if notice:
@@ -336,7 +343,8 @@ spec = services.ExperimentSpec(
     algorithm=algorithm,
     agent_models=models or [forms.TINY_MODEL_NAME],
     config=forms.overrides(algorithm, values),
-    name=(st.session_state.get(state.SETUP_RUN_NAME) or "").strip() or None,
+    name=(st.session_state.get(state.SETUP_RUN_NAME, forms.base_setup_value(state.SETUP_RUN_NAME)) or "").strip()
+    or None,
     **task_fields,
 )
 with st.expander("The spec as it will be saved (spec.json)"):
@@ -345,6 +353,7 @@ with st.expander("The spec as it will be saved (spec.json)"):
 name_col, create_col, save_col = st.columns([2, 1, 1], vertical_alignment="bottom")
 name_col.text_input(
     "Run name (optional)",
+    value=forms.base_setup_value(state.SETUP_RUN_NAME),
     key=state.SETUP_RUN_NAME,
     **forms.KEEP,
     placeholder=algorithm,
@@ -379,3 +388,5 @@ save_col.download_button(
 st.caption(
     f"Runs are stored in `{ws.root}` (set COMLRL_LAB_RUNS_DIR to change it). Models load when the first phase starts."
 )
+
+forms.write_draft_to_url()

@@ -71,7 +71,8 @@ def open_app(seeded, monkeypatch):
     def make(page: str | None = None, *, root: Path | None = None, run_id: str | None = "seeded") -> AppTest:
         monkeypatch.setenv(services.RUNS_DIR_ENV, str(root or seeded.root))
         at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-        at.session_state[state.SETUP_PRESET] = True  # the form at CoMLRL's defaults (test_setup_form covers the preset)
+        # The form at CoMLRL's defaults (test_setup_form covers the preset).
+        at.session_state[state.SETUP_PRESET] = forms.PRESET_NONE
         if run_id is not None:
             at.session_state[state.RUN_ID] = seeded.run_id if run_id == "seeded" else run_id
         at.run()

@@ -179,6 +179,22 @@ def choose(page, widget_key: str, option: str | int) -> None:
     settle(page)
 
 
+def _setup_form(page) -> dict:
+    """What the Setup widgets the first step changes show, read from the page."""
+    read = {}
+    for name in ("num_iterations", "max_new_tokens", "num_train_epochs", "preference_replay_lambda"):
+        read[name] = page.locator(f"{key(state.config_field_key('MADPOIter', name))} input").input_value()
+    for name in ("comparator_policy", "preference_replay_mode"):
+        combo = f"{key(state.config_field_key('MADPOIter', name))} input[role='combobox']"
+        read[name] = page.locator(combo).input_value()
+    read["task"] = page.locator(f"{key(state.SETUP_TASK)} input[role='combobox']").input_value()
+    read["max_train_items"] = page.locator(f"{key(state.SETUP_MAX_TRAIN_ITEMS)} input").input_value()
+    read["max_eval_items"] = page.locator(f"{key(state.SETUP_MAX_EVAL_ITEMS)} input").input_value()
+    toggle = f"{key(state.config_field_key('MADPOIter', 'madpo_length_normalize'))} input"
+    read["madpo_length_normalize"] = page.locator(toggle).is_checked()
+    return read
+
+
 def nav(page, title: str):
     return page.locator("[data-testid='stSidebarNav'] a").filter(has_text=title).first
 
@@ -298,10 +314,37 @@ def test_setup_page_configures_madpo_iter_and_creates_the_run(server, browser_pa
     assert lam_box.input_value() == "0.5"
     assert page.locator(f"{key(state.SETUP_CREATE)} button").is_enabled()
 
-    # The draft is in the URL (bound widgets), for a reload or a link.
-    draft = page.url
-    assert "preference_replay_mode=lambda_decay" in draft and "num_iterations=2" in draft, draft
+    # A toggle turned off: the MADPO stabiliser the quickstart preset turns on.
+    normalize = key(state.config_field_key("MADPOIter", "madpo_length_normalize"))
+    page.locator("[data-testid='stExpander'] summary").filter(has_text="MADPO stabilisers").click()
+    page.locator(f"{normalize} label").click()
+    settle(page)
+    assert not page.locator(f"{normalize} input").is_checked()
+
+    # The draft is in the URL (what differs from the preset), and a reload brings the same form back.
+    wanted = {
+        state.config_field_key("MADPOIter", "num_iterations"): "2",
+        state.config_field_key("MADPOIter", "comparator_policy"): "history",
+        state.config_field_key("MADPOIter", "madpo_length_normalize"): "false",
+        state.SETUP_MAX_TRAIN_ITEMS: "8",
+        state.SETUP_MAX_EVAL_ITEMS: "4",
+    }
+    page.wait_for_function(
+        "(wanted) => { const q = new URLSearchParams(location.search);"
+        " return Object.entries(wanted).every(([k, v]) => q.get(k) === v); }",
+        arg=wanted,
+        timeout=30_000,
+    )
+    before = _setup_form(page)
+    page.reload()
+    page.locator(f"{key(state.config_field_key('MADPOIter', 'num_iterations'))} input").wait_for()
+    settle(page)
+    assert _setup_form(page) == before
+    assert before["num_iterations"] == "2" and before["comparator_policy"] == "history"
+    assert before["preference_replay_mode"] == "lambda_decay" and before["preference_replay_lambda"] == "0.5"
+    assert before["madpo_length_normalize"] is False and before["max_eval_items"] == "4"
     page.get_by_text("MADPOIterConfig is valid.").wait_for()
+    assert page.locator(f"{key(state.SETUP_CREATE)} button").is_enabled()
     shoot(page, "01-setup")
 
     page.locator(f"{key(state.SETUP_CREATE)} button").click()

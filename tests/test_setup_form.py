@@ -11,7 +11,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from comlrl_lab.ui import services, state
+from comlrl_lab.ui import forms, services, state
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +51,9 @@ def setup_page(tmp_path, monkeypatch):
     services.close_all()
     st.cache_resource.clear()
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
-    at.session_state[state.SETUP_PRESET] = True  # start from CoMLRL's defaults; the preset has its own test
+    at.session_state[state.SETUP_PRESET] = (
+        forms.PRESET_NONE
+    )  # start from CoMLRL's defaults; the preset has its own test
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     yield at
@@ -162,6 +164,65 @@ def test_a_reload_brings_the_setup_draft_back_from_the_url(tmp_path, monkeypatch
     assert at.number_input(key=_key("top_k")).value is None
     assert at.text_input(key=state.SETUP_RUN_NAME).value == "draft"
     assert _valid(at)
+
+
+def test_a_draft_goes_into_the_url_and_a_new_session_rebuilds_it(tmp_path, monkeypatch):
+    # A session starts from the quickstart preset; the page writes what differs from it into the URL after every
+    # run (a number, a select, a toggle turned off, an emptied box whose preset is a number, a replay mode with
+    # its k), and a new session given that URL (a reload) draws the same form on its first run.
+    monkeypatch.setenv(services.RUNS_DIR_ENV, str(tmp_path))
+    services.close_all()
+    st.cache_resource.clear()
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+    assert at.toggle(key=_key("madpo_length_normalize")).value is True  # the preset's
+    assert not any(k.startswith(("cfg.", "setup.")) for k in at.query_params)  # nothing differs yet
+    at.number_input(key=_key("num_iterations")).set_value(3).run()
+    at.selectbox(key=state.SETUP_TASK).select("topic_relay").run()
+    at.toggle(key=_key("madpo_length_normalize")).set_value(False).run()
+    at.number_input(key=state.SETUP_MAX_EVAL_ITEMS).set_value(None).run()
+    at.selectbox(key=_key("preference_replay_mode")).select("nearest_k").run()
+    at.number_input(key=_key("preference_replay_k")).set_value(3).run()
+    url = {k: v for k, v in at.query_params.items() if k.startswith(("cfg.", "setup."))}
+    assert url == {
+        _key("num_iterations"): "3",
+        state.SETUP_TASK: "topic_relay",
+        _key("madpo_length_normalize"): "false",
+        state.SETUP_MAX_EVAL_ITEMS: "",
+        _key("preference_replay_mode"): "nearest_k",
+        _key("preference_replay_k"): "3",
+    }
+    drafted = _spec(at)
+
+    reloaded = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    reloaded.query_params = dict(url)
+    reloaded.run()
+    assert not reloaded.exception, [e.value for e in reloaded.exception]
+    assert reloaded.number_input(key=_key("num_iterations")).value == 3
+    assert reloaded.selectbox(key=state.SETUP_TASK).value == "topic_relay"
+    assert reloaded.toggle(key=_key("madpo_length_normalize")).value is False
+    assert reloaded.number_input(key=state.SETUP_MAX_EVAL_ITEMS).value is None
+    assert reloaded.number_input(key=state.SETUP_MAX_TRAIN_ITEMS).value == 16  # untouched: the preset's
+    assert reloaded.number_input(key=_key("preference_replay_k")).value == 3  # not the 2 the form fills in
+    assert _spec(reloaded) == drafted and _valid(reloaded)
+    assert any("came back from the page's address" in i.value for i in reloaded.info)
+
+    # Back to the preset's value: the key leaves the URL.
+    reloaded.number_input(key=_key("num_iterations")).set_value(5).run()
+    assert _key("num_iterations") not in reloaded.query_params
+    services.close_all()
+    st.cache_resource.clear()
+
+
+def test_a_value_in_the_url_the_form_cannot_hold_is_skipped_and_said(tmp_path, monkeypatch):
+    monkeypatch.setenv(services.RUNS_DIR_ENV, str(tmp_path))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.query_params = {_key("preference_replay_mode"): "sometimes", _key("num_iterations"): "3"}
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key=_key("preference_replay_mode")).value == "lambda_decay"
+    assert at.number_input(key=_key("num_iterations")).value == 3
+    assert any("'sometimes' is not one of" in i.value for i in at.info)
+    assert _key("preference_replay_mode") not in at.query_params
 
 
 # -- the run list ---------------------------------------------------------------------------------------------

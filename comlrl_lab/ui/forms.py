@@ -5,12 +5,18 @@ the field name as label and its ``metadata["help"]`` plus the default as tooltip
 field and the section a field sits in are its ``metadata["choices"]``, ``["aliases"]`` and ``["group"]``. So the
 form follows the configs without a list of its own to keep in step. A config is checked the one way the Python API checks it:
 by constructing it. The ``ValueError`` is shown next to the field its message names (CoMLRL's messages start
-with the field). Widget values persist for the session and in the URL (``KEEP``), so leaving the page or
-reloading it loses nothing. This module draws widgets and builds specs; it never starts a run or loads a model.
+with the field). Widget values persist for the session (``KEEP``), so leaving the page loses nothing.
+
+The draft also lives in the URL, so a reload or a shared link rebuilds the same form: every widget starts from
+the value the form starts from (``base_config_value``, ``base_setup_value``: the quickstart preset, else CoMLRL's
+default), the page writes the values that differ from it into the query at the end of each run
+(``write_draft_to_url``), and a new session reads them back before any widget is drawn (``read_draft_from_url``).
+This module draws widgets and builds specs; it never starts a run or loads a model.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -32,9 +38,29 @@ from comlrl_lab.trainers.preference.algorithms import FAMILIES, algorithm_name
 from comlrl_lab.trainers.preference.algorithms import algorithm as algorithm_row
 from comlrl_lab.ui import state
 
-#: Every Setup widget keeps its value for the session and in the URL: leaving the page loses nothing, and a
-#: reload or a shared link brings the draft back (only values that differ from the widget's default are written).
-KEEP: dict[str, Any] = {"persist_state": "session", "bind": "query-params"}
+#: Every Setup widget keeps its value for the session: leaving the page and coming back loses nothing.
+# Not Streamlit's bind="query-params": in Chromium its URL writes were lost now and then (a widget whose binding
+# the browser had dropped after the form redrew around it), and a bound widget takes the URL's value only as it
+# is drawn, after the page has decided from the old values which fields apply. The URL is written by
+# ``write_draft_to_url`` instead.
+KEEP: dict[str, Any] = {"persist_state": "session"}
+
+#: ``state.SETUP_PRESET``'s values: the spec a session's form starts from.
+PRESET_QUICKSTART = "quickstart"
+PRESET_NONE = "none"  # CoMLRL's defaults everywhere
+
+
+@functools.cache
+def _quickstart() -> ExperimentSpec:
+    return quickstart_spec()
+
+
+def session_preset() -> ExperimentSpec | None:
+    """The spec this session's form starts from: the quickstart preset, or None for CoMLRL's defaults."""
+    if st.session_state.get(state.SETUP_PRESET, PRESET_QUICKSTART) == PRESET_NONE:
+        return None
+    return _quickstart()
+
 
 # ------------------------------------------------------------------------------------------------------------
 # Fields: kinds, choices, groups
@@ -226,6 +252,165 @@ def _raw_default(spec: FieldSpec) -> Any:
     return to_raw(spec, spec.default)
 
 
+def base_config_value(algorithm: str, spec: FieldSpec) -> Any:
+    """The raw value field ``spec`` of ``algorithm`` starts from: the session's preset's, else CoMLRL's default."""
+    preset = session_preset()
+    if preset is not None and preset.algorithm == algorithm and spec.name in preset.config:
+        return to_raw(spec, preset.config[spec.name])
+    return _raw_default(spec)
+
+
+def base_setup_value(key: str) -> Any:
+    """The value the Setup widget ``key`` (agents, task, algorithm, run name) starts from, under the session's preset."""
+    preset = session_preset()
+    if key == state.SETUP_NUM_AGENTS:
+        return len(preset.agent_models) if preset else 2
+    if key == state.SETUP_TASK:
+        return preset.task if preset and preset.task else list_tasks()[0]
+    if key == state.SETUP_MAX_TRAIN_ITEMS:
+        return preset.max_train_items if preset else None
+    if key == state.SETUP_MAX_EVAL_ITEMS:
+        return preset.max_eval_items if preset else None
+    if key == state.SETUP_FAMILY:
+        return algorithm_row(preset.algorithm).family if preset else FAMILIES[0]
+    if key == state.SETUP_ITERATIVE:
+        return algorithm_row(preset.algorithm).iterative if preset else True
+    if key == state.SETUP_RUN_NAME:
+        return (preset.name or "") if preset else ""
+    raise KeyError(key)
+
+
+@dataclass(frozen=True)
+class DraftField:
+    """One Setup widget as the URL's draft carries it: its key, how its value is spelled, and its start value."""
+
+    key: str
+    kind: str  # bool | int | float | choice | multichoice | text (json, devices and list fields are text here)
+    base: Any
+    choices: tuple[str, ...] = ()
+    optional: bool = False
+
+
+#: The most agents the Agents section offers (``agents_section``).
+MAX_AGENTS = 8
+
+
+def draft_fields() -> dict[str, DraftField]:
+    """Every Setup widget the draft in the URL may carry, by key: the agents, task and algorithm widgets, the run
+    name, and every config field of every algorithm (each algorithm keeps its own values)."""
+    out = [
+        DraftField(state.SETUP_NUM_AGENTS, "int", base_setup_value(state.SETUP_NUM_AGENTS)),
+        DraftField(state.SETUP_TASK_KIND, "choice", TASK_KINDS[0], TASK_KINDS),
+        DraftField(state.SETUP_TASK, "choice", base_setup_value(state.SETUP_TASK), tuple(list_tasks())),
+        DraftField(state.SETUP_USER_MODULE, "text", ""),
+        DraftField(state.SETUP_USER_TRAIN, "text", ""),
+        DraftField(state.SETUP_USER_EVAL, "text", ""),
+        DraftField(state.SETUP_FAMILY, "choice", base_setup_value(state.SETUP_FAMILY), tuple(FAMILIES)),
+        DraftField(state.SETUP_ITERATIVE, "bool", base_setup_value(state.SETUP_ITERATIVE)),
+        DraftField(state.SETUP_RUN_NAME, "text", base_setup_value(state.SETUP_RUN_NAME)),
+    ]
+    for key in (state.SETUP_MAX_TRAIN_ITEMS, state.SETUP_MAX_EVAL_ITEMS):
+        out.append(DraftField(key, "int", base_setup_value(key), optional=True))
+    for i in range(MAX_AGENTS):
+        out.append(DraftField(state.agent_source_key(i), "choice", AGENT_SOURCES[0], AGENT_SOURCES))
+        out.append(DraftField(state.agent_model_key(i), "text", ""))
+    for algorithm, cls in config_module.CONFIG_CLASSES.items():
+        for name, spec in field_specs(cls).items():
+            if name in HIDDEN_FIELDS:
+                continue
+            kind = spec.kind if spec.kind in ("bool", "int", "float", "choice", "multichoice") else "text"
+            out.append(
+                DraftField(
+                    state.config_field_key(algorithm, name),
+                    kind,
+                    base_config_value(algorithm, spec),
+                    spec.choices,
+                    spec.optional and kind in ("int", "float"),
+                )
+            )
+    return {f.key: f for f in out}
+
+
+def encode_draft_value(f: DraftField, value: Any) -> str:
+    """A widget value as the URL spells it (an emptied number box is an empty string)."""
+    if value is None:
+        return ""
+    if f.kind == "bool":
+        return "true" if value else "false"
+    if f.kind == "multichoice":
+        return ",".join(value)
+    return str(value)
+
+
+def decode_draft_value(f: DraftField, text: str) -> Any:
+    """The widget value the URL spells; ``ValueError`` when it is not one the widget can hold."""
+    if f.kind == "bool":
+        if text not in ("true", "false"):
+            raise ValueError(f"{text!r} is not true or false")
+        return text == "true"
+    if f.kind in ("int", "float"):
+        if text == "" and f.optional:
+            return None
+        value = int(text) if f.kind == "int" else float(text)
+        if f.kind == "float" and not math.isfinite(value):
+            raise ValueError(f"{text!r} is not a finite number")
+        return value
+    if f.kind == "choice":
+        if text not in f.choices:
+            raise ValueError(f"{text!r} is not one of {', '.join(f.choices)}")
+        return text
+    if f.kind == "multichoice":
+        values = [v for v in text.split(",") if v]
+        unknown = [v for v in values if v not in f.choices]
+        if unknown:
+            raise ValueError(f"{', '.join(unknown)} not among {', '.join(f.choices)}")
+        return values
+    return text
+
+
+def read_draft_from_url() -> list[str]:
+    """Put the URL's draft into the session, before any Setup widget is drawn; returns notes about values skipped.
+
+    Call once, at a session's first Setup run: later runs keep what the widgets hold.
+    """
+    fields_ = draft_fields()
+    notes = []
+    for key in st.query_params:
+        f = fields_.get(key)
+        if f is None:
+            continue
+        try:
+            st.session_state[key] = decode_draft_value(f, st.query_params[key])
+        except ValueError as error:
+            notes.append(f"{key}: {error}; kept the start value")
+    return notes
+
+
+def write_draft_to_url() -> None:
+    """Keep the URL's query on the draft: every Setup value that differs from its start value (call last).
+
+    The whole draft is written from the session on every run, so a write that raced with another (the browser
+    sends the next change while this run still works) is put right by the next run.
+    """
+    fields_ = draft_fields()
+    wanted = {
+        key: encode_draft_value(f, st.session_state[key])
+        for key, f in fields_.items()
+        if key in st.session_state and st.session_state[key] != f.base
+    }
+    present = {key: st.query_params[key] for key in st.query_params if key in fields_}
+    if wanted == present:
+        return
+    for key in present.keys() - wanted.keys():
+        del st.query_params[key]
+    st.query_params.update({key: text for key, text in wanted.items() if present.get(key) != text})
+
+
+def raw_value(algorithm: str, spec: FieldSpec) -> Any:
+    """What field ``spec``'s widget holds now, or would start from."""
+    return st.session_state.get(state.config_field_key(algorithm, spec.name), base_config_value(algorithm, spec))
+
+
 def applies(algorithm: str, spec: FieldSpec, values: dict[str, Any]) -> bool:
     """Whether ``spec``'s field means something under the form's other values (its ``applies_when``)."""
     cls = config_class(algorithm)
@@ -248,7 +433,7 @@ def current_values(algorithm: str) -> tuple[dict[str, Any], list[FieldError]]:
     for name, spec in specs.items():
         if name in HIDDEN_FIELDS:
             continue
-        raw = st.session_state.get(state.config_field_key(algorithm, name), _raw_default(spec))
+        raw = raw_value(algorithm, spec)
         try:
             values[name] = from_raw(spec, raw)
         except ValueError as exc:
@@ -276,7 +461,7 @@ def fill_suggested(algorithm: str) -> None:
     for name in now - (before or set()):
         spec = specs[name]
         key = state.config_field_key(algorithm, name)
-        if spec.suggested is not None and st.session_state.get(key) is None:
+        if spec.suggested is not None and raw_value(algorithm, spec) is None:
             st.session_state[key] = to_raw(spec, spec.suggested)
             filled[key] = to_raw(spec, spec.suggested)
     seen[algorithm] = now
@@ -390,68 +575,53 @@ def _tooltip(spec: FieldSpec) -> str:
     return f"{spec.help}\n\nDefault: `{default}`"
 
 
-def _number_value(key: str, spec: FieldSpec, fresh: bool) -> dict[str, Any]:
-    """The ``value`` argument of a number field's widget.
+def start_optional_number(key: str, base: Any) -> None:
+    """Give an optional number box its start value (call before the widget).
 
     Streamlit lets a number box be emptied only when its widget was made with ``value=None``; made with a
-    number (or with no value, which means 0), emptying it snaps back. So an optional field is always made with
-    ``value=None`` and its default goes in through the session state instead.
+    number, emptying it snaps back. So an optional box is always made with ``value=None`` and its start value goes
+    in through the session state.
     """
-    if spec.optional:
-        if fresh and key not in st.query_params:  # a value in the URL (a reload) is the draft: keep it
-            st.session_state[key] = _raw_default(spec)
-        return {"value": None}
-    return {"value": _raw_default(spec)} if fresh else {}
+    if key not in st.session_state and base is not None:
+        st.session_state[key] = base
 
 
 def render_field(algorithm: str, spec: FieldSpec, errors: Sequence[FieldError] = ()) -> None:
-    """One config field's widget, with CoMLRL's validation message under it when the field is an offending one."""
+    """One config field's widget, with CoMLRL's validation message under it when the field is an offending one.
+
+    The widget's default is always the field's start value (``base_config_value``), the value the URL's draft
+    is written against.
+    """
     key = state.config_field_key(algorithm, spec.name)
     label = spec.name
     help_text = _tooltip(spec)
-    fresh = key not in st.session_state
-    default = _raw_default(spec)
-    # A field the form fills in (``suggested``) is kept for the session but not bound to the URL: at a session's
-    # start a bound widget takes the URL's value, which would undo the fill; after a reload it is filled again.
-    keep = KEEP if spec.suggested is None else {"persist_state": KEEP["persist_state"]}
-    common: dict[str, Any] = {"key": key, "help": help_text, **keep}
+    base = base_config_value(algorithm, spec)
+    common: dict[str, Any] = {"key": key, "help": help_text, **KEEP}
     none_text = f"None = {spec.none_means}" if spec.none_means else "None"
-    if spec.kind == "bool":
-        st.toggle(label, **({"value": bool(default)} if fresh else {}), **common)
-    elif spec.kind == "int":
-        st.number_input(label, step=1, format="%d", **_number_value(key, spec, fresh), placeholder=none_text, **common)
-    elif spec.kind == "float":
-        st.number_input(
-            label,
-            step=_float_step(spec.default),
-            format="%g",
-            **_number_value(key, spec, fresh),
-            placeholder=none_text,
-            **common,
-        )
+    if spec.kind in ("int", "float"):
+        if spec.optional:
+            start_optional_number(key, base)
+        number: dict[str, Any] = {"value": None if spec.optional else base, "placeholder": none_text}
+        if spec.kind == "int":
+            st.number_input(label, step=1, format="%d", **number, **common)
+        else:
+            st.number_input(label, step=_float_step(spec.default), format="%g", **number, **common)
+    elif spec.kind == "bool":
+        st.toggle(label, value=bool(base), **common)
     elif spec.kind == "choice":
         options = list(spec.choices)
-        index = options.index(default) if default in options else 0
-        st.selectbox(label, options, **({"index": index} if fresh else {}), **common)
+        st.selectbox(label, options, index=options.index(base) if base in options else 0, **common)
     elif spec.kind == "multichoice":
-        st.multiselect(
-            label, list(spec.choices), **({"default": default} if fresh else {}), placeholder="None", **common
-        )
+        st.multiselect(label, list(spec.choices), default=base, placeholder="None", **common)
     elif spec.kind == "json":
-        st.text_area(
-            label,
-            **({"value": default} if fresh else {}),
-            placeholder='None, or a JSON object such as {"k": "v"}',
-            height=80,
-            **common,
-        )
+        st.text_area(label, value=base, placeholder='None, or a JSON object such as {"k": "v"}', height=80, **common)
     else:
         placeholders = {
             "devices": "None = automatic; or cpu, cuda:0, or a comma-separated list",
             "list": "None; or comma-separated model ids / paths",
             "text": none_text if spec.optional else "",
         }
-        st.text_input(label, **({"value": default} if fresh else {}), placeholder=placeholders[spec.kind], **common)
+        st.text_input(label, value=base, placeholder=placeholders[spec.kind], **common)
     note = filled_note(algorithm, spec.name)
     if note:
         st.caption(note)
@@ -491,11 +661,7 @@ AGENT_SOURCES = ("Embedded tiny model", "Local path", "Hub id")
 TASK_KINDS = ("Built-in task", "Your own task module")
 
 
-def _fresh(key: str, **value: Any) -> dict[str, Any]:
-    return {} if key in st.session_state else value
-
-
-def agents_section(max_agents: int = 8) -> tuple[list[str], list[str]]:
+def agents_section(max_agents: int = MAX_AGENTS) -> tuple[list[str], list[str]]:
     """Agent count and one model per agent. Returns (model ids/paths, problems)."""
     n = st.number_input(
         "Number of agents",
@@ -505,7 +671,7 @@ def agents_section(max_agents: int = 8) -> tuple[list[str], list[str]]:
         key=state.SETUP_NUM_AGENTS,
         **KEEP,
         help="One policy per agent role; the task's formatters give each agent its own prompt.",
-        **_fresh(state.SETUP_NUM_AGENTS, value=2),
+        value=base_setup_value(state.SETUP_NUM_AGENTS),
     )
     models: list[str] = []
     problems: list[str] = []
@@ -520,7 +686,7 @@ def agents_section(max_agents: int = 8) -> tuple[list[str], list[str]]:
                 required=True,
                 help="The embedded tiny model needs no network; a local path is a save_pretrained folder; a hub id "
                 "loads from the Hugging Face cache or the hub.",
-                **_fresh(state.agent_source_key(i), default=AGENT_SOURCES[0]),
+                default=AGENT_SOURCES[0],
             )
         with right:
             if source == AGENT_SOURCES[0]:
@@ -564,15 +730,17 @@ def task_section(save_upload, num_agents: int) -> tuple[dict[str, Any], list[str
         key=state.SETUP_TASK_KIND,
         **KEEP,
         required=True,
-        **_fresh(state.SETUP_TASK_KIND, default=TASK_KINDS[0]),
+        default=TASK_KINDS[0],
     )
     problems: list[str] = []
     fields_: dict[str, Any] = {"task": None, "user_task": None, "user_train_data": None, "user_eval_data": None}
     if kind == TASK_KINDS[0]:
         names = list_tasks()
+        base = base_setup_value(state.SETUP_TASK)
         name = st.selectbox(
             "Built-in task",
             names,
+            index=names.index(base) if base in names else 0,
             key=state.SETUP_TASK,
             **KEEP,
             format_func=lambda n: f"{get_task(n).title} ({n})",
@@ -630,6 +798,8 @@ def task_section(save_upload, num_agents: int) -> tuple[dict[str, Any], list[str
                 if mismatch:
                     problems.append(mismatch)
     left, right = st.columns(2)
+    start_optional_number(state.SETUP_MAX_TRAIN_ITEMS, base_setup_value(state.SETUP_MAX_TRAIN_ITEMS))
+    start_optional_number(state.SETUP_MAX_EVAL_ITEMS, base_setup_value(state.SETUP_MAX_EVAL_ITEMS))
     with left:
         fields_["max_train_items"] = st.number_input(
             "Use the first N training items",
@@ -639,7 +809,7 @@ def task_section(save_upload, num_agents: int) -> tuple[dict[str, Any], list[str
             **KEEP,
             placeholder="all",
             help="Empty = every item. A small N makes a quick first look (a round takes seconds).",
-            **_fresh(state.SETUP_MAX_TRAIN_ITEMS, value=None),
+            value=None,
         )
     with right:
         fields_["max_eval_items"] = st.number_input(
@@ -650,7 +820,7 @@ def task_section(save_upload, num_agents: int) -> tuple[dict[str, Any], list[str
             **KEEP,
             placeholder="all",
             help="Empty = every item (eval_num_samples still caps each evaluation).",
-            **_fresh(state.SETUP_MAX_EVAL_ITEMS, value=None),
+            value=None,
         )
     return fields_, problems
 
@@ -675,7 +845,7 @@ def algorithm_section() -> str:
             **KEEP,
             required=True,
             help="MADPO: joint-margin DPO on the pairs. MARLHF: a Bradley-Terry reward model, then online multi-agent RL.",
-            **_fresh(state.SETUP_FAMILY, default=FAMILIES[0]),
+            default=base_setup_value(state.SETUP_FAMILY),
         )
     with right:
         iterative = st.toggle(
@@ -683,23 +853,24 @@ def algorithm_section() -> str:
             key=state.SETUP_ITERATIVE,
             **KEEP,
             help="MADPOIter / MARLHFIter repeat collect -> select -> train -> evaluate for num_iterations rounds.",
-            **_fresh(state.SETUP_ITERATIVE, value=True),
+            value=base_setup_value(state.SETUP_ITERATIVE),
         )
     return algorithm_name(family, iterative)
 
 
-def start_from_quickstart() -> bool:
-    """Fill a new session's form with the quickstart preset, once; True when it did.
+def start_session() -> tuple[str, list[str]] | None:
+    """At a session's first Setup run: ("draft", notes) when the URL brings back a draft, ("preset", []) when it
+    does not; at later runs None.
 
-    A reload keeps its draft: when the URL already carries Setup or config values, the preset is not applied.
+    The form starts from the session's preset (``session_preset``) in both cases; a draft in the URL holds only
+    its differences from it (``read_draft_from_url``).
     """
-    if st.session_state.get(state.SETUP_PRESET):
-        return False
-    st.session_state[state.SETUP_PRESET] = True
-    if any(str(name).startswith(("cfg.", "setup.")) for name in st.query_params):
-        return False
-    load_spec_into_state(quickstart_spec())
-    return True
+    if state.SETUP_PRESET in st.session_state:
+        return None
+    st.session_state[state.SETUP_PRESET] = PRESET_QUICKSTART
+    if not any(key in draft_fields() for key in st.query_params):
+        return "preset", []
+    return "draft", read_draft_from_url()
 
 
 def load_spec_into_state(spec: ExperimentSpec) -> list[str]:

@@ -2,11 +2,12 @@
 
 The session holds the open run id and view choices, nothing else. Everything durable (runs, pairs, metrics,
 progress) lives in the engine and the store, so a closed tab loses nothing; the URL carries the open run
-(``URL_RUN``) and the Setup draft (bound widgets), so a reload or a shared link opens the same view. Every key is ``<area>.<name>``: the page or panel it belongs to, a dot, then a lower-case name (a part that
-varies, such as an algorithm or an agent index, is another dotted part). A keyed element's container carries the
-CSS class ``st-key-<key>`` with dots written as hyphens, which the browser tests select on. ``tests/test_ui.py``
-fails when a page or ui module spells a key in place instead of taking it from here. This module does not read
-the store or start work.
+(``URL_RUN``) and the Setup draft (its widgets' keys, ``forms.write_draft_to_url``), so a reload or a shared link
+opens the same view. Every key is ``<area>.<name>``: the page or panel it belongs to, a dot, then a lower-case
+name (a part that varies, such as an algorithm or an agent index, is another dotted part). A keyed element's
+container carries the CSS class ``st-key-<key>`` with dots written as hyphens, which the browser tests select on.
+``tests/test_ui.py`` fails when a page or ui module spells a key in place instead of taking it from here. This
+module does not read the store or start work.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ SIDEBAR_RUN = "sidebar.run"
 # Setup page. Config fields are keyed by ``config_field_key``; agents by ``agent_*_key``.
 SETUP_NOTICE = "setup.notice"  # a notice carried over one rerun (e.g. "config loaded")
 SETUP_GO_ROUNDS = "setup.go_rounds"  # set by a callback: switch to Rounds on the next rerun
-SETUP_PRESET = "setup.preset"  # set once a session's form has been started from the quickstart preset
+SETUP_PRESET = "setup.preset"  # the spec the session's form starts from: forms.PRESET_QUICKSTART or PRESET_NONE
 SETUP_PAST = "setup.past"
 SETUP_OPEN_PAST = "setup.open_past"
 SETUP_COPY_PAST = "setup.copy_past"
@@ -269,8 +270,8 @@ def sync_run_with_url() -> None:
 def switch_page(page) -> None:
     """``st.switch_page`` that keeps the open run in the URL.
 
-    Streamlit's own clears the query and, while Setup's widgets are bound to it, refuses to (an exception instead
-    of the page); handing it the query to keep avoids both.
+    Streamlit's own clears the query; the Setup draft is left behind (the Setup page writes it again when it is
+    drawn, from the session).
     """
     run_id = current_run_id()
     st.switch_page(page, query_params={URL_RUN: run_id} if run_id else {})
