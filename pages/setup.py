@@ -160,7 +160,7 @@ def _remove(archive: bool) -> None:
 runs = services.run_list()
 if len(runs):
     with st.expander(f"Your runs ({len(runs)}): filter, sort, archive, delete"), st.container(key=state.RUNS_BOX):
-        cols = st.columns([1, 1, 1, 1, 1])
+        cols = st.columns([1, 1, 1, 1, 1, 1])
         algorithms = cols[0].multiselect(
             "Algorithm", sorted(runs["algorithm"].dropna().unique()), key=state.RUNS_ALGORITHM
         )
@@ -171,15 +171,25 @@ if len(runs):
             key=state.RUNS_STATUS,
             help="The engine's status for runs this server has open; 'closed' for the others.",
         )
-        text = cols[3].text_input(
+        tags = cols[3].multiselect(
+            "Tag",
+            sorted({t for run_tags in runs["tags"] for t in run_tags}),
+            key=state.RUNS_TAGS,
+            help="The runs' tags (a sweep tags each of its runs with its id); a run with any chosen tag is shown.",
+        )
+        text = cols[4].text_input(
             "Run id contains",
             key=state.RUNS_TEXT,
-            help="A run id starts with the run name given here: use it as a tag.",
+            help="A run id starts with the run name given here.",
         )
-        sort = cols[4].selectbox("Sort", list(frames.RUN_SORTS), key=state.RUNS_SORT)
-        shown = frames.filter_runs(runs, algorithms=algorithms, tasks=tasks, statuses=statuses, text=text, sort=sort)
+        sort = cols[5].selectbox("Sort", list(frames.RUN_SORTS), key=state.RUNS_SORT)
+        shown = frames.filter_runs(
+            runs, algorithms=algorithms, tasks=tasks, statuses=statuses, tags=tags, text=text, sort=sort
+        )
         st.dataframe(
-            shown[["run_id", "algorithm", "task", "agents", "rounds", "status", "modified"]],
+            shown[["run_id", "algorithm", "task", "agents", "rounds", "tags", "status", "modified"]].assign(
+                tags=shown["tags"].map(", ".join)
+            ),
             hide_index=True,
             width="stretch",
             key=state.RUNS_TABLE,

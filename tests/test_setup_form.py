@@ -269,6 +269,35 @@ def test_the_run_list_filters_sorts_archives_and_deletes_with_a_confirmation(set
     assert any(f"Deleted {runs['beta']}" in s.value for s in at.success)
 
 
+def test_the_run_list_tag_filter_matches_the_runs_tags_as_the_compare_page_does(setup_page, tmp_path):
+    from comlrl_lab.ui import compare, frames
+
+    ws = services.workspace()
+    runs = {
+        "a1": ws.create_run(services.ExperimentSpec(name="a1", tags=["sweep-a", "baseline"])),
+        "a2": ws.create_run(services.ExperimentSpec(name="a2", tags=["sweep-a"])),
+        "b1": ws.create_run(services.ExperimentSpec(name="b1", tags=["sweep-b"])),
+        # Its id names a tag it does not carry: a filter on run-id text would show it.
+        "untagged": ws.create_run(services.ExperimentSpec(name="sweep-a-lookalike")),
+    }
+    at = setup_page
+    at.run()
+    assert at.multiselect(key=state.RUNS_TAGS).options == ["baseline", "sweep-a", "sweep-b"]
+    at.multiselect(key=state.RUNS_TAGS).select("sweep-a").run()
+    assert set(at.dataframe[0].value["run_id"]) == {runs["a1"], runs["a2"]}
+    at.multiselect(key=state.RUNS_TAGS).select("sweep-b").run()  # any of the chosen tags
+    assert set(at.dataframe[0].value["run_id"]) == {runs["a1"], runs["a2"], runs["b1"]}
+    at.multiselect(key=state.RUNS_TAGS).unselect("sweep-a").unselect("sweep-b").select("baseline").run()
+    assert list(at.dataframe[0].value["run_id"]) == [runs["a1"]]
+    assert at.dataframe[0].value["tags"].tolist() == ["sweep-a, baseline"]
+
+    # The Compare page's filter gives the same runs for the same tags.
+    for tags in (["sweep-a"], ["sweep-a", "sweep-b"], ["baseline"], []):
+        listed = frames.filter_runs(services.run_list(), tags=tags)
+        compared = compare.filter_runs(compare.catalogue(tmp_path), tags=tags)
+        assert set(listed["run_id"]) == {e.run_id for e in compared}, tags
+
+
 def test_an_active_run_cannot_be_archived_or_deleted(setup_page, tmp_path):
     from dataclasses import replace
 

@@ -27,6 +27,7 @@ from comlrl_lab.engine import ExperimentSpec
 from comlrl_lab.engine.run import SNAPSHOT_DIR, SPEC_FILE
 from comlrl_lab.store.snapshots import pair_rows, round_metrics
 from comlrl_lab.ui.charts import COMPARATOR, CURRENT, SERIES_PALETTE
+from comlrl_lab.ui.frames import has_any_tag
 
 #: The curves compared: label -> (metric name, phase it is recorded in) in order of preference per run.
 CURVES: dict[str, tuple[tuple[str, str], ...]] = {
@@ -150,7 +151,7 @@ def filter_runs(
         for e in entries
         if (not algorithms or e.algorithm in algorithms)
         and (not tasks or e.task in tasks)
-        and (not tags or set(tags) & set(e.tags))
+        and has_any_tag(e.tags, tags)
     ]
 
 

@@ -262,23 +262,33 @@ RUN_SORTS: dict[str, tuple[str, bool]] = {
 }
 
 
+def has_any_tag(run_tags: Sequence[str], wanted: Sequence[str]) -> bool:
+    """Whether a run carrying ``run_tags`` (its ``ExperimentSpec.tags``) passes a tag filter set to ``wanted``: an
+    empty filter passes every run, otherwise the run needs one of the tags. The Setup run list and the Compare page
+    both filter with it."""
+    return not wanted or not set(wanted).isdisjoint(run_tags)
+
+
 def filter_runs(
     runs: pd.DataFrame,
     *,
     algorithms: Sequence[str] = (),
     tasks: Sequence[str] = (),
     statuses: Sequence[str] = (),
+    tags: Sequence[str] = (),
     text: str = "",
     sort: str = "newest first",
 ) -> pd.DataFrame:
     """The runs that match every filter given (an empty filter matches all), in the order ``sort`` names.
 
-    ``text`` matches anywhere in the run id, which starts with the run name given at Setup: a tag of sorts.
+    ``tags`` matches the runs' ``tags`` column (``has_any_tag``); ``text`` matches anywhere in the run id.
     """
     keep = pd.Series(True, index=runs.index)
     for column, wanted in (("algorithm", algorithms), ("task", tasks), ("status", statuses)):
         if wanted:
             keep &= runs[column].isin(list(wanted))
+    if tags:
+        keep &= runs["tags"].map(lambda run_tags: has_any_tag(run_tags, tags)).astype(bool)
     if text.strip():
         keep &= runs["run_id"].str.contains(text.strip(), case=False, regex=False)
     column, ascending = RUN_SORTS[sort]

@@ -178,6 +178,7 @@ class Workspace:
                         "task": data.get("task") or data.get("user_task"),
                         "agents": len(data.get("agent_models") or []),
                         "rounds": config.get("num_iterations"),
+                        "tags": tuple(t for t in data.get("tags") or () if isinstance(t, str)),
                         "modified": _mtime(run_dir),
                         "path": str(run_dir),
                     }
@@ -191,11 +192,12 @@ class Workspace:
                         "task": None,
                         "agents": None,
                         "rounds": None,
+                        "tags": (),
                         "modified": _mtime(run_dir),
                         "path": str(run_dir),
                     }
                 )
-        columns = ["run_id", "kind", "algorithm", "task", "agents", "rounds", "modified", "path"]
+        columns = ["run_id", "kind", "algorithm", "task", "agents", "rounds", "tags", "modified", "path"]
         frame = pd.DataFrame(rows, columns=columns)
         return frame.sort_values("modified", ascending=False, ignore_index=True) if len(frame) else frame
 
