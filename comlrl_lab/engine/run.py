@@ -4,7 +4,7 @@ Layout of a run directory::
 
     spec.json            the experiment (no secrets)
     run.duckdb           every candidate, pair, replay draw, metric and event
-    checkpoint/          state after the last finished phase (resume point)
+    checkpoint/          checkpoint-NNNNNN/ after finished phases; the newest is the resume point
     preference_replay/   iteration_NNNN.json, CoMLRL's format
     policy_history/      policy snapshots for the history comparator
     snapshots/           Parquet copies of the tables after each phase, for notebooks and other processes
