@@ -561,3 +561,33 @@ def test_a_background_write_in_flight_is_never_pruned(model_dir, tmp_path, monke
     release.set()
     trainer.wait_for_checkpoint()
     assert _names(root) == ["checkpoint-000002"] and ckpt.load_checkpoint(root)[0]["phase_index"] == 2
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_each_checkpoint_adds_its_cost_to_its_phase(model_dir, tmp_path, background):
+    from comlrl_lab.data import metric_names as M
+    from comlrl_lab.trainers.preference import checkpoint as ckpt
+    from comlrl_lab.trainers.preference.sink import MemorySink
+
+    trainer = _madpo(model_dir, tmp_path, save_in_background=background)
+    trainer.sink = sink = MemorySink()
+    trainer.checkpoint_dir = root = tmp_path / "ckpt"
+    for phase in ("collect", "select", "train"):
+        trainer.step(phase)
+    trainer.wait_for_checkpoint()
+    folders = ckpt.checkpoint_dirs(root)
+    for records, folder in zip(sink.phases, folders):
+        costs = {m["name"]: m["value"] for m in records.metrics if m["name"].startswith("checkpoint/")}
+        # Bytes written: the state file, and the weights file the train phase wrote; nothing else.
+        assert costs[M.CHECKPOINT_BYTES] == sum(p.stat().st_size for p in folder.iterdir())
+        assert costs[M.CHECKPOINT_SECONDS] > 0
+        assert (M.CHECKPOINT_BACKGROUND_SECONDS in costs) == background
+        if background:
+            assert costs[M.CHECKPOINT_BACKGROUND_SECONDS] > 0
+    assert [p.name for p in folders[2].iterdir()] != ["state.pt"]  # the train phase's checkpoint holds weights
+    trainer.step("evaluate")
+    trainer.wait_for_checkpoint()
+    evaluated = {m["name"]: m["value"] for m in sink.phases[3].metrics}
+    # Its weights are linked from the train phase's checkpoint: only the state file counts.
+    assert evaluated[M.CHECKPOINT_BYTES] == (ckpt.checkpoint_dirs(root)[3] / ckpt.STATE_FILE).stat().st_size
+    assert len(sink.phases) == 4

@@ -93,6 +93,10 @@ class StoreSink:
         if self.snapshot_dir is not None:
             snapshot_parquet(self.store, self.run_id, self.snapshot_dir)
 
+    def add_phase_metrics(self, round_index: int, phase: str, step: int, values: dict[str, float]) -> None:
+        rows = [{"step": step, "name": name, "value": value} for name, value in values.items()]
+        self.store.append_metrics(self.run_id, round_index, phase, rows)
+
 
 class Run:
     """An experiment in ``run_dir``. Build with ``Run.create`` (new) or ``Run.open`` (existing)."""

@@ -312,7 +312,10 @@ class PreferenceTrainerBase:
         if self.finished:
             self.trackers.finish()
         if self.checkpoint_dir is not None and self._saves_after(phase):
-            self.save_checkpoint(self.checkpoint_dir)
+            where = (records.round_index, phase, self.updates_seen)
+            # The phase is committed before its checkpoint (a kill in between redoes the phase), so the cost
+            # is added to its records afterwards, from the writer thread when the write is in the background.
+            self._write_checkpoint(self.checkpoint_dir, lambda cost: self.sink.add_phase_metrics(*where, cost))
         return records
 
     def _saves_after(self, phase: str) -> bool:
@@ -547,6 +550,11 @@ class PreferenceTrainerBase:
 
     def save_checkpoint(self, directory: str | Path) -> Path:
         # Differs from CoMLRL: it raises after a train() without checkpoint_dir; the state here is always tracked.
+        return self._write_checkpoint(directory, None)
+
+    def _write_checkpoint(self, directory: str | Path, report: Callable[[dict[str, float]], None] | None) -> Path:
+        """Write (or start writing) a checkpoint; ``report`` gets its cost metrics once it is committed."""
+        started = time.monotonic()
         weights = None
         if self._weights_dirty:
             self.weights_version += 1
@@ -568,12 +576,27 @@ class PreferenceTrainerBase:
         if self.args.save_in_background:
             # Copies, since the next phase updates the weights, moments and replay state in place.
             state, weights = copy.deepcopy(self._state()), copy.deepcopy(weights)
-            self._writer.submit(directory, state, weights, self.weights_version, **options)
+            self._writer.wait()  # the write before this one, so that its wait counts as this phase's cost
+            blocked = time.monotonic() - started
+
+            def done(written: ckpt.Written, seconds: float) -> None:
+                if report is not None:
+                    report(
+                        {
+                            M.CHECKPOINT_SECONDS: blocked,
+                            M.CHECKPOINT_BACKGROUND_SECONDS: seconds,
+                            M.CHECKPOINT_BYTES: written.num_bytes,
+                        }
+                    )
+
+            self._writer.submit(directory, state, weights, self.weights_version, on_done=done, **options)
             self._weights_dirty = False
             return Path(directory)
-        path = ckpt.save_checkpoint(directory, self._state(), weights, self.weights_version, **options)
+        written = ckpt.save_checkpoint(directory, self._state(), weights, self.weights_version, **options)
         self._weights_dirty = False
-        return path
+        if report is not None:
+            report({M.CHECKPOINT_SECONDS: time.monotonic() - started, M.CHECKPOINT_BYTES: written.num_bytes})
+        return written.path
 
     def wait_for_checkpoint(self) -> None:
         """Block until a checkpoint being written in the background is on disk; re-raise its error."""

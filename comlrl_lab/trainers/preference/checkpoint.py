@@ -26,6 +26,9 @@ import os
 import re
 import shutil
 import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,14 @@ CHECKPOINT_PREFIX = "checkpoint-"
 CHECKPOINT_FORMAT = 1
 INITIAL_WEIGHTS = 0  # the weights version of an untrained trainer; never written
 _NUMBERED = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
+
+
+@dataclass(frozen=True)
+class Written:
+    """One committed checkpoint: where, and the bytes written for it (a linked weights file costs none)."""
+
+    path: Path
+    num_bytes: int
 
 
 class InitialWeightsCheckpoint(ValueError):
@@ -127,8 +138,8 @@ def save_checkpoint(
     *,
     total_limit: int | None = None,
     weights_from: str | Path | None = None,
-) -> Path:
-    """Commit a new numbered checkpoint under ``root`` and return it; then keep the newest ``total_limit``.
+) -> Written:
+    """Commit a new numbered checkpoint under ``root``; then keep the newest ``total_limit``.
 
     ``weights`` (when given) are written under ``version``; otherwise weights ``version`` must already be in a
     checkpoint (``weights_from`` says which, when the trainer was loaded from an older one) and are linked.
@@ -140,20 +151,21 @@ def save_checkpoint(
     staging = root / f".{final.name}.tmp-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
+    num_bytes = 0
     if weights is not None:
-        _save_synced(weights, weights_file(staging, version))
+        num_bytes += _save_synced(weights, weights_file(staging, version))
     elif version != INITIAL_WEIGHTS:
         source = _find_weights(root, version, Path(weights_from) if weights_from is not None else None)
         if source is None:
             shutil.rmtree(staging, ignore_errors=True)
             raise ValueError(f"weights version {version} is missing from {root}")
         _link_or_copy(source, weights_file(staging, version))
-    _save_synced({"format": CHECKPOINT_FORMAT, "weights_version": version, **state}, staging / STATE_FILE)
+    num_bytes += _save_synced({"format": CHECKPOINT_FORMAT, "weights_version": version, **state}, staging / STATE_FILE)
     _sync_dir(staging)
     os.rename(staging, final)  # the commit
     _sync_dir(root)
     prune_checkpoints(root, total_limit)
-    return final
+    return Written(final, num_bytes)
 
 
 def prune_checkpoints(root: str | Path, total_limit: int | None) -> list[Path]:
@@ -236,13 +248,24 @@ class BackgroundWriter:
         self._error: BaseException | None = None
 
     def submit(
-        self, root: str | Path, state: dict[str, Any], weights: dict[str, Any] | None, version: int, **options: Any
+        self,
+        root: str | Path,
+        state: dict[str, Any],
+        weights: dict[str, Any] | None,
+        version: int,
+        on_done: Callable[[Written, float], None] | None = None,
+        **options: Any,
     ) -> None:
+        """Start the write once the one before has finished; ``on_done(written, seconds)`` runs in the writer
+        thread after the commit."""
         self.wait()
 
         def write() -> None:
             try:
-                save_checkpoint(root, state, weights, version, **options)
+                started = time.monotonic()
+                written = save_checkpoint(root, state, weights, version, **options)
+                if on_done is not None:
+                    on_done(written, time.monotonic() - started)
             except BaseException as error:  # handed to the trainer's thread by wait()
                 self._error = error
 
