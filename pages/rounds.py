@@ -148,6 +148,23 @@ else:
         links[1].page_link(components.REPLAY_PAGE, label="See the replay buffer", icon=":material/history:")
         links[2].page_link(components.LEARNING_PAGE, label="Watch the learning curves", icon=":material/monitoring:")
 
+# Not cached with the timeline: a background checkpoint's cost arrives after its phase has committed.
+costs = frames.checkpoint_costs(view.store.metrics(view.run_id, names=list(frames.CHECKPOINT_COLUMNS)))
+if not costs.empty:
+    with st.container(key=state.ROUNDS_CHECKPOINT_COST):
+        st.subheader("Checkpoints")
+        st.caption(frames.checkpoint_summary(costs))
+        st.dataframe(
+            costs,
+            hide_index=True,
+            width="stretch",
+            key=state.ROUNDS_CHECKPOINT_TABLE,
+            column_config={
+                label: st.column_config.NumberColumn(format="%.3f" if "seconds" in label else "%.2f")
+                for label in frames.CHECKPOINT_COLUMNS.values()
+            },
+        )
+
 with st.expander("Event log"):
     events = view.store.events(view.run_id, limit=200)
     if events.empty:

@@ -281,6 +281,30 @@ def test_rounds_shows_the_finished_runs_phase_timeline(open_app, seeded):
     assert {trace["name"] for trace in timeline["data"]} >= {"collect", "train", "evaluate"}
 
 
+def test_rounds_shows_what_each_checkpoint_cost(open_app, seeded):
+    from comlrl_lab.trainers.preference import checkpoint as ckpt
+
+    at = open_app("pages/rounds.py")
+    assert [s.value for s in at.subheader] == ["Phase timeline", "Checkpoints"]
+    table = at.dataframe[1].value
+    # The seeded run checkpoints after every phase and keeps them all: one folder per row, in the same order.
+    folders = ckpt.checkpoint_dirs(seeded.root / seeded.run_id / "checkpoint")
+    assert list(zip(table["round"], table["phase"])) == [
+        (r, label) for r in (1, 2) for label in ("Collect", "Select replay sample", "Train", "Evaluate")
+    ]
+    assert len(folders) == len(table) == 8
+    for megabytes, folder, phase in zip(table["MB written"], folders, table["phase"]):
+        files = {p.name: p.stat().st_size for p in folder.iterdir()}
+        # A weights file is written by a train phase; the phases after it link to it, which costs nothing.
+        written = sum(size for name, size in files.items() if name == ckpt.STATE_FILE or phase == "Train")
+        assert megabytes == pytest.approx(written / 1e6, rel=1e-12)
+    assert (table["seconds holding up training"] > 0).all()
+    assert table["seconds in the background"].isna().all()  # the seeded run writes in the foreground
+    (caption,) = [c.value for c in at.caption if "holding up training" in c.value]
+    assert caption.startswith(f"8 checkpoints · {table['seconds holding up training'].sum():.2f} s holding up")
+    assert f"{table['MB written'].sum():.2f} MB written" in caption and "written in the background" not in caption
+
+
 def test_rounds_creates_a_run_from_setup_then_runs_one_phase(open_app, seeded, tmp_path):
     at = open_app(root=tmp_path, run_id=None)
     if seeded.model != forms.TINY_MODEL_NAME:

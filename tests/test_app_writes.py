@@ -82,7 +82,7 @@ def test_open_reconciles_round_files_and_removes_stale_checkpoint_tmp(tmp_path):
     reopened = Run.open(run.run_dir)
     reopened.close()
     assert sorted(p.name for p in replay.glob("iteration_*.json")) == ["iteration_0001.json", "iteration_0002.json"]
-    assert not stale.exists() and (run.checkpoint_dir / "state.pt").is_file()
+    assert not stale.exists() and (run.checkpoint_dir / "checkpoint-000001" / "state.pt").is_file()
 
 
 def test_open_without_a_checkpoint_drops_every_round_file(tmp_path):

@@ -73,6 +73,7 @@ OUR_MADPO_DEFAULTS = {
     "max_grad_norm": None,
     "report_to": None,
     "save_strategy": "phase",
+    "save_total_limit": None,
     "save_in_background": False,
     "adamw_implementation": "fused",
     "batch_invariant_sampling": True,

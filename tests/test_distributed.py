@@ -4,7 +4,8 @@ The slow tests start ``python -m torch.distributed.run --nproc_per_node=2 --stan
 process: the ranks' collected candidates taken together are the single run's, the pairs and replay draws are
 the same on every rank, the weights after each round's steps match to 1e-5, and a checkpoint written by two
 ranks resumes in one process as if nothing had changed. The headless CLI under torchrun fills one store with
-the single-process run's pairs.
+the single-process run's pairs. Two MARLHF ranks each push part of the Bradley-Terry, reward-scoring and
+policy rows and end with the single process's reward model, agents and metrics.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import threading
 from pathlib import Path
 
 import dist_madpo_script
+import dist_marlhf_script
 import duckdb
 import pytest
 import torch
@@ -291,8 +293,41 @@ def test_headless_runner_under_torchrun_fills_one_store_like_one_process(model_d
     assert candidates == single_candidates
     assert [s for s, _ in evals] == [s for s, _ in single_evals]
     assert [v for _, v in evals] == pytest.approx([v for _, v in single_evals], abs=1e-9)
-    assert (run_dir / "checkpoint" / "state.pt").is_file()
+    assert list((run_dir / "checkpoint").glob("checkpoint-*/state.pt"))
     assert sorted(p.name for p in (run_dir / "preference_replay").glob("iteration_*.json")) == [
         "iteration_0001.json",
         "iteration_0002.json",
     ]
+
+
+@pytest.mark.slow
+def test_torchrun_marlhf_two_ranks_split_the_fit_and_the_rl_and_equal_one_process(model_dir, tmp_path):
+    torchrun(str(TESTS / "dist_marlhf_script.py"), model_dir, str(tmp_path / "k2"), cwd=tmp_path)
+    ranks = _dist_files(tmp_path / "k2")
+    single = dist_marlhf_script.run(model_dir, tmp_path / "k1")
+    assert [r["world_size"] for r in ranks] == [2, 2] and single["world_size"] == 1
+    assert single["num_pairs"] >= 4
+    # Each rank pushed its share of the rows through the fit, the rollout scoring and the policy forwards.
+    for key in ("bt_pairs", "reward_rows", "policy_rows"):
+        shares = [r["counts"][key] for r in ranks]
+        assert single["counts"][key] > 0 and sum(shares) == single["counts"][key], key
+        assert max(shares) - min(shares) <= single["counts"][key] // 2, key
+        assert max(shares) < single["counts"][key], key
+    # The reward model, the agents and every metric of the train phase are the single process's.
+    for rank in ranks:
+        # R(w) - R(l) does not see the head's bias, so its true gradient is 0 and AdamW moves it by about the
+        # learning rate in the direction of rounding noise (4 steps at 1e-2 here); every other weight matches.
+        bias = "head.bias"
+        shift = float(rank["reward_model"][bias] - single["reward_model"][bias])
+        assert abs(shift) <= 4 * 1e-2
+        _assert_weights_close(
+            [{k: v for k, v in rank["reward_model"].items() if k != bias}],
+            [{k: v for k, v in single["reward_model"].items() if k != bias}],
+        )
+        _assert_weights_close(rank["agents"], single["agents"])
+        assert [(s, n) for s, n, _ in rank["metrics"]] == [(s, n) for s, n, _ in single["metrics"]]
+        # The reward level moves with that bias; the advantages (group-normalised) and so the agents do not.
+        level = ("rl/reward_model_mean", "turn_1/reward_mean", "turn_1/expected_return", "round/rl/reward_model_mean")
+        expected = [v + shift if n in level else v for _, n, v in single["metrics"]]
+        values = [v for _, _, v in rank["metrics"]]
+        assert values == pytest.approx(expected, rel=1e-4, abs=1e-5, nan_ok=True)

@@ -152,9 +152,9 @@ def test_kill_9_during_training_then_resume_keeps_every_committed_row_once(model
     deadline = time.monotonic() + 300
     # Kill once round 2's training has started: its collect and select are committed, train is not.
     while time.monotonic() < deadline:
-        dirs = list(runs.glob("*/checkpoint/state.pt"))
+        dirs = sorted(runs.glob("*/checkpoint/checkpoint-*/state.pt"))
         if dirs:
-            state_file = dirs[0]
+            state_file = dirs[-1]
             import torch
 
             try:
@@ -167,7 +167,7 @@ def test_kill_9_during_training_then_resume_keeps_every_committed_row_once(model
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=30)  # also closes the pipes, which wait() would leave open (ResourceWarning)
     assert state_file is not None, "the run never checkpointed"
-    run_dir = state_file.parent.parent
+    run_dir = state_file.parent.parent.parent
 
     with duckdb.connect(str(run_dir / "run.duckdb"), read_only=True) as con:
         committed_before = con.execute("select count(*) from pairs").fetchone()[0]

@@ -58,7 +58,7 @@ def test_only_adapters_are_trained_and_checkpointed(lora_run, model_dir):
         assert frozen.keys() == base.state_dict().keys()
         for name, value in base.state_dict().items():
             torch.testing.assert_close(frozen[name], value, rtol=0, atol=0)
-    (weights,) = list((out / "ckpt").glob("weights-*.pt"))
+    weights = sorted((out / "ckpt").glob("checkpoint-*/weights-*.pt"))[-1]
     saved = torch.load(weights, weights_only=False)
     assert all(key and all("lora_" in k for k in agent) for agent in saved["agents"] for key in agent)
 

@@ -336,7 +336,17 @@ def test_reward_model_fit_tokenises_each_text_once(side):
 
 
 def _files(directory):
-    return sorted(p.name for p in directory.glob("*.pt")) if directory.exists() else []
+    """The files of the newest checkpoint under ``directory``."""
+    from comlrl_lab.trainers.preference import checkpoint as ckpt
+
+    newest = ckpt.latest_checkpoint(directory)
+    return sorted(p.name for p in newest.glob("*.pt")) if newest is not None else []
+
+
+def _count(directory):
+    from comlrl_lab.trainers.preference import checkpoint as ckpt
+
+    return len(ckpt.checkpoint_dirs(directory))
 
 
 def test_checkpoints_write_weights_only_after_training(model_dir, tmp_path):
@@ -391,10 +401,9 @@ def test_save_strategy_picks_the_phases_that_checkpoint(model_dir, tmp_path, str
     trainer.checkpoint_dir = tmp_path / "ckpt"
     saved = []
     for phase in ("collect", "select", "train", "evaluate"):
+        before = _count(trainer.checkpoint_dir)
         trainer.step(phase)
-        saved.append("state.pt" in _files(trainer.checkpoint_dir))
-        if saved[-1]:
-            (trainer.checkpoint_dir / "state.pt").unlink()
+        saved.append(_count(trainer.checkpoint_dir) == before + 1)
     assert saved == expected
     with pytest.raises(ValueError, match="save_strategy must be one of: phase, round, no"):
         MADPOConfig(save_strategy="steps")
@@ -421,7 +430,7 @@ def test_background_checkpoint_lands_after_step_returns_and_holds_that_phase(mod
     trainer.step("train")
     expected = [p.detach().clone() for p in trainer.agents[0].parameters()]
     # The step returned while its checkpoint is still being written: the last committed one is the select's.
-    assert _files(trainer.checkpoint_dir) == ["state.pt"]
+    assert _files(trainer.checkpoint_dir) == ["state.pt"] and _count(trainer.checkpoint_dir) == 2
     with torch.no_grad():  # the next phase changing the weights must not reach the checkpoint in flight
         for p in trainer.agents[0].parameters():
             p.add_(1.0)
@@ -449,3 +458,136 @@ def test_background_checkpoint_errors_surface_at_the_next_wait(model_dir, tmp_pa
     with pytest.raises(OSError, match="No space left"):
         trainer.wait_for_checkpoint()
     trainer.wait_for_checkpoint()  # reported once
+
+
+def _names(directory):
+    from comlrl_lab.trainers.preference import checkpoint as ckpt
+
+    return [p.name for p in ckpt.checkpoint_dirs(directory)]
+
+
+def test_save_total_limit_keeps_the_newest_checkpoints_and_resumes_from_the_newest(model_dir, tmp_path):
+    from comlrl_lab.trainers.preference import checkpoint as ckpt
+
+    trainer = _madpo(model_dir, tmp_path, save_total_limit=2)
+    trainer.checkpoint_dir = tmp_path / "ckpt"
+    for phase in ("collect", "select", "train"):
+        trainer.step(phase)
+    assert _names(trainer.checkpoint_dir) == ["checkpoint-000002", "checkpoint-000003"]
+    resumed = _madpo(model_dir, tmp_path)
+    resumed.load_checkpoint(trainer.checkpoint_dir)
+    assert resumed.next_phase == "evaluate"
+    for got, want in zip(resumed.agents[1].parameters(), trainer.agents[1].parameters()):
+        assert torch.equal(got, want)
+    trainer.step("evaluate")
+    assert _names(trainer.checkpoint_dir) == ["checkpoint-000003", "checkpoint-000004"]
+    # The evaluate phase changed no weights: its checkpoint links the train phase's file instead of writing it.
+    trained, evaluated = (ckpt.weights_file(trainer.checkpoint_dir / n, 1) for n in _names(trainer.checkpoint_dir))
+    assert evaluated.stat().st_ino == trained.stat().st_ino
+    with pytest.raises(ValueError, match="save_total_limit must be >= 1."):
+        MADPOConfig(save_total_limit=0)
+
+
+def test_an_old_checkpoint_goes_only_after_its_successor_is_committed(model_dir, tmp_path, monkeypatch):
+    from comlrl_lab.trainers.preference import checkpoint as ckpt
+
+    trainer = _madpo(model_dir, tmp_path, save_total_limit=1)
+    trainer.checkpoint_dir = root = tmp_path / "ckpt"
+    trainer.step("collect")
+    seen_at_prune = []
+    prune = ckpt.prune_checkpoints
+    monkeypatch.setattr(ckpt, "prune_checkpoints", lambda r, limit: seen_at_prune.append(_names(r)) or prune(r, limit))
+    trainer.step("select")
+    assert seen_at_prune == [["checkpoint-000001", "checkpoint-000002"]] and _names(root) == ["checkpoint-000002"]
+
+    # A write that dies before its commit (a kill, a full disk) leaves the last committed checkpoint in place.
+    save = ckpt._save_synced
+
+    def dies_at_the_state_file(obj, path):
+        if path.name == ckpt.STATE_FILE:
+            raise OSError("killed")
+        return save(obj, path)
+
+    monkeypatch.setattr(ckpt, "_save_synced", dies_at_the_state_file)
+    with pytest.raises(OSError, match="killed"):
+        trainer.step("train")
+    assert _names(root) == ["checkpoint-000002"] and len(seen_at_prune) == 1
+    assert [p.name for p in ckpt.remove_stale_tmp(root)] == []  # this process's own staging folder is not stale
+    resumed = _madpo(model_dir, tmp_path)
+    resumed.load_checkpoint(root)
+    assert resumed.next_phase == "train"
+
+
+def test_a_resume_from_an_older_checkpoint_numbers_on_under_the_same_root(model_dir, tmp_path):
+    from comlrl_lab.trainers.preference import checkpoint as ckpt
+
+    first = _madpo(model_dir, tmp_path)
+    first.train(checkpoint_dir=tmp_path / "ckpt")
+    root = tmp_path / "ckpt"
+    assert _names(root) == [f"checkpoint-00000{i}" for i in range(1, 5)]  # None keeps every checkpoint
+    again = _madpo(model_dir, tmp_path)
+    again.train(resume_from_checkpoint=root / "checkpoint-000002", checkpoint_total_limit=3)
+    # The same seed retrains to the same weights; the new checkpoints follow the newest, under the same root.
+    assert _names(root) == ["checkpoint-000004", "checkpoint-000005", "checkpoint-000006"]
+    _, before = ckpt.load_checkpoint(root / "checkpoint-000004")
+    _, after = ckpt.load_checkpoint(root / "checkpoint-000006")
+    for a, b in zip(before["agents"], after["agents"]):
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(ValueError, match="checkpoint_total_limit must be a positive integer or None."):
+        _madpo(model_dir, tmp_path).train(checkpoint_total_limit=0)
+
+
+def test_a_background_write_in_flight_is_never_pruned(model_dir, tmp_path, monkeypatch):
+    import threading
+
+    from comlrl_lab.trainers.preference import checkpoint as ckpt
+
+    trainer = _madpo(model_dir, tmp_path, save_in_background=True, save_total_limit=1)
+    trainer.checkpoint_dir = root = tmp_path / "ckpt"
+    trainer.step("collect")
+    trainer.wait_for_checkpoint()
+    release = threading.Event()
+    save = ckpt._save_synced
+
+    def held(obj, path):
+        release.wait(timeout=60)
+        return save(obj, path)
+
+    monkeypatch.setattr(ckpt, "_save_synced", held)
+    trainer.step("select")
+    # Written, not yet committed: the collect's checkpoint is still the one a resume would use.
+    assert _names(root) == ["checkpoint-000001"]
+    assert ckpt.load_checkpoint(root)[0]["phase_index"] == 1
+    release.set()
+    trainer.wait_for_checkpoint()
+    assert _names(root) == ["checkpoint-000002"] and ckpt.load_checkpoint(root)[0]["phase_index"] == 2
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_each_checkpoint_adds_its_cost_to_its_phase(model_dir, tmp_path, background):
+    from comlrl_lab.data import metric_names as M
+    from comlrl_lab.trainers.preference import checkpoint as ckpt
+    from comlrl_lab.trainers.preference.sink import MemorySink
+
+    trainer = _madpo(model_dir, tmp_path, save_in_background=background)
+    trainer.sink = sink = MemorySink()
+    trainer.checkpoint_dir = root = tmp_path / "ckpt"
+    for phase in ("collect", "select", "train"):
+        trainer.step(phase)
+    trainer.wait_for_checkpoint()
+    folders = ckpt.checkpoint_dirs(root)
+    for records, folder in zip(sink.phases, folders):
+        costs = {m["name"]: m["value"] for m in records.metrics if m["name"].startswith("checkpoint/")}
+        # Bytes written: the state file, and the weights file the train phase wrote; nothing else.
+        assert costs[M.CHECKPOINT_BYTES] == sum(p.stat().st_size for p in folder.iterdir())
+        assert costs[M.CHECKPOINT_SECONDS] > 0
+        assert (M.CHECKPOINT_BACKGROUND_SECONDS in costs) == background
+        if background:
+            assert costs[M.CHECKPOINT_BACKGROUND_SECONDS] > 0
+    assert [p.name for p in folders[2].iterdir()] != ["state.pt"]  # the train phase's checkpoint holds weights
+    trainer.step("evaluate")
+    trainer.wait_for_checkpoint()
+    evaluated = {m["name"]: m["value"] for m in sink.phases[3].metrics}
+    # Its weights are linked from the train phase's checkpoint: only the state file counts.
+    assert evaluated[M.CHECKPOINT_BYTES] == (ckpt.checkpoint_dirs(root)[3] / ckpt.STATE_FILE).stat().st_size
+    assert len(sink.phases) == 4

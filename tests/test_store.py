@@ -191,6 +191,20 @@ def test_rounds_phases_and_discard_after(store):
     assert store.rounds("r")["round"].tolist() == [1] and store.pairs_count("r") == 5
 
 
+def test_metrics_added_after_a_commit_join_the_phase_and_a_recommit_replaces_them(store):
+    store.commit_phase("r", 1, "collect", metrics=[(3, "time/collect_seconds", 1.5)])
+    store.append_metrics("r", 1, "collect", [{"step": 3, "name": "checkpoint/bytes", "value": 2048.0}])
+    got = store.metrics("r", names=["checkpoint/bytes", "time/"])
+    assert got[["round", "phase", "step", "name", "value"]].values.tolist() == [
+        [1, "collect", 3, "checkpoint/bytes", 2048.0],
+        [1, "collect", 3, "time/collect_seconds", 1.5],
+    ]
+    store.commit_phase("r", 1, "collect", metrics=[(3, "time/collect_seconds", 1.25)])
+    assert store.metrics("r")["name"].tolist() == ["time/collect_seconds"]
+    with pytest.raises(ValueError, match="phase must be one of"):
+        store.append_metrics("r", 1, "sleep", [("checkpoint/bytes", 1.0)])
+
+
 def test_log_event_survives_phase_commits(store):
     store.commit_phase("r", 1, "collect", events=[{"level": "info", "message": "in phase"}])
     store.log_event("r", "error", "boom", traceback="Traceback ...", round=1)

@@ -120,6 +120,9 @@ EVAL_REWARD_SEM = EVAL_PREFIX + "turn_1/reward_sem"
 EVAL_NUM_SAMPLES = EVAL_PREFIX + "num_samples"
 EVAL_AGGREGATED = EVAL_PREFIX + "{key}"
 PHASE_SECONDS = "time/{phase}_seconds"
+CHECKPOINT_SECONDS = "checkpoint/seconds"
+CHECKPOINT_BACKGROUND_SECONDS = "checkpoint/background_seconds"
+CHECKPOINT_BYTES = "checkpoint/bytes"
 
 METRICS: tuple[Metric, ...] = (
     Metric(
@@ -286,6 +289,21 @@ METRICS: tuple[Metric, ...] = (
     Metric(EVAL_NUM_SAMPLES, "count", "n: how many evaluation samples were scored (unparsed ones are left out)."),
     Metric(EVAL_AGGREGATED, "other", "A value returned by the user's eval_aggregator, under its own key."),
     Metric(PHASE_SECONDS, "time", "Wall-clock seconds of one phase (collect, select, train, evaluate)."),
+    Metric(
+        CHECKPOINT_SECONDS,
+        "time",
+        "Seconds the phase's checkpoint held up training: the whole write, or with save_in_background the copy and the wait for the write before.",
+    ),
+    Metric(
+        CHECKPOINT_BACKGROUND_SECONDS,
+        "time",
+        "Seconds the background thread took to write and commit the phase's checkpoint (save_in_background only).",
+    ),
+    Metric(
+        CHECKPOINT_BYTES,
+        "count",
+        "Bytes written for the phase's checkpoint: the state file, plus the weights when training changed them (unchanged weights are linked, not written).",
+    ),
 )
 
 _BY_NAME = {metric.name: metric for metric in METRICS}

@@ -4,7 +4,7 @@ Layout of a run directory::
 
     spec.json            the experiment (no secrets)
     run.duckdb           every candidate, pair, replay draw, metric and event
-    checkpoint/          state after the last finished phase (resume point)
+    checkpoint/          checkpoint-NNNNNN/ after finished phases; the newest is the resume point
     preference_replay/   iteration_NNNN.json, CoMLRL's format
     policy_history/      policy snapshots for the history comparator
     snapshots/           Parquet copies of the tables after each phase, for notebooks and other processes
@@ -92,6 +92,10 @@ class StoreSink:
         )
         if self.snapshot_dir is not None:
             snapshot_parquet(self.store, self.run_id, self.snapshot_dir)
+
+    def add_phase_metrics(self, round_index: int, phase: str, step: int, values: dict[str, float]) -> None:
+        rows = [{"step": step, "name": name, "value": value} for name, value in values.items()]
+        self.store.append_metrics(self.run_id, round_index, phase, rows)
 
 
 class Run:

@@ -177,6 +177,13 @@ class RunStore:
         with self._lock:
             writer.append_events(self._writable(), run_id, rows, round, phase)
 
+    def append_metrics(self, run_id: str, round: int, phase: str, metrics: writer.Rows) -> None:
+        """Add metrics to a committed phase (its checkpoint's cost, known after the commit); committing the phase
+        again replaces them with its other rows."""
+        rows = writer.build_batch(round, phase, metrics=metrics).tables["metrics"]
+        with self._lock:
+            writer.append_phase_rows(self._writable(), run_id, "metrics", rows, round, phase)
+
     def discard_after(self, run_id: str, round: int, phase: str | None) -> None:
         """Delete everything committed after (round, phase), e.g. to line the store up with a resumed checkpoint."""
         with self._lock:

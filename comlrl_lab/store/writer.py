@@ -204,6 +204,20 @@ def append_events(
         raise
 
 
+def append_phase_rows(
+    con: duckdb.DuckDBPyConnection, run_id: str, table: str, rows: pa.Table, round: int, phase: str
+) -> None:
+    """Append rows to a phase's ``table`` without replacing the phase's other rows."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        _append(con, table, rows, [run_id, round, check_phase(phase)])
+        con.execute("UPDATE runs SET updated_at = ? WHERE run_id = ?", [utcnow(), run_id])
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
 def discard_after(con: duckdb.DuckDBPyConnection, run_id: str, round: int, phase: str | None) -> None:
     """Delete every phase committed after (round, phase) in one transaction; phase None keeps all of ``round``.
 

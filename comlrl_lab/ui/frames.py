@@ -65,6 +65,43 @@ def timeline(rounds: pd.DataFrame, durations: Mapping[tuple[int, str], float]) -
     return pd.DataFrame(rows, columns=["round", "phase", "start", "finish", "seconds"])
 
 
+CHECKPOINT_COLUMNS = {
+    metric_names.CHECKPOINT_SECONDS: "seconds holding up training",
+    metric_names.CHECKPOINT_BACKGROUND_SECONDS: "seconds in the background",
+    metric_names.CHECKPOINT_BYTES: "MB written",
+}
+
+
+def checkpoint_costs(metrics: pd.DataFrame) -> pd.DataFrame:
+    """One row per checkpointed phase, in run order: round, phase, then the ``CHECKPOINT_COLUMNS`` (NaN where a
+    figure was not recorded: the background seconds of a checkpoint written in the foreground)."""
+    columns = ["round", "phase", *CHECKPOINT_COLUMNS.values()]
+    if metrics.empty:
+        return pd.DataFrame(columns=columns)
+    costs = metrics[metrics["name"].isin(list(CHECKPOINT_COLUMNS))]
+    if costs.empty:
+        return pd.DataFrame(columns=columns)
+    wide = costs.pivot_table(index=["round", "phase"], columns="name", values="value", aggfunc="last").reset_index()
+    wide = wide.reindex(columns=["round", "phase", *CHECKPOINT_COLUMNS])
+    wide[metric_names.CHECKPOINT_BYTES] = wide[metric_names.CHECKPOINT_BYTES] / 1e6
+    wide = wide.rename(columns=CHECKPOINT_COLUMNS)
+    wide["order"] = wide["phase"].map(PHASES.index)
+    wide = wide.sort_values(["round", "order"]).drop(columns="order").reset_index(drop=True)
+    wide["round"] = wide["round"].astype(int)
+    wide["phase"] = wide["phase"].map(PHASE_LABELS)
+    return wide[columns]
+
+
+def checkpoint_summary(costs: pd.DataFrame) -> str:
+    """One line of totals over ``checkpoint_costs`` rows."""
+    blocked, background, written = (costs[c].sum() for c in CHECKPOINT_COLUMNS.values())
+    parts = [f"{len(costs)} checkpoint{'s' if len(costs) != 1 else ''}", f"{blocked:.2f} s holding up training"]
+    if costs[CHECKPOINT_COLUMNS[metric_names.CHECKPOINT_BACKGROUND_SECONDS]].notna().any():
+        parts.append(f"{background:.2f} s written in the background")
+    parts.append(f"{written:.2f} MB written")
+    return " · ".join(parts) + ". Set by save_strategy, save_total_limit and save_in_background."
+
+
 #: The count columns of the phase table: label -> column of the store's rounds table. Evaluation samples are
 #: counted apart from the collected candidates that pairs are made of.
 ROUND_COUNTS = {

@@ -79,6 +79,8 @@ ROUNDS_ERROR = "rounds.error"
 ROUNDS_RETRY = "rounds.retry"
 ROUNDS_TIMELINE_TABLE = "rounds.timeline_table"
 ROUNDS_TIMELINE_CHART = "rounds.timeline_chart"
+ROUNDS_CHECKPOINT_COST = "rounds.checkpoint_cost"
+ROUNDS_CHECKPOINT_TABLE = "rounds.checkpoint_table"
 
 # Pairs page (the pair view is drawn by ``components``)
 PAIRS_TAB = "pairs.tab"

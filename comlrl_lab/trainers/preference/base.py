@@ -205,6 +205,9 @@ class PreferenceTrainerBase:
         self._weights_dirty = False
         self._weights_touched = False  # a train phase has started, so the weights may differ from version 0
         self._writer = ckpt.BackgroundWriter()
+        self._weights_from: Path | None = None  # the checkpoint last loaded, until the next save
+        # Differs from CoMLRL: it prunes with train(checkpoint_total_limit) only; save_total_limit is TRL's name.
+        self.save_total_limit: int | None = self.args.save_total_limit
         self.last_message: str | None = None
         self.history: list[dict[str, Any]] = []  # one summary per finished phase
 
@@ -309,7 +312,10 @@ class PreferenceTrainerBase:
         if self.finished:
             self.trackers.finish()
         if self.checkpoint_dir is not None and self._saves_after(phase):
-            self.save_checkpoint(self.checkpoint_dir)
+            where = (records.round_index, phase, self.updates_seen)
+            # The phase is committed before its checkpoint (a kill in between redoes the phase), so the cost
+            # is added to its records afterwards, from the writer thread when the write is in the background.
+            self._write_checkpoint(self.checkpoint_dir, lambda cost: self.sink.add_phase_metrics(*where, cost))
         return records
 
     def _saves_after(self, phase: str) -> bool:
@@ -356,14 +362,16 @@ class PreferenceTrainerBase:
         ``checkpoint_dir`` is given (or resumed from)."""
         if isinstance(checkpoint_interval, bool) or not isinstance(checkpoint_interval, int) or checkpoint_interval < 1:
             raise ValueError("checkpoint_interval must be a positive integer.")
-        # Differs from CoMLRL: it keeps a snapshot per save and prunes the oldest past the limit; one checkpoint,
-        # the state after the last finished phase, is kept here, so every limit is already met.
-        del checkpoint_total_limit
+        if checkpoint_total_limit is not None:
+            limit = checkpoint_total_limit
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise ValueError("checkpoint_total_limit must be a positive integer or None.")
+            self.save_total_limit = limit  # for this trainer from now on, as the config field would
         generation_kwargs.pop("do_sample", None)
         self.generation_kwargs = generation_kwargs
         if resume_from_checkpoint is not None:
             self.load_checkpoint(resume_from_checkpoint)
-            checkpoint_dir = checkpoint_dir or resume_from_checkpoint
+            checkpoint_dir = checkpoint_dir or ckpt.checkpoint_root(resume_from_checkpoint)
         if checkpoint_dir is not None:
             self.checkpoint_dir = Path(checkpoint_dir)
         while not self.finished:
@@ -542,6 +550,11 @@ class PreferenceTrainerBase:
 
     def save_checkpoint(self, directory: str | Path) -> Path:
         # Differs from CoMLRL: it raises after a train() without checkpoint_dir; the state here is always tracked.
+        return self._write_checkpoint(directory, None)
+
+    def _write_checkpoint(self, directory: str | Path, report: Callable[[dict[str, float]], None] | None) -> Path:
+        """Write (or start writing) a checkpoint; ``report`` gets its cost metrics once it is committed."""
+        started = time.monotonic()
         weights = None
         if self._weights_dirty:
             self.weights_version += 1
@@ -557,14 +570,33 @@ class PreferenceTrainerBase:
             }
         elif not self.dist.is_main:
             return Path(directory)
+        options = {"total_limit": self.save_total_limit, "weights_from": self._weights_from}
+        # After one save the trainer's weights are in the newest checkpoint, where the next save looks first.
+        self._weights_from = None
         if self.args.save_in_background:
             # Copies, since the next phase updates the weights, moments and replay state in place.
-            self._writer.submit(directory, copy.deepcopy(self._state()), copy.deepcopy(weights), self.weights_version)
+            state, weights = copy.deepcopy(self._state()), copy.deepcopy(weights)
+            self._writer.wait()  # the write before this one, so that its wait counts as this phase's cost
+            blocked = time.monotonic() - started
+
+            def done(written: ckpt.Written, seconds: float) -> None:
+                if report is not None:
+                    report(
+                        {
+                            M.CHECKPOINT_SECONDS: blocked,
+                            M.CHECKPOINT_BACKGROUND_SECONDS: seconds,
+                            M.CHECKPOINT_BYTES: written.num_bytes,
+                        }
+                    )
+
+            self._writer.submit(directory, state, weights, self.weights_version, on_done=done, **options)
             self._weights_dirty = False
             return Path(directory)
-        path = ckpt.save_checkpoint(directory, self._state(), weights, self.weights_version)
+        written = ckpt.save_checkpoint(directory, self._state(), weights, self.weights_version, **options)
         self._weights_dirty = False
-        return path
+        if report is not None:
+            report({M.CHECKPOINT_SECONDS: time.monotonic() - started, M.CHECKPOINT_BYTES: written.num_bytes})
+        return written.path
 
     def wait_for_checkpoint(self) -> None:
         """Block until a checkpoint being written in the background is on disk; re-raise its error."""
@@ -573,6 +605,8 @@ class PreferenceTrainerBase:
     def load_checkpoint(self, directory: str | Path) -> None:
         self.wait_for_checkpoint()
         state, weights = ckpt.load_checkpoint(directory)
+        # A resume from an older checkpoint than the newest links its unchanged weights from that one.
+        self._weights_from = Path(state["checkpoint_path"])
         if weights is None:
             if self._weights_touched:
                 raise ckpt.InitialWeightsCheckpoint(

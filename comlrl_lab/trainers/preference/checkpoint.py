@@ -1,106 +1,246 @@
-"""Atomic checkpoints after every finished phase: weights and optimisers, RNG streams, replay index, cursor.
+"""Atomic checkpoints after finished phases: weights and optimisers, RNG streams, replay index, cursor.
 
-Layout of ``checkpoint_dir``::
+Layout of ``checkpoint_dir``, one folder per checkpoint, numbered in the order they were committed::
 
-    state.pt              cursor, RNG streams, replay buffer, pending pairs, counters (small; rewritten each phase)
-    weights-<version>.pt  agent state dicts and optimiser states (written only when training changed them)
+    checkpoint-000001/
+        state.pt              cursor, RNG streams, replay buffer, pending pairs, counters (small)
+        weights-<version>.pt  agent state dicts and optimiser states
+    checkpoint-000002/
+        ...
 
 Version 0 is the trainer's initial weights, which a freshly built trainer already holds, so it has no file: a
-checkpoint written before the first train phase is the state file alone.
+checkpoint written before the first train phase is the state file alone. A checkpoint whose weights did not change
+since the one before holds a hard link to that weights file (a copy where the file system has none), so each folder
+stands alone and costs the disk nothing more.
 
-Each file is written to a temporary name and renamed, and ``state.pt`` names the weights version it belongs to,
-so a process killed at any moment leaves the previous consistent checkpoint. API keys are never part of it:
+A checkpoint is written into a hidden staging folder and renamed to its number once every file in it is on disk, so
+a process killed at any moment leaves the previous checkpoints intact. ``total_limit`` then deletes the oldest beyond
+the limit, never before their successor is committed. A folder that holds ``state.pt`` itself (one checkpoint, or the
+single-folder layout of earlier versions) is read as that checkpoint. API keys are never part of a checkpoint:
 configs are stored through ``to_dict()``, which drops them.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 STATE_FILE = "state.pt"
+CHECKPOINT_PREFIX = "checkpoint-"
 CHECKPOINT_FORMAT = 1
 INITIAL_WEIGHTS = 0  # the weights version of an untrained trainer; never written
+_NUMBERED = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
+
+
+@dataclass(frozen=True)
+class Written:
+    """One committed checkpoint: where, and the bytes written for it (a linked weights file costs none)."""
+
+    path: Path
+    num_bytes: int
 
 
 class InitialWeightsCheckpoint(ValueError):
     """A checkpoint at weights version 0 cannot be loaded into a trainer that has trained since: build a new one."""
 
 
-def _atomic_save(obj: Any, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    torch.save(obj, tmp)
-    with open(tmp, "rb") as handle:
+def _save_synced(obj: Any, path: Path) -> int:
+    """``torch.save`` and fsync; the bytes written."""
+    torch.save(obj, path)
+    with open(path, "rb") as handle:
         os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    return path.stat().st_size
+
+
+def _sync_dir(directory: Path) -> None:
+    """Make a rename inside ``directory`` durable (a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def weights_file(directory: Path, version: int) -> Path:
     return directory / f"weights-{version:06d}.pt"
 
 
-def save_checkpoint(directory: str | Path, state: dict[str, Any], weights: dict[str, Any] | None, version: int) -> Path:
-    """Write ``weights`` (when given) under ``version``, then ``state`` pointing at it; prune older weights."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    target = weights_file(directory, version)
+def checkpoint_dirs(root: str | Path) -> list[Path]:
+    """The committed checkpoints under ``root``, oldest first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    numbered = []
+    for path in root.iterdir():
+        match = _NUMBERED.match(path.name)
+        if match and (path / STATE_FILE).is_file():
+            numbered.append((int(match.group(1)), path))
+    return [path for _, path in sorted(numbered)]
+
+
+def latest_checkpoint(path: str | Path) -> Path | None:
+    """The checkpoint a resume from ``path`` uses: the newest under it, or ``path`` itself when it is one."""
+    path = Path(path)
+    committed = checkpoint_dirs(path)
+    if committed:
+        return committed[-1]
+    return path if (path / STATE_FILE).is_file() else None
+
+
+def checkpoint_root(path: str | Path) -> Path:
+    """Where checkpoints after a resume from ``path`` go: its parent when ``path`` is one numbered checkpoint."""
+    path = Path(path)
+    if _NUMBERED.match(path.name) and (path / STATE_FILE).is_file():
+        return path.parent
+    return path
+
+
+def _next_number(root: Path) -> int:
+    committed = checkpoint_dirs(root)
+    return int(_NUMBERED.match(committed[-1].name).group(1)) + 1 if committed else 1
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+        with open(target, "rb") as handle:
+            os.fsync(handle.fileno())
+
+
+def _find_weights(root: Path, version: int, hint: Path | None) -> Path | None:
+    """The file of weights ``version``: in ``hint`` (the checkpoint they were loaded from) first, else the newest
+    checkpoint that has it, since the trainer's latest checkpoint is always the newest."""
+    places = ([hint] if hint is not None else []) + checkpoint_dirs(root)[::-1] + [root]
+    return next((weights_file(p, version) for p in places if weights_file(p, version).is_file()), None)
+
+
+def save_checkpoint(
+    root: str | Path,
+    state: dict[str, Any],
+    weights: dict[str, Any] | None,
+    version: int,
+    *,
+    total_limit: int | None = None,
+    weights_from: str | Path | None = None,
+) -> Written:
+    """Commit a new numbered checkpoint under ``root``; then keep the newest ``total_limit``.
+
+    ``weights`` (when given) are written under ``version``; otherwise weights ``version`` must already be in a
+    checkpoint (``weights_from`` says which, when the trainer was loaded from an older one) and are linked.
+    """
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    number = _next_number(root)
+    final = root / f"{CHECKPOINT_PREFIX}{number:06d}"
+    staging = root / f".{final.name}.tmp-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    num_bytes = 0
     if weights is not None:
-        _atomic_save(weights, target)
-    elif version != INITIAL_WEIGHTS and not target.exists():
-        raise ValueError(f"weights version {version} is missing from {directory}")
-    _atomic_save({"format": CHECKPOINT_FORMAT, "weights_version": version, **state}, directory / STATE_FILE)
-    for old in directory.glob("weights-*.pt"):
-        if old != target:
-            old.unlink(missing_ok=True)
-    return directory
+        num_bytes += _save_synced(weights, weights_file(staging, version))
+    elif version != INITIAL_WEIGHTS:
+        source = _find_weights(root, version, Path(weights_from) if weights_from is not None else None)
+        if source is None:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise ValueError(f"weights version {version} is missing from {root}")
+        _link_or_copy(source, weights_file(staging, version))
+    num_bytes += _save_synced({"format": CHECKPOINT_FORMAT, "weights_version": version, **state}, staging / STATE_FILE)
+    _sync_dir(staging)
+    os.rename(staging, final)  # the commit
+    _sync_dir(root)
+    prune_checkpoints(root, total_limit)
+    return Written(final, num_bytes)
+
+
+def prune_checkpoints(root: str | Path, total_limit: int | None) -> list[Path]:
+    """Delete all but the newest ``total_limit`` committed checkpoints (None keeps all); the deleted ones.
+
+    Each is first renamed out of the numbered names, so a kill mid-delete never leaves a half checkpoint that a
+    resume would read; ``remove_stale_tmp`` clears what such a kill leaves.
+    """
+    if total_limit is None:
+        return []
+    root = Path(root)
+    removed = []
+    for old in checkpoint_dirs(root)[: -int(total_limit)]:
+        doomed = root / f".{old.name}.deleting-{os.getpid()}"
+        os.rename(old, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+        removed.append(old)
+    if removed:
+        _sync_dir(root)
+    return removed
 
 
 def remove_stale_tmp(directory: str | Path) -> list[Path]:
-    """Remove the ``.*.tmp-PID`` files of other processes: a kill while saving leaves them, and one run is only
-    ever written by one process (the store's lock), so they are never finished."""
+    """Remove other processes' staging and half-deleted checkpoints (``.*.tmp-PID``, ``.*.deleting-PID``): a kill
+    while saving leaves them, and one run is only ever written by one process (the store's lock), so they are never
+    finished."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    mine = f".tmp-{os.getpid()}"
-    stale = [p for p in directory.glob(".*.tmp-*") if p.is_file() and not p.name.endswith(mine)]
+    pid = str(os.getpid())
+    stale = [
+        p
+        for pattern in (".*.tmp-*", ".*.deleting-*")
+        for p in directory.glob(pattern)
+        if p.name.rsplit("-", 1)[-1] != pid
+    ]
     for path in stale:
-        path.unlink(missing_ok=True)
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
     return stale
 
 
 def has_checkpoint(directory: str | Path) -> bool:
-    return (Path(directory) / STATE_FILE).is_file()
+    return latest_checkpoint(directory) is not None
 
 
 def load_checkpoint(directory: str | Path, map_location: Any = "cpu") -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """(state, weights); weights is None for version 0, the initial weights a fresh trainer already holds."""
+    """(state, weights) of the checkpoint a resume from ``directory`` uses; weights is None for version 0, the
+    initial weights a fresh trainer already holds. ``state["checkpoint_path"]`` says which checkpoint it was."""
     directory = Path(directory)
-    remove_stale_tmp(directory)
-    state_path = directory / STATE_FILE
-    if not state_path.is_file():
-        raise FileNotFoundError(f"no checkpoint in {directory} (missing {STATE_FILE})")
+    remove_stale_tmp(checkpoint_root(directory))
+    found = latest_checkpoint(directory)
+    if found is None:
+        raise FileNotFoundError(f"no checkpoint in {directory} (no {CHECKPOINT_PREFIX}* folder or {STATE_FILE})")
+    state_path = found / STATE_FILE
     # Our own files: they hold Python records (pairs, RNG states) besides tensors.
     state = torch.load(state_path, map_location=map_location, weights_only=False)
     if state.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{state_path}: unsupported checkpoint format {state.get('format')!r}")
+    state["checkpoint_path"] = str(found)
     if int(state["weights_version"]) == INITIAL_WEIGHTS:
         return state, None
-    weights = torch.load(
-        weights_file(directory, state["weights_version"]), map_location=map_location, weights_only=False
-    )
+    weights = torch.load(weights_file(found, state["weights_version"]), map_location=map_location, weights_only=False)
     return state, weights
 
 
 class BackgroundWriter:
     """``save_checkpoint`` in one background thread, one write at a time, so the next phase starts at once.
 
-    The caller hands over copies that nothing else mutates. The write stays atomic (the state file, renamed last,
-    commits it), so a process killed mid-write resumes from the previous checkpoint. ``wait`` blocks until the
-    write in flight has finished and re-raises its error; the thread is not a daemon, so a normal exit waits too.
+    The caller hands over copies that nothing else mutates. The write stays atomic (the folder, renamed last,
+    commits it, and pruning runs only after that), so a process killed mid-write resumes from the previous
+    checkpoint. ``wait`` blocks until the write in flight has finished and re-raises its error; the thread is not a
+    daemon, so a normal exit waits too.
     """
 
     def __init__(self) -> None:
@@ -108,13 +248,24 @@ class BackgroundWriter:
         self._error: BaseException | None = None
 
     def submit(
-        self, directory: str | Path, state: dict[str, Any], weights: dict[str, Any] | None, version: int
+        self,
+        root: str | Path,
+        state: dict[str, Any],
+        weights: dict[str, Any] | None,
+        version: int,
+        on_done: Callable[[Written, float], None] | None = None,
+        **options: Any,
     ) -> None:
+        """Start the write once the one before has finished; ``on_done(written, seconds)`` runs in the writer
+        thread after the commit."""
         self.wait()
 
         def write() -> None:
             try:
-                save_checkpoint(directory, state, weights, version)
+                started = time.monotonic()
+                written = save_checkpoint(root, state, weights, version, **options)
+                if on_done is not None:
+                    on_done(written, time.monotonic() - started)
             except BaseException as error:  # handed to the trainer's thread by wait()
                 self._error = error
 

@@ -484,6 +484,14 @@ class MADPOConfig:
             "group": "Training",
         },
     )
+    save_total_limit: int | None = field(
+        default=None,
+        kw_only=True,
+        metadata={
+            "help": "Keep at most this many checkpoints (checkpoint-NNNNNN folders under the checkpoint dir), deleting the oldest once a newer one is committed; the newest, which a resume uses, is always kept. None keeps all. train(checkpoint_total_limit=N) sets it too.",
+            "group": "Training",
+        },
+    )
     save_in_background: bool = field(
         default=False,
         kw_only=True,
@@ -590,6 +598,7 @@ class MADPOConfig:
         _check_positive("max_grad_norm", self.max_grad_norm, optional=True)
         _choose(self, "adamw_implementation")
         _choose(self, "save_strategy")
+        _check_int_at_least("save_total_limit", self.save_total_limit, 1, optional=True)
         _check_int_at_least("lora_r", self.lora_r, 1, optional=True)
         _check_positive("lora_alpha", self.lora_alpha)
         if not _is_number(self.lora_dropout) or not 0 <= self.lora_dropout < 1:

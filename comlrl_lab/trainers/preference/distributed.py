@@ -179,6 +179,8 @@ class DistContext:
     def sum_gradients(self, parameters: Iterable[torch.nn.Parameter], bucket_numel: int = BUCKET_NUMEL) -> None:
         """Replace every gradient by its sum over ranks (missing gradients count as zeros).
 
+        A parameter with no gradient on any rank (one the loss never reaches, such as a reward model's unused LM
+        head) keeps none, as in one process, so the optimiser leaves it alone (AdamW would otherwise decay it).
         Gradients are flattened into buckets of at most ``bucket_numel`` elements per dtype, so a model costs a
         handful of all-reduces, not one per tensor. Every rank must pass the same parameters in the same order.
         """
@@ -186,13 +188,16 @@ class DistContext:
             return
         dist = self._require_group()
         params = [p for p in parameters if p.requires_grad]
+        comm = self.comm_device
+        present = torch.tensor([p.grad is not None for p in params], dtype=torch.float32, device=comm)
+        dist.all_reduce(present, op=dist.ReduceOp.SUM)
+        params = [p for p, count in zip(params, present.tolist()) if count > 0]
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
         by_dtype: dict[torch.dtype, list[torch.nn.Parameter]] = {}
         for p in params:
             by_dtype.setdefault(p.grad.dtype, []).append(p)
-        comm = self.comm_device
         for group in by_dtype.values():
             for bucket in _buckets(group, bucket_numel):
                 flat = torch.cat([p.grad.reshape(-1).to(comm) for p in bucket])

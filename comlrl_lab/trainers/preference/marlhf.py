@@ -86,6 +86,7 @@ class RLHFLearner:
             pad_token_ids=[host.pad_token_id(i) for i in range(host.num_agents)],
             reference_devices=host.devices.reference,
             critic_devices=host.devices.critics,
+            dist=host.dist,
         )
         self.reward_model: JointRewardModel | None = None
         self._reward_tokenizer: Any = None
@@ -173,6 +174,7 @@ class RLHFLearner:
             max_grad_norm=args.max_grad_norm,
             on_batch=lambda: host.control.advance(1),
             adamw_implementation=args.adamw_implementation,
+            dist=host.dist,
         )
         for metrics in history:
             self.bt_epochs_seen += 1

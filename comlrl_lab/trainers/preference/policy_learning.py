@@ -41,7 +41,9 @@ from comlrl_lab.models.reference import frozen_references
 from comlrl_lab.models.scoring import set_mode, token_logps_and_mask
 from comlrl_lab.seeding import RandomStreams
 from comlrl_lab.trainers.preference.collection import agent_prompts, sample_joint_candidates
+from comlrl_lab.trainers.preference.distributed import DistContext
 from comlrl_lab.trainers.preference.losses import (
+    NonFiniteLossError,
     actor_critic_advantages,
     check_finite,
     group_advantages,
@@ -188,8 +190,10 @@ class PolicyLearner:
         pad_token_ids: Sequence[int] | None = None,
         reference_devices: Sequence[torch.device] | None = None,
         critic_devices: Sequence[torch.device] | None = None,
+        dist: DistContext | None = None,
     ):
         self.config = config
+        self.dist = dist if dist is not None else DistContext()
         self.backend = resolve_backend(config.rl_algorithm)
         self.agents = list(agents)
         self.tokenizers = list(tokenizers)
@@ -304,8 +308,14 @@ class PolicyLearner:
         )
         K = len(joint)
         flat = [c for row in joint for c in row]  # item-major: index k * G + j
-        rewards = torch.tensor(reward_fn(flat), dtype=torch.float32).view(K, G)  # (K, G)
-        kl = self._reference_kl(flat).view(self.num_agents, K, G)  # (A, K, G)
+        # Under torchrun every rank samples the whole buffer (the sampler's stream depends on the batch), then
+        # scores a strided share of it; the gathered scores are the same on every rank.
+        local = self.dist.shard(flat)
+        rewards = torch.tensor(self.dist.gather_shards(reward_fn(local) if local else []), dtype=torch.float32)
+        rewards = rewards.view(K, G)  # (K, G)
+        kl_local = self._reference_kl(local).t().tolist()  # (n_local, A)
+        kl = torch.tensor(self.dist.gather_shards(kl_local), dtype=torch.float32).reshape(len(flat), self.num_agents)
+        kl = kl.t().contiguous().view(self.num_agents, K, G)  # (A, K, G), laid out as before: the same sums
         coef = float(self.config.reference_kl_coef) if self.config.reference_kl_enabled else 0.0
         returns = kl_penalized_returns(rewards.unsqueeze(0).expand(self.num_agents, K, G), kl, coef)  # (A, K, G)
         values = self._values(joint, grad=False) if self.backend.critic else None
@@ -331,7 +341,7 @@ class PolicyLearner:
     def _reference_kl(self, flat: list[JointCandidate]) -> Tensor:
         """Σ_t k3 per agent and sequence, (A, N), on the CPU; zeros when the reference KL is disabled."""
         kl = torch.zeros(self.num_agents, len(flat))
-        if not self.references:
+        if not self.references or not flat:
             return kl
         with torch.no_grad():
             for i, (agent, reference) in enumerate(zip(self.agents, self.references)):
@@ -420,26 +430,7 @@ class PolicyLearner:
                 agent, not self.config.disable_dropout or bool(getattr(self.config, "gradient_checkpointing", False))
             )
             advantages = rollout.advantages[i, chunk].reshape(-1)  # (n,)
-            n = len(flat)
-            policy_loss = 0.0
-            for start in range(0, n, self.micro):
-                part = flat[start : start + self.micro]
-                token_logps, mask = token_logps_and_mask(
-                    agent,
-                    [c.prompt_ids[i] for c in part],
-                    [c.completion_ids[i] for c in part],
-                    pad_token_id=self.pad_token_ids[i],
-                    micro_batch_size=self.micro,
-                )
-                # Differs from CoMLRL: its loss scores the padded completion tensor (trailing pad/EOS included)
-                # and skips the last real token; here every sampled token counts and padding never does.
-                logps = (token_logps * mask).sum(dim=-1)  # (b,) Σ_t log π over real tokens only
-                adv = advantages[start : start + len(part)].to(logps.device, logps.dtype)
-                loss = policy_gradient_loss(logps, adv, count=n)  # mean_j -A_j log π(y_j) over the chunk
-                check_finite(loss, f"MARLHF policy loss of agent {i} (update)")
-                if loss.requires_grad:
-                    loss.backward()
-                policy_loss += float(loss.detach())
+            policy_loss = self._policy_gradients(i, agent, flat, advantages)
             if self.value_heads:
                 metrics[M.name(M.RL_AGENT_VALUE_LOSS, agent=i)] = self._value_head_step(i, rollout, chunk, joint)
             if self.config.max_grad_norm is not None:
@@ -455,6 +446,49 @@ class PolicyLearner:
         metrics[M.RL_ITEMS_PER_UPDATE] = float(len(chunk))
         metrics[M.RL_SEQUENCES_PER_UPDATE] = float(len(chunk) * G)
         return metrics
+
+    def _policy_gradients(self, i: int, agent: Any, flat: list[JointCandidate], advantages: Tensor) -> float:
+        """Backward of agent i's policy loss over ``flat`` (one update's sequences); the loss, summed over ranks.
+
+        Under torchrun each rank scores a strided share of the sequences (the loss is normalised by all ``n`` of
+        them) and the gradients are summed, so every rank holds the gradient one process computes.
+        """
+        n = len(flat)
+        positions = self.dist.shard(list(range(n)))
+        policy_loss = 0.0
+        failure = None
+        try:
+            for start in range(0, len(positions), self.micro):
+                index = positions[start : start + self.micro]
+                part = [flat[p] for p in index]
+                token_logps, mask = token_logps_and_mask(
+                    agent,
+                    [c.prompt_ids[i] for c in part],
+                    [c.completion_ids[i] for c in part],
+                    pad_token_id=self.pad_token_ids[i],
+                    micro_batch_size=self.micro,
+                )
+                # Differs from CoMLRL: its loss scores the padded completion tensor (trailing pad/EOS included)
+                # and skips the last real token; here every sampled token counts and padding never does.
+                logps = (token_logps * mask).sum(dim=-1)  # (b,) Σ_t log π over real tokens only
+                adv = advantages[index].to(logps.device, logps.dtype)
+                loss = policy_gradient_loss(logps, adv, count=n)  # mean_j -A_j log π(y_j) over the chunk
+                check_finite(loss, f"MARLHF policy loss of agent {i} (update)")
+                if loss.requires_grad:
+                    loss.backward()
+                policy_loss += float(loss.detach())
+        except NonFiniteLossError as error:
+            if not self.dist.enabled:
+                raise
+            failure = error  # raised below on every rank, so no rank waits in a collective
+        if self.dist.enabled:
+            policy_loss, failed = self.dist.all_reduce_sum([policy_loss, failure is not None])
+            if failed > 0:
+                raise failure or NonFiniteLossError(
+                    f"MARLHF policy loss of agent {i} (update) is not finite on another rank; training stopped."
+                )
+            self.dist.sum_gradients(agent.parameters())
+        return policy_loss
 
     def _value_head_step(self, i: int, rollout: Rollout, chunk: list[int], joint) -> float:
         """Clipped value loss of agent i's value head; its gradient joins the policy gradient (one backward)."""

@@ -30,7 +30,8 @@ from torch import Tensor, nn
 
 from comlrl_lab.data import metric_names as M
 from comlrl_lab.models.reward_oracle import joint_reward_text
-from comlrl_lab.trainers.preference.losses import bradley_terry_loss, check_finite
+from comlrl_lab.trainers.preference.distributed import DistContext
+from comlrl_lab.trainers.preference.losses import NonFiniteLossError, bradley_terry_loss, check_finite
 from comlrl_lab.trainers.preference.optim import build_adamw
 
 
@@ -299,23 +300,34 @@ def evaluate_bradley_terry(
     *,
     micro_batch_size: int = 16,
     token_ids: Sequence[tuple[list[int], list[int]]] | None = None,
+    dist: DistContext | None = None,
 ) -> dict[str, float]:
     """Loss, accuracy (share with R(w) > R(l)) and mean margin R(w) - R(l) of frozen scores; NaN with no pairs.
 
-    ``token_ids`` (the pairs already tokenised, as ``fit_bradley_terry`` keeps them) skips the tokenizer.
+    ``token_ids`` (the pairs already tokenised, as ``fit_bradley_terry`` keeps them) skips the tokenizer. With
+    several ranks (``dist``) each scores a strided share and the means are taken over all of them.
     """
     pairs = _tokenize_pairs(model, pairs) if token_ids is None else list(token_ids)
     if not pairs:
         return {"loss": math.nan, "accuracy": math.nan, "margin": math.nan}
+    dist = dist if dist is not None else DistContext()
+    local = dist.shard(pairs)
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            winners, losers = _bt_batch(model, [w for w, _ in pairs], [lo for _, lo in pairs], micro_batch_size)
-            loss, accuracy, margin = bradley_terry_loss(winners, losers)
+            if local:
+                winners, losers = _bt_batch(model, [w for w, _ in local], [lo for _, lo in local], micro_batch_size)
+                loss, accuracy, margin = bradley_terry_loss(winners, losers)
+                values = [float(loss), float(accuracy), float(margin)]
+            else:
+                values = [0.0, 0.0, 0.0]
     finally:
         model.train(was_training)
-    return {"loss": float(loss), "accuracy": float(accuracy), "margin": float(margin)}
+    if dist.enabled:
+        sums = dist.all_reduce_sum([v * len(local) for v in values])
+        values = [v / len(pairs) for v in sums]
+    return dict(zip(("loss", "accuracy", "margin"), values))
 
 
 def fit_bradley_terry(
@@ -332,6 +344,7 @@ def fit_bradley_terry(
     max_grad_norm: float | None = None,
     on_batch: Callable[[], None] | None = None,
     adamw_implementation: str = "fused",
+    dist: DistContext | None = None,
 ) -> list[dict[str, float]]:
     """Fit ``model`` on (winner text, loser text) pairs with L = -mean log σ(R(w) - R(l)); AdamW, ``epochs`` passes.
 
@@ -341,8 +354,13 @@ def fit_bradley_terry(
     measured before each step) and ``bt/val_loss``, ``bt/val_accuracy``, ``bt/val_margin`` (after the epoch, on
     ``val_pairs``; NaN without them). The model is left in eval mode. ``dropout=False`` trains without dropout
     noise (the config's ``disable_dropout``).
+
+    Under torchrun (``dist`` with several ranks) every rank fits the same model: each scores a strided slice of
+    every batch, weighted by slice / batch, and the gradients are summed before the step, so each step is the one
+    a single process takes on the whole batch; the held-out pairs are split the same way.
     """
     # Differs from CoMLRL: it logs nothing about the fit; these metrics and the held-out slice are ours.
+    dist = dist if dist is not None else DistContext()
     # Tokenised once for every epoch and the validation passes, not once per optimiser step.
     train_pairs = _tokenize_pairs(model, train_pairs)
     val_ids = _tokenize_pairs(model, val_pairs)
@@ -356,23 +374,38 @@ def fit_bradley_terry(
         model.train(dropout)
         for start in range(0, len(order), batch_size):
             batch = order[start : start + batch_size]
+            local = dist.shard(batch)
             optimizer.zero_grad(set_to_none=True)
-            for m_start in range(0, len(batch), micro):
-                chunk = batch[m_start : m_start + micro]
-                winners, losers = _bt_batch(model, [w for w, _ in chunk], [lo for _, lo in chunk], micro)
-                loss, accuracy, margin = bradley_terry_loss(winners, losers)
-                check_finite(loss, f"Bradley-Terry loss (epoch {epoch})")
-                (loss * (len(chunk) / len(batch))).backward()
-                sums["loss"] += float(loss.detach()) * len(chunk)
-                sums["accuracy"] += float(accuracy) * len(chunk)
-                sums["margin"] += float(margin) * len(chunk)
+            failure = None
+            try:
+                for m_start in range(0, len(local), micro):
+                    chunk = local[m_start : m_start + micro]
+                    winners, losers = _bt_batch(model, [w for w, _ in chunk], [lo for _, lo in chunk], micro)
+                    loss, accuracy, margin = bradley_terry_loss(winners, losers)
+                    check_finite(loss, f"Bradley-Terry loss (epoch {epoch})")
+                    (loss * (len(chunk) / len(batch))).backward()
+                    sums["loss"] += float(loss.detach()) * len(chunk)
+                    sums["accuracy"] += float(accuracy) * len(chunk)
+                    sums["margin"] += float(margin) * len(chunk)
+            except NonFiniteLossError as error:
+                if not dist.enabled:
+                    raise
+                failure = error  # raised below on every rank, so no rank waits in a collective
+            if dist.enabled:
+                if dist.all_reduce_sum([failure is not None])[0] > 0:
+                    raise failure or NonFiniteLossError(
+                        f"Bradley-Terry loss (epoch {epoch}) is not finite on another rank; the fit stopped."
+                    )
+                dist.sum_gradients(model.trainable_parameters())
             if max_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(model.trainable_parameters(), max_grad_norm)
             optimizer.step()
             if on_batch is not None:
                 on_batch()
+        if dist.enabled:
+            sums = dict(zip(sums, dist.all_reduce_sum(list(sums.values()))))
         count = max(1, len(order))
-        validation = evaluate_bradley_terry(model, val_pairs, micro_batch_size=micro, token_ids=val_ids)
+        validation = evaluate_bradley_terry(model, val_pairs, micro_batch_size=micro, token_ids=val_ids, dist=dist)
         metrics = {
             M.BT_LOSS: sums["loss"] / count if order else math.nan,
             M.BT_ACCURACY: sums["accuracy"] / count if order else math.nan,

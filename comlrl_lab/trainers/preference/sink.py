@@ -42,11 +42,19 @@ class PhaseRecords:
 class RecordSink(Protocol):
     def commit_phase(self, records: PhaseRecords) -> None: ...
 
+    def add_phase_metrics(self, round_index: int, phase: str, step: int, values: dict[str, float]) -> None:
+        """Metrics of a committed phase known only after its commit (its checkpoint's cost); may be called from
+        the checkpoint writer's thread. A later commit of the same phase replaces them."""
+        ...
+
 
 class NullSink:
     """Keeps nothing; the Python API default."""
 
     def commit_phase(self, records: PhaseRecords) -> None:
+        return None
+
+    def add_phase_metrics(self, round_index: int, phase: str, step: int, values: dict[str, float]) -> None:
         return None
 
 
@@ -58,6 +66,10 @@ class MemorySink:
 
     def commit_phase(self, records: PhaseRecords) -> None:
         self.phases.append(records)
+
+    def add_phase_metrics(self, round_index: int, phase: str, step: int, values: dict[str, float]) -> None:
+        committed = [r for r in self.phases if (r.round_index, r.phase) == (round_index, phase)]
+        committed[-1].add_metrics(step, values)
 
     def pairs(self, round_index: int | None = None) -> list[PreferencePair]:
         return [p for r in self.phases if round_index in (None, r.round_index) for p in r.pairs]
