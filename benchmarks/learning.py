@@ -61,8 +61,8 @@ def mean_ci(values: Sequence[float]) -> Interval:
     return Interval(mean, ci95_half_width(statistics.stdev(values) if n > 1 else math.nan, n), n)
 
 
-def run_curve(task_name: str, setting: str, seed: int, args: argparse.Namespace) -> list[float]:
-    """Evaluation reward before training and after each round of one MADPOIter run."""
+def run_curve(task_name: str, setting: str, seed: int, args: argparse.Namespace) -> tuple[list[float], list[float]]:
+    """Evaluation reward before training and after each round of one MADPOIter run, and its standard errors."""
     import torch
 
     from comlrl_lab.data import metric_names
@@ -82,6 +82,7 @@ def run_curve(task_name: str, setting: str, seed: int, args: argparse.Namespace)
         dpo_beta=args.beta,
         max_new_tokens=args.max_new_tokens,
         eval_num_samples=len(eval_items),
+        eval_samples_per_item=args.eval_samples_per_item,
         seed=seed,
         output_dir=tempfile.mkdtemp(prefix="learning-"),
         **SETTINGS[setting],
@@ -96,12 +97,15 @@ def run_curve(task_name: str, setting: str, seed: int, args: argparse.Namespace)
         formatters=list(task.formatters),
         args=config,
     )
-    curve = [trainer.evaluate()[metric_names.EVAL_REWARD_MEAN]]
+    first = trainer.evaluate()
+    curve, sems = [first[metric_names.EVAL_REWARD_MEAN]], [first[metric_names.EVAL_REWARD_SEM]]
     while not trainer.finished:
         records = trainer.step()
         if records.phase == "evaluate":
-            curve.append(next(m["value"] for m in records.metrics if m["name"] == metric_names.EVAL_REWARD_MEAN))
-    return curve
+            logged = {m["name"]: m["value"] for m in records.metrics}
+            curve.append(logged[metric_names.EVAL_REWARD_MEAN])
+            sems.append(logged[metric_names.EVAL_REWARD_SEM])
+    return curve, sems
 
 
 def summarise(curves: Sequence[Sequence[float]]) -> tuple[list[Interval], Interval]:
@@ -120,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=QUICKSTART_CONFIG["num_iterations"])
     parser.add_argument("--items", type=int, default=16)
     parser.add_argument("--eval-items", type=int, default=QUICKSTART_CONFIG["eval_num_samples"])
+    parser.add_argument("--eval-samples-per-item", type=int, default=QUICKSTART_CONFIG.get("eval_samples_per_item", 1))
     parser.add_argument("--candidates", type=int, default=QUICKSTART_CONFIG["preference_num_candidates"])
     parser.add_argument("--max-new-tokens", type=int, default=QUICKSTART_CONFIG["max_new_tokens"])
     parser.add_argument("--epochs", type=int, default=QUICKSTART_CONFIG["num_train_epochs"])
@@ -134,24 +139,29 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"MADPOIter, tiny model, {args.rounds} rounds, {args.items} items, {args.candidates} candidates, "
         f"{args.max_new_tokens} tokens, {args.epochs} epochs, lr {args.lr}, beta {args.beta}, "
-        f"{args.eval_items} eval items, {args.seeds} seeds; mean ± 95% CI over seeds"
+        f"{args.eval_items} eval items × {args.eval_samples_per_item} samples, {args.seeds} seeds; "
+        "mean ± 95% CI over seeds; eval SE: the largest logged standard error over seeds at round 0 and the last"
     )
-    results = {}
+    results, errors = {}, {}
     for task in args.tasks.split(","):
         for setting in args.settings.split(","):
             started = time.perf_counter()
-            curves = [run_curve(task, setting, seed, args) for seed in range(args.seeds)]
+            runs = [run_curve(task, setting, seed, args) for seed in range(args.seeds)]
+            curves = [curve for curve, _ in runs]
             per_round, rise = summarise(curves)
+            first_se, last_se = (max(sems[r] for _, sems in runs) for r in (0, -1))
             results[f"{task}/{setting}"] = curves
+            errors[f"{task}/{setting}"] = [sems for _, sems in runs]
             verdict = "learns" if rise.excludes_zero() and rise.mean > 0 else "no clear rise"
             print(
                 f"{task:<17} {setting:<12} eval by round: {' | '.join(str(r) for r in per_round)}  "
-                f"rise {rise}  ({verdict}; {(time.perf_counter() - started) / args.seeds:.0f} s/run)",
+                f"rise {rise}  ({verdict}; eval SE {first_se:.3f} / {last_se:.3f}; "
+                f"{(time.perf_counter() - started) / args.seeds:.0f} s/run)",
                 flush=True,
             )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"args": vars(args), "curves": results}, handle, indent=1)
+            json.dump({"args": vars(args), "curves": results, "sems": errors}, handle, indent=1)
     return 0
 
 

@@ -70,6 +70,7 @@ OUR_MADPO_DEFAULTS = {
     "madpo_reference": "none",
     "madpo_length_normalize": False,
     "madpo_nll_weight": 0.0,
+    "eval_samples_per_item": 1,
     "max_grad_norm": None,
     "report_to": None,
     "save_strategy": "phase",

@@ -58,6 +58,8 @@ def test_one_short_curve_per_setting_runs(capsys):
                 "4",
                 "--eval-items",
                 "4",
+                "--eval-samples-per-item",
+                "2",
                 "--candidates",
                 "2",
                 "--max-new-tokens",
@@ -70,6 +72,7 @@ def test_one_short_curve_per_setting_runs(capsys):
     )
     out = capsys.readouterr().out
     assert "length_ratio      seed" in out and "length_ratio      combined" in out
+    assert "4 eval items × 2 samples" in out and out.count("eval SE 0.") == 2
 
 
 def test_examples_quickstart_is_the_preset_and_a_valid_experiment():

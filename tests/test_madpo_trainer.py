@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -484,3 +485,37 @@ def test_evaluation_uses_the_same_samples_every_round_and_reports_mean_sem_and_n
     assert first["eval/num_samples"] == n == 3
     assert first["eval/turn_1/reward_mean"] == pytest.approx(mean)
     assert first["eval/turn_1/reward_sem"] == pytest.approx(sem)
+
+
+def test_evaluation_with_several_samples_per_item_keeps_the_first_and_reports_the_within_item_error(
+    model_dir, tmp_path
+):
+    single = make_iter_trainer(model_dir, iter_config(tmp_path / "one", agent_learning_rate=0.0))
+    single.evaluate()
+    trainer = make_iter_trainer(
+        model_dir, iter_config(tmp_path / "three", num_iterations=2, agent_learning_rate=0.0, eval_samples_per_item=3)
+    )
+    metrics = trainer.evaluate()
+    samples = trainer._last_eval_candidates
+    assert [(c.item_index, c.candidate_index) for c in samples] == [(k, j) for k in range(3) for j in range(3)]
+    # Response j of an item comes from its own per-row seed: the first of three is the one k=1 draws.
+    assert [c.completions for c in samples if c.candidate_index == 0] == [
+        c.completions for c in single._last_eval_candidates
+    ]
+    assert len({tuple(c.completions) for c in samples}) > 3
+    texts = [c.completions for c in samples]
+    for _ in range(4):
+        trainer.step()
+    assert trainer.evaluate() == metrics  # common random numbers: the same nine samples a round later
+    assert [c.completions for c in trainer._last_eval_candidates] == texts
+    rewards = [[c.reward for c in samples if c.item_index == k] for k in range(3)]
+    flat = [r for item in rewards for r in item]
+    within = sum(3 * statistics.variance(item) for item in rewards)
+    assert metrics["eval/num_samples"] == 9
+    assert metrics["eval/turn_1/reward_mean"] == pytest.approx(sum(flat) / 9)
+    assert metrics["eval/turn_1/reward_sem"] == pytest.approx(math.sqrt(within) / 9)
+
+
+def test_eval_samples_per_item_must_be_a_positive_integer(tmp_path):
+    with pytest.raises(ValueError, match="eval_samples_per_item must be >= 1"):
+        iter_config(tmp_path, eval_samples_per_item=0)

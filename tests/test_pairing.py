@@ -9,6 +9,7 @@ import pytest
 
 from comlrl_lab.data.records import PARSE_UNPARSED, JointCandidate
 from comlrl_lab.seeding import RandomStreams
+from comlrl_lab.trainers.preference.collection import reward_summary
 from comlrl_lab.trainers.preference.pairing import base_pairs, iterative_pairs
 
 
@@ -190,3 +191,25 @@ def test_iterative_random_same_seed_same_pairs():
 def test_iterative_rejects_unknown_selection():
     with pytest.raises(ValueError, match="pair_selection must be one of"):
         iter_pairs("best")
+
+
+def test_reward_summary_stratified_sem_of_a_hand_made_table():
+    # Item 0 drew 0.0 and 0.2, item 1 drew 1.0 and 0.8, item 2 one sample 0.5; an unparsed sample is left out.
+    table = candidates([0.0, 0.2], item=0) + candidates([1.0, 0.8], item=1) + candidates([0.5], item=2)
+    table.append(candidates([0.9], item=2)[0])
+    table[-1].parse_status = PARSE_UNPARSED
+    # Within-item variances s_0^2 = s_1^2 = 0.02 (n-1 = 1), so m_i s_i^2 = 0.04 each; item 2 gets the pooled
+    # variance (0.02 + 0.02) / (1 + 1) = 0.02. SE = sqrt(0.04 + 0.04 + 0.02) / 5.
+    mean, sem, n = reward_summary(table, stratified=True)
+    assert (mean, n) == (pytest.approx(0.5), 5)
+    assert sem == pytest.approx(math.sqrt(0.10) / 5)
+    # Taken as independent draws, the spread between items counts too: sample std of all five over sqrt(5).
+    values = [0.0, 0.2, 1.0, 0.8, 0.5]
+    iid = math.sqrt(sum((v - 0.5) ** 2 for v in values) / 4 / 5)
+    assert reward_summary(table) == (pytest.approx(0.5), pytest.approx(iid), 5)
+    assert iid > 2 * sem
+
+
+def test_reward_summary_stratified_needs_two_samples_of_some_item():
+    mean, sem, n = reward_summary(candidates([0.3], item=0) + candidates([0.7], item=1), stratified=True)
+    assert (mean, n) == (pytest.approx(0.5), 2) and math.isnan(sem)

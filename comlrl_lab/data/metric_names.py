@@ -284,9 +284,13 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         EVAL_REWARD_SEM,
         "reward",
-        "Standard error of eval/turn_1/reward_mean: the sample std of the evaluation rewards over sqrt(n).",
+        "Standard error of eval/turn_1/reward_mean. With eval_samples_per_item = 1: the sample std of the n rewards over sqrt(n), which counts both the spread between eval items and the sampling of responses. With k >= 2 samples per item: the stratified (within-item) error, sqrt(sum_i m_i s_i^2) / n with s_i^2 item i's sample variance over its m_i scored samples: the sampling error on this fixed eval set, the one that matters when rounds are compared on the same items.",
     ),
-    Metric(EVAL_NUM_SAMPLES, "count", "n: how many evaluation samples were scored (unparsed ones are left out)."),
+    Metric(
+        EVAL_NUM_SAMPLES,
+        "count",
+        "n: how many evaluation samples were scored, eval items times eval_samples_per_item (unparsed ones are left out).",
+    ),
     Metric(EVAL_AGGREGATED, "other", "A value returned by the user's eval_aggregator, under its own key."),
     Metric(PHASE_SECONDS, "time", "Wall-clock seconds of one phase (collect, select, train, evaluate)."),
     Metric(

@@ -456,12 +456,15 @@ class PreferenceTrainerBase:
         local_items = [items[k] for k in indices]
         prompts = agent_prompts(self.formatters, local_items)
         generators = [self.streams.torch(EVAL_STREAM, device) for device in self.agent_devices]
+        # Differs from CoMLRL: one response per item there; eval_samples_per_item (ours, default 1) draws k, each
+        # from its own per-row seed, so response j of an item is the same draw whatever k is.
+        per_item = int(self.args.eval_samples_per_item)
         joint = sample_joint_candidates(
             self.agents,
             self.tokenizers,
             prompts,
             indices,
-            1,
+            per_item,
             self.sampling_settings(),
             generators,
             side="current",
@@ -470,10 +473,11 @@ class PreferenceTrainerBase:
             row_seeds=[self.row_seeds("eval", indices, i, per_round=False) for i in range(self.num_agents)],
             devices=self.agent_devices,
         )
-        local = [row[0] for row in joint if row]
+        local = [candidate for row in joint for candidate in row]
         self.score_task(local, dict(zip(indices, local_items)))
-        flat = [row[0] for row in self.gather_rows([[c] for c in local])]
-        reward, sem, count = reward_summary(flat)
+        flat = [candidate for row in self.gather_rows(joint) for candidate in row]
+        # With several samples per item the eval set is held fixed: the error is the sampling's alone.
+        reward, sem, count = reward_summary(flat, stratified=per_item > 1)
         metrics = {
             M.EVAL_REWARD_MEAN: reward,
             M.EVAL_EXPECTED_RETURN: reward,
@@ -486,8 +490,8 @@ class PreferenceTrainerBase:
             views = [self.role_view(c, items[c.item_index]) for c in flat] if self.centralized else flat
             logged = self.eval_logger(
                 agent_completions_turns=[[[v.completions[i]] for v in views] for i in range(len(views[0].completions))],
-                batch_items=items,
-                prompts=[item.get("prompt", "") for item in items],
+                batch_items=[items[c.item_index] for c in flat],
+                prompts=[items[c.item_index].get("prompt", "") for c in flat],
             )
             extra = self.eval_aggregator(logged, num_turns=1) or {}
             metrics.update({M.name(M.EVAL_AGGREGATED, key=k): float(v) for k, v in extra.items()})
@@ -496,7 +500,7 @@ class PreferenceTrainerBase:
 
     def _phase_evaluate(self, records: PhaseRecords) -> None:
         count = min(len(self.eval_items), max(0, int(self.args.eval_num_samples)))
-        self.control.begin(self.round_index, "evaluate", count * self.num_agents)
+        self.control.begin(self.round_index, "evaluate", count * self.num_agents * int(self.args.eval_samples_per_item))
         if count == 0 or self.args.eval_interval == 0:
             records.add_event("info", "evaluation skipped (no eval_dataset, eval_num_samples=0 or eval_interval=0)")
             return

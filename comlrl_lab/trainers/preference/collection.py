@@ -144,8 +144,15 @@ def mean_reward(candidates: Sequence[JointCandidate]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
-def reward_summary(candidates: Sequence[JointCandidate]) -> tuple[float, float, int]:
-    """(mean, standard error of the mean, n) of the scored candidates' rewards; NaN where n is too small."""
+def reward_summary(candidates: Sequence[JointCandidate], *, stratified: bool = False) -> tuple[float, float, int]:
+    """(mean, standard error of the mean, n) of the scored candidates' rewards; NaN where n is too small.
+
+    The mean is over every scored sample. By default the samples are taken as independent draws, so the standard
+    error counts both the spread between items and the sampling of responses. With ``stratified`` (several
+    samples per item) the items are held fixed and only the sampling counts: with m_i scored samples of item i,
+    of sample variance s_i^2, and N = sum m_i, SE^2 = sum m_i s_i^2 / N^2. An item with a single scored sample
+    gets the pooled within-item variance. NaN when no item has two scored samples.
+    """
     values = _scored_rewards(candidates)
     n = len(values)
     if n == 0:
@@ -153,5 +160,25 @@ def reward_summary(candidates: Sequence[JointCandidate]) -> tuple[float, float, 
     mean = sum(values) / n
     if n < 2:
         return mean, math.nan, n
-    variance = sum((v - mean) ** 2 for v in values) / (n - 1)  # unbiased sample variance
-    return mean, math.sqrt(variance / n), n
+    if not stratified:
+        variance = sum((v - mean) ** 2 for v in values) / (n - 1)  # unbiased sample variance
+        return mean, math.sqrt(variance / n), n
+    by_item: dict[int, list[float]] = {}
+    for candidate in candidates:
+        if candidate.parse_status == PARSE_OK and not math.isnan(candidate.reward):
+            by_item.setdefault(candidate.item_index, []).append(candidate.reward)
+    total, squares, degrees, singles = 0.0, 0.0, 0, 0
+    for rewards in by_item.values():
+        m = len(rewards)
+        if m == 1:
+            singles += 1
+            continue
+        item_mean = sum(rewards) / m
+        item_squares = sum((r - item_mean) ** 2 for r in rewards)
+        total += m * item_squares / (m - 1)
+        squares += item_squares
+        degrees += m - 1
+    if degrees == 0:
+        return mean, math.nan, n
+    total += singles * squares / degrees
+    return mean, math.sqrt(total) / n, n

@@ -423,6 +423,14 @@ class MADPOConfig:
             "group": "MADPO stabilisers",
         },
     )
+    eval_samples_per_item: int = field(
+        default=1,
+        kw_only=True,
+        metadata={
+            "help": "Responses sampled per eval item in each evaluation (>= 1; 1 = CoMLRL). Every round draws the same per-item seeds; with 2 or more the reported standard error is the within-item (stratified) one: the sampling error for this fixed eval set.",
+            "group": "Evaluation",
+        },
+    )
     max_grad_norm: float | None = field(
         default=None,
         kw_only=True,
@@ -593,6 +601,7 @@ class MADPOConfig:
 
         # Our fields, checked after CoMLRL's so a CoMLRL config fails with CoMLRL's message first.
         _check_int_at_least("seed", self.seed, 0)
+        _check_int_at_least("eval_samples_per_item", self.eval_samples_per_item, 1)
         _check_int_at_least("generation_batch_size", self.generation_batch_size, 1)
         _check_int_at_least("scoring_batch_size", self.scoring_batch_size, 1)
         _check_positive("max_grad_norm", self.max_grad_norm, optional=True)
