@@ -173,7 +173,8 @@ class RunTime:
     process_seconds: float
 
 
-def run_worker(python: str, side: str, bench: BenchConfig, model_dir: str, log_dir: Path, index: int) -> RunTime:
+def run_worker(python: str, side: str, bench: BenchConfig, model_dir: str, log_path: Path) -> RunTime:
+    """One fresh process of the worker; its stderr and stdout go to ``log_path``."""
     with tempfile.TemporaryDirectory(prefix="vs-comlrl-run-") as workdir:
         spec = {
             "package": side,
@@ -190,7 +191,6 @@ def run_worker(python: str, side: str, bench: BenchConfig, model_dir: str, log_d
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
         # Our side imports the checkout under test; the CoMLRL side gets it only for the task module.
         env["PYTHONPATH"] = str(ROOT) if side == "comlrl_lab" else ""
-        log_path = log_dir / f"{side}-{index}.log"
         started = time.perf_counter()
         with open(log_path, "w", encoding="utf-8") as log:
             done = subprocess.run(
@@ -272,7 +272,9 @@ def main() -> None:
             times: dict[str, list[RunTime]] = {side: [] for side in SIDES}
             for repeat in range(args.repeats):
                 for side in SIDES:
-                    run = run_worker(pythons[side], side, bench, model_dir, log_dir, len(times[side]))
+                    run = run_worker(
+                        pythons[side], side, bench, model_dir, log_dir / f"config{name}-{side}-{repeat + 1}.log"
+                    )
                     times[side].append(run)
                     print(
                         f"[{name}] {side:10s} run {repeat + 1}: train {run.train_seconds:.2f} s, "

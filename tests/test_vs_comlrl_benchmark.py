@@ -91,6 +91,6 @@ def test_worker_trains_on_our_side_and_reports_its_time(tmp_path):
 
     bench = load_benchmark()
     small = bench.BenchConfig("MADPOIter", 1, 2, 2, 4, "tiny")
-    run = bench.run_worker(sys.executable, "comlrl_lab", small, tiny_model_path(), tmp_path, 0)
+    run = bench.run_worker(sys.executable, "comlrl_lab", small, tiny_model_path(), tmp_path / "run.log")
     assert 0 < run.train_seconds < run.process_seconds
-    assert bench.RESULT_MARKER in (tmp_path / "comlrl_lab-0.log").read_text(encoding="utf-8")
+    assert bench.RESULT_MARKER in (tmp_path / "run.log").read_text(encoding="utf-8")
