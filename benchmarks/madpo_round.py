@@ -11,7 +11,8 @@ Then a whole round (collect, select, train, evaluate) is timed. Run: ``python be
 Each exact-maths saving can be switched off to measure it (interleave on and off runs; the machine's load moves
 the absolute rates, the ``ours / raw`` ratio much less): ``--adamw-implementation for_loop`` (per-tensor AdamW),
 ``--no-pack-pair-scoring`` (prompt scored twice per pair), ``--per-update-mode-switch`` (train/eval around every
-update), ``--no-top-k-first`` and ``--no-prefill-once`` (sampler; they act with ``--top-p`` < 1 and in collect).
+update), ``--no-top-k-first`` and ``--no-prefill-once`` (sampler; they act with ``--top-p`` < 1 and in collect),
+``--no-sides-in-one-pass`` (collect samples the current and comparator sides in two passes).
 """
 
 from __future__ import annotations
@@ -69,11 +70,17 @@ def build_trainer(args, output_dir: str) -> MADPOIterTrainer:
                     model.eval()
 
         trainer.learner._update = switching_update
-    switched_off = {"top_k_first": args.top_k_first, "prefill_once": args.prefill_once}
+    switched_off = {
+        "top_k_first": args.top_k_first,
+        "prefill_once": args.prefill_once,
+        "sides_in_one_pass": args.sides_in_one_pass,
+    }
     switched_off = {name: False for name, on in switched_off.items() if not on}
     if switched_off:
         plain = trainer.sampling_settings
         trainer.sampling_settings = lambda **overrides: plain(**{**switched_off, **overrides})
+        # The comparator took its settings at construction: both sides sample alike.
+        trainer.collector.comparator.context.sampling = trainer.sampling_settings()
     return trainer
 
 
@@ -142,6 +149,12 @@ def main() -> None:
         help="prefill every (prompt, candidate) row instead of each distinct prompt once (the saving off)",
     )
     parser.add_argument(
+        "--no-sides-in-one-pass",
+        dest="sides_in_one_pass",
+        action="store_false",
+        help="collect: sample the current and comparator sides in two passes over the model (the saving off)",
+    )
+    parser.add_argument(
         "--per-update-mode-switch",
         action="store_true",
         help="switch the agents' train/eval mode around every update, as before (the saving off)",
@@ -182,7 +195,8 @@ def main() -> None:
         f"model: {TINY_MODEL_NAME}, task: {args.task}, items: {args.items}, candidates: {args.candidates}, "
         f"max_new_tokens: {args.max_new_tokens}, threads: {args.threads}, adamw: {args.adamw_implementation}, "
         f"top_k_first: {args.top_k_first}, per-update mode switch: {args.per_update_mode_switch}, "
-        f"prefill_once: {args.prefill_once}, pack_pair_scoring: {args.pack_pair_scoring}"
+        f"prefill_once: {args.prefill_once}, pack_pair_scoring: {args.pack_pair_scoring}, "
+        f"sides_in_one_pass: {args.sides_in_one_pass}"
     )
     print(f"pairs: {len(pairs)}, completion tokens per pass: {tokens}, batch: {args.batch_size}")
     print(f"DPOLearner.update    {ours_rate:8.1f} pairs/s")
