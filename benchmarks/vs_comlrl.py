@@ -285,13 +285,17 @@ def main() -> None:
             train_rows.append((label, *[[t.train_seconds for t in times[s]] for s in SIDES]))
             process_rows.append((label, *[[t.process_seconds for t in times[s]] for s in SIDES]))
             raw[name] = {"label": label, **{s: [vars(t) for t in times[s]] for s in SIDES}}
+            # Each config's rows as soon as it is done: a long run interrupted later still leaves them.
+            print(
+                f"[{name}] train()\n{table(train_rows[-1:])}\n[{name}] process\n{table(process_rows[-1:])}", flush=True
+            )
+            if args.json is not None:
+                args.json.write_text(json.dumps(raw, indent=2), encoding="utf-8")
 
     print(f"\n`trainer.train()` wall-clock, median [min, max] of {args.repeats} interleaved runs per side, 1 thread:\n")
     print(table(train_rows))
     print("\nWhole process (imports, model loading and training):\n")
     print(table(process_rows))
-    if args.json is not None:
-        args.json.write_text(json.dumps(raw, indent=2), encoding="utf-8")
 
 
 if __name__ == "__main__":
