@@ -12,7 +12,9 @@ Each exact-maths saving can be switched off to measure it (interleave on and off
 the absolute rates, the ``ours / raw`` ratio much less): ``--adamw-implementation for_loop`` (per-tensor AdamW),
 ``--no-pack-pair-scoring`` (prompt scored twice per pair), ``--per-update-mode-switch`` (train/eval around every
 update), ``--no-top-k-first`` and ``--no-prefill-once`` (sampler; they act with ``--top-p`` < 1 and in collect),
-``--no-sides-in-one-pass`` (collect samples the current and comparator sides in two passes).
+``--no-sides-in-one-pass`` (collect samples the current and comparator sides in two passes). With
+``--checkpoint`` the round also writes its checkpoints (into the temporary folder), so that ``--save-strategy``
+(phase: after every phase, round: once, no) and ``--save-in-background`` show what a checkpoint costs a round.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import argparse
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 
@@ -46,6 +49,8 @@ def build_trainer(args, output_dir: str) -> MADPOIterTrainer:
         seed=0,
         adamw_implementation=args.adamw_implementation,
         pack_pair_scoring=args.pack_pair_scoring,
+        save_strategy=args.save_strategy,
+        save_in_background=args.save_in_background,
     )
     trainer = MADPOIterTrainer(
         agent_model=TINY_MODEL_NAME,
@@ -56,6 +61,8 @@ def build_trainer(args, output_dir: str) -> MADPOIterTrainer:
         formatters=list(task.formatters),
         args=config,
     )
+    if args.checkpoint:
+        trainer.checkpoint_dir = Path(output_dir) / "checkpoint"
     if args.per_update_mode_switch:
         # The saving off: what the learner did before, a train()/eval() walk of every agent around each update.
         plain_update = trainer.learner._update
@@ -154,6 +161,18 @@ def main() -> None:
         action="store_false",
         help="collect: sample the current and comparator sides in two passes over the model (the saving off)",
     )
+    parser.add_argument("--checkpoint", action="store_true", help="write the round's checkpoints (timed with it)")
+    parser.add_argument(
+        "--save-strategy",
+        default="phase",
+        choices=("phase", "round", "no"),
+        help="with --checkpoint: after every phase, once per round, or never",
+    )
+    parser.add_argument(
+        "--save-in-background",
+        action="store_true",
+        help="with --checkpoint: write each checkpoint in a background thread",
+    )
     parser.add_argument(
         "--per-update-mode-switch",
         action="store_true",
@@ -170,6 +189,7 @@ def main() -> None:
             started = time.perf_counter()
             trainer.step()
             phase_seconds[phase] = time.perf_counter() - started
+        trainer.wait_for_checkpoint()  # a background write still counts against the round
         round_seconds = time.perf_counter() - round_started
 
         pairs = [trainer.ensure_token_ids(p) for p in trainer.collector.replay.round_pairs(1)]
@@ -196,7 +216,8 @@ def main() -> None:
         f"max_new_tokens: {args.max_new_tokens}, threads: {args.threads}, adamw: {args.adamw_implementation}, "
         f"top_k_first: {args.top_k_first}, per-update mode switch: {args.per_update_mode_switch}, "
         f"prefill_once: {args.prefill_once}, pack_pair_scoring: {args.pack_pair_scoring}, "
-        f"sides_in_one_pass: {args.sides_in_one_pass}"
+        f"sides_in_one_pass: {args.sides_in_one_pass}, checkpoint: {args.checkpoint} "
+        f"(save_strategy {args.save_strategy}, in background {args.save_in_background})"
     )
     print(f"pairs: {len(pairs)}, completion tokens per pass: {tokens}, batch: {args.batch_size}")
     print(f"DPOLearner.update    {ours_rate:8.1f} pairs/s")
