@@ -10,6 +10,10 @@ batch size on the same model, one thread:
 (c) the same with ``row_seeds`` (batch-invariant sampling: each row draws from its own seeded uniforms and a
     logits processor picks the token; what the trainers use by default, ``batch_invariant_sampling=True``).
 
+(d) a ``current`` comparison: the row-seeded sampler over both sides (current and comparator seeds, N candidates
+    each), in one pass over the model (``sample_sides``, each prompt prefilled once for both sides), or with
+    ``--no-sides-in-one-pass`` in two ``sample_candidates`` calls as before.
+
 It prints the rates, (b) / (a) and (c) / (a); the target is >= 0.8 for both. ``--no-top-k-first`` (top-p sorts
 the whole vocabulary) and ``--no-prefill-once`` (every row prefills its prompt) switch the sampler's savings off. Prompts come from the built-in ``length_ratio``
 task (agent 1's formatter) when it is available. The embedded tiny model is used by default; when it has
@@ -30,7 +34,7 @@ import time
 
 import torch
 
-from comlrl_lab.models.generation import SamplingSettings, count_tokens, sample_candidates
+from comlrl_lab.models.generation import SamplingSettings, count_tokens, sample_candidates, sample_sides
 from comlrl_lab.models.loading import ModelLoadError, load_model, load_tokenizer
 from comlrl_lab.models.tiny_model import is_tiny_model_name, tiny_model_path
 
@@ -94,6 +98,22 @@ def ours_row_seeded(model, tokenizer, prompts: list[str], num_candidates: int, s
     return count_tokens(samples), time.perf_counter() - start
 
 
+def ours_both_sides(
+    model, tokenizer, prompts: list[str], num_candidates: int, settings: SamplingSettings, seed: int, one_pass: bool
+):
+    """Current and comparator sides of a ``current`` comparison: one ``sample_sides`` pass, or two calls."""
+    seeds = [[seed * 1_000_003 + side * 1_009 + k for k in range(len(prompts))] for side in (0, 1)]
+    start = time.perf_counter()
+    if one_pass:
+        sides = sample_sides(model, tokenizer, prompts, [num_candidates] * 2, settings, seeds)
+    else:
+        sides = [
+            sample_candidates(model, tokenizer, prompts, num_candidates, settings, None, row_seeds=side_seeds)
+            for side_seeds in seeds
+        ]
+    return sum(count_tokens(side) for side in sides), time.perf_counter() - start
+
+
 def measure(
     model_source: str = "comlrl-lab/tiny",
     *,
@@ -104,6 +124,7 @@ def measure(
     repeats: int = 3,
     top_k_first: bool = True,
     prefill_once: bool = True,
+    sides_in_one_pass: bool = True,
 ) -> dict:
     """Median tokens/s of both sides over ``repeats`` alternating runs (after one warm-up run each)."""
     torch.set_num_threads(1)
@@ -117,8 +138,9 @@ def measure(
     raw_generate(model, tokenizer, prompts[:2], 2, settings, 0)
     ours(model, tokenizer, prompts[:2], 2, settings, 0)
     ours_row_seeded(model, tokenizer, prompts[:2], 2, settings, 0)
+    ours_both_sides(model, tokenizer, prompts[:2], 2, settings, 0, sides_in_one_pass)
     raw_rates, our_rates, raw_tokens, our_tokens = [], [], [], []
-    row_rates, row_tokens = [], []
+    row_rates, row_tokens, sides_rates = [], [], []
     for r in range(repeats):
         tokens, seconds = raw_generate(model, tokenizer, prompts, num_candidates, settings, seed=r)
         raw_rates.append(tokens / seconds)
@@ -129,6 +151,8 @@ def measure(
         tokens, seconds = ours_row_seeded(model, tokenizer, prompts, num_candidates, settings, seed=r)
         row_rates.append(tokens / seconds)
         row_tokens.append(tokens)
+        tokens, seconds = ours_both_sides(model, tokenizer, prompts, num_candidates, settings, r, sides_in_one_pass)
+        sides_rates.append(tokens / seconds)
     raw_rate, our_rate = statistics.median(raw_rates), statistics.median(our_rates)
     row_rate = statistics.median(row_rates)
     return {
@@ -147,6 +171,8 @@ def measure(
         "row_seeded_tokens": row_tokens,
         "row_seeded_tokens_per_s": round(row_rate, 1),
         "row_seeded_ratio": round(row_rate / raw_rate, 3),
+        "sides_in_one_pass": sides_in_one_pass,
+        "both_sides_tokens_per_s": round(statistics.median(sides_rates), 1),
     }
 
 
@@ -170,6 +196,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_false",
         help="prefill every (prompt, candidate) row instead of each distinct prompt once (the saving off)",
     )
+    parser.add_argument(
+        "--no-sides-in-one-pass",
+        dest="sides_in_one_pass",
+        action="store_false",
+        help="(d): sample a current comparison's two sides in two passes (the saving off)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
     args = parser.parse_args(argv)
     if is_tiny_model_name(args.model) and not os.path.isfile(os.path.join(tiny_model_path(), "config.json")):
@@ -185,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             repeats=args.repeats,
             top_k_first=args.top_k_first,
             prefill_once=args.prefill_once,
+            sides_in_one_pass=args.sides_in_one_pass,
         )
     except ModelLoadError as exc:
         print(f"skipped: {exc}")
@@ -195,11 +228,13 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"model {result['model']}: {result['sequences']} sequences, max_new_tokens {result['max_new_tokens']}, "
         f"batch size {result['batch_size']}, median of {result['repeats']}, 1 thread, "
-        f"top_k_first {result['top_k_first']}, prefill_once {result['prefill_once']}"
+        f"top_k_first {result['top_k_first']}, prefill_once {result['prefill_once']}, "
+        f"sides_in_one_pass {result['sides_in_one_pass']}"
     )
     print(f"  (a) raw model.generate   {result['raw_tokens_per_s']:>10.1f} tokens/s")
     print(f"  (b) sample_candidates    {result['sampler_tokens_per_s']:>10.1f} tokens/s")
     print(f"  (c) row-seeded sampler   {result['row_seeded_tokens_per_s']:>10.1f} tokens/s")
+    print(f"  (d) both sides, current  {result['both_sides_tokens_per_s']:>10.1f} tokens/s")
     print(f"  ratio (b)/(a)            {result['ratio']:>10.3f}   (target >= 0.8)")
     print(f"  ratio (c)/(a)            {result['row_seeded_ratio']:>10.3f}   (target >= 0.8)")
     return 0

@@ -11,7 +11,10 @@ Then a whole round (collect, select, train, evaluate) is timed. Run: ``python be
 Each exact-maths saving can be switched off to measure it (interleave on and off runs; the machine's load moves
 the absolute rates, the ``ours / raw`` ratio much less): ``--adamw-implementation for_loop`` (per-tensor AdamW),
 ``--no-pack-pair-scoring`` (prompt scored twice per pair), ``--per-update-mode-switch`` (train/eval around every
-update), ``--no-top-k-first`` and ``--no-prefill-once`` (sampler; they act with ``--top-p`` < 1 and in collect).
+update), ``--no-top-k-first`` and ``--no-prefill-once`` (sampler; they act with ``--top-p`` < 1 and in collect),
+``--no-sides-in-one-pass`` (collect samples the current and comparator sides in two passes). With
+``--checkpoint`` the round also writes its checkpoints (into the temporary folder), so that ``--save-strategy``
+(phase: after every phase, round: once, no) and ``--save-in-background`` show what a checkpoint costs a round.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import argparse
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 
@@ -45,6 +49,8 @@ def build_trainer(args, output_dir: str) -> MADPOIterTrainer:
         seed=0,
         adamw_implementation=args.adamw_implementation,
         pack_pair_scoring=args.pack_pair_scoring,
+        save_strategy=args.save_strategy,
+        save_in_background=args.save_in_background,
     )
     trainer = MADPOIterTrainer(
         agent_model=TINY_MODEL_NAME,
@@ -55,6 +61,8 @@ def build_trainer(args, output_dir: str) -> MADPOIterTrainer:
         formatters=list(task.formatters),
         args=config,
     )
+    if args.checkpoint:
+        trainer.checkpoint_dir = Path(output_dir) / "checkpoint"
     if args.per_update_mode_switch:
         # The saving off: what the learner did before, a train()/eval() walk of every agent around each update.
         plain_update = trainer.learner._update
@@ -69,11 +77,17 @@ def build_trainer(args, output_dir: str) -> MADPOIterTrainer:
                     model.eval()
 
         trainer.learner._update = switching_update
-    switched_off = {"top_k_first": args.top_k_first, "prefill_once": args.prefill_once}
+    switched_off = {
+        "top_k_first": args.top_k_first,
+        "prefill_once": args.prefill_once,
+        "sides_in_one_pass": args.sides_in_one_pass,
+    }
     switched_off = {name: False for name, on in switched_off.items() if not on}
     if switched_off:
         plain = trainer.sampling_settings
         trainer.sampling_settings = lambda **overrides: plain(**{**switched_off, **overrides})
+        # The comparator took its settings at construction: both sides sample alike.
+        trainer.collector.comparator.context.sampling = trainer.sampling_settings()
     return trainer
 
 
@@ -142,6 +156,24 @@ def main() -> None:
         help="prefill every (prompt, candidate) row instead of each distinct prompt once (the saving off)",
     )
     parser.add_argument(
+        "--no-sides-in-one-pass",
+        dest="sides_in_one_pass",
+        action="store_false",
+        help="collect: sample the current and comparator sides in two passes over the model (the saving off)",
+    )
+    parser.add_argument("--checkpoint", action="store_true", help="write the round's checkpoints (timed with it)")
+    parser.add_argument(
+        "--save-strategy",
+        default="phase",
+        choices=("phase", "round", "no"),
+        help="with --checkpoint: after every phase, once per round, or never",
+    )
+    parser.add_argument(
+        "--save-in-background",
+        action="store_true",
+        help="with --checkpoint: write each checkpoint in a background thread",
+    )
+    parser.add_argument(
         "--per-update-mode-switch",
         action="store_true",
         help="switch the agents' train/eval mode around every update, as before (the saving off)",
@@ -157,6 +189,7 @@ def main() -> None:
             started = time.perf_counter()
             trainer.step()
             phase_seconds[phase] = time.perf_counter() - started
+        trainer.wait_for_checkpoint()  # a background write still counts against the round
         round_seconds = time.perf_counter() - round_started
 
         pairs = [trainer.ensure_token_ids(p) for p in trainer.collector.replay.round_pairs(1)]
@@ -182,7 +215,9 @@ def main() -> None:
         f"model: {TINY_MODEL_NAME}, task: {args.task}, items: {args.items}, candidates: {args.candidates}, "
         f"max_new_tokens: {args.max_new_tokens}, threads: {args.threads}, adamw: {args.adamw_implementation}, "
         f"top_k_first: {args.top_k_first}, per-update mode switch: {args.per_update_mode_switch}, "
-        f"prefill_once: {args.prefill_once}, pack_pair_scoring: {args.pack_pair_scoring}"
+        f"prefill_once: {args.prefill_once}, pack_pair_scoring: {args.pack_pair_scoring}, "
+        f"sides_in_one_pass: {args.sides_in_one_pass}, checkpoint: {args.checkpoint} "
+        f"(save_strategy {args.save_strategy}, in background {args.save_in_background})"
     )
     print(f"pairs: {len(pairs)}, completion tokens per pass: {tokens}, batch: {args.batch_size}")
     print(f"DPOLearner.update    {ours_rate:8.1f} pairs/s")

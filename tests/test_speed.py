@@ -7,8 +7,8 @@ import functools
 import pytest
 import torch
 
-from comlrl_lab.models.generation import SamplingSettings, sample_candidates, top_k_then_top_p
-from comlrl_lab.trainers.preference import MADPOConfig, MADPOTrainer
+from comlrl_lab.models.generation import SamplingSettings, sample_candidates, sample_sides, top_k_then_top_p
+from comlrl_lab.trainers.preference import MADPOConfig, MADPOIterConfig, MADPOIterTrainer, MADPOTrainer
 from comlrl_lab.trainers.preference.optim import build_adamw
 
 ITEMS = [{"prompt": f"the {w} cat"} for w in ("red", "blue", "green", "big")]
@@ -205,6 +205,78 @@ def test_each_prompt_is_prefilled_once_with_the_same_tokens(model_dir):
                 assert [rows for rows, _ in first_calls] == [8, 4]
     assert samples[True, True] == samples[False, True]
     assert samples[True, False] == samples[False, False]
+
+
+def test_two_sides_in_one_pass_get_their_own_tokens_from_one_prefill(model_dir):
+    from comlrl_lab.models.loading import load_model, load_tokenizer
+
+    tokenizer = load_tokenizer(model_dir)
+    model = load_model(model_dir, device="cpu", dtype="float32").eval()
+    prompts = ["the red cat sat on the mat", "a dog", "the green bird sang all day long"]
+    forward_rows = []
+    plain_forward = model.forward
+
+    @functools.wraps(plain_forward)  # the sampler reads the forward's signature
+    def watched(*args, **kwargs):
+        forward_rows.append(tuple(kwargs["input_ids"].shape))
+        return plain_forward(*args, **kwargs)
+
+    model.forward = watched
+    settings = SamplingSettings(max_new_tokens=6, batch_size=64, top_p=0.9)
+    apart = [
+        [
+            [s.completion_ids for s in row]
+            for row in sample_candidates(model, tokenizer, prompts, n, settings, None, row_seeds=seeds)
+        ]
+        for n, seeds in ((3, [3, 4, 5]), (2, [7, 8, 9]))
+    ]
+    forward_rows.clear()
+    together = sample_sides(model, tokenizer, prompts, [3, 2], settings, [[3, 4, 5], [7, 8, 9]])
+    assert [[[s.completion_ids for s in row] for row in side] for side in together] == apart
+    # One generate call of 15 rows; its 3 distinct prompts are prefilled once for both sides.
+    assert [rows for rows, width in forward_rows if width > 1] == [3]
+    assert apart[0] != apart[1]  # different seeds: the sides are not copies of each other
+
+
+@pytest.mark.parametrize("policy", ["current", "current_copy"])
+def test_current_comparison_samples_both_sides_in_one_pass_with_the_same_pairs(model_dir, tmp_path, policy):
+    def run(one_pass):
+        trainer = MADPOIterTrainer(
+            agent_model=model_dir,
+            num_agents=2,
+            train_dataset=ITEMS,
+            reward_func=_reward,
+            formatters=[lambda x: x["prompt"] + " one", lambda x: x["prompt"] + " two"],
+            args=MADPOIterConfig(
+                num_iterations=2,
+                preference_num_candidates=3,
+                comparator_num_candidates=4,
+                max_new_tokens=5,
+                agent_learning_rate=1e-3,
+                eval_num_samples=0,
+                agent_devices="cpu",
+                comparator_policy=policy,
+                output_dir=str(tmp_path / f"out-{one_pass}"),
+                seed=3,
+            ),
+        )
+        plain = trainer.sampling_settings
+        trainer.sampling_settings = lambda **overrides: plain(**{"sides_in_one_pass": one_pass, **overrides})
+        trainer.collector.comparator.context.sampling = trainer.sampling_settings()
+        assert trainer.collector.sides_in_one_pass() is one_pass
+        pairs = []
+        while not trainer.finished:
+            trainer.step()
+            pairs.extend(
+                (p.round_index, p.item_index, p.winner_side, p.winner_ids, p.loser_ids)
+                for p in trainer.collector.round_pairs
+                if trainer.phase_index == 1
+            )
+        return pairs
+
+    together = run(True)
+    assert together and together == run(False)
+    assert {side for _, _, side, _, _ in together} == {"current", "comparator"}
 
 
 def _random_pairs(seed: int, vocab_size: int):

@@ -59,6 +59,9 @@ class SamplingSettings:
     # Run the forward over each distinct prompt of a generate call once and share its KV cache with the prompt's
     # candidates, instead of once per candidate. The same maths; the rounding of the first step may differ.
     prefill_once: bool = True
+    # A ``current`` comparison (row-seeded) samples its current and comparator sides in one pass over the live
+    # model (``sample_sides``): each prompt prefilled once for both, half the generate calls. The same tokens.
+    sides_in_one_pass: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
@@ -238,11 +241,12 @@ def top_k_then_top_p(scores: torch.Tensor, top_k: int, top_p: float) -> torch.Te
     return scores.masked_fill(outside, float("-inf"))
 
 
-def _row_processor(batch: list[tuple[int, int]], row_seeds: Sequence[int], settings: SamplingSettings, device) -> Any:
-    """The logits processors for one generate call over ``batch`` (prompt k, candidate j) rows."""
+def _row_processor(batch: list[tuple[int, int]], seeds: Sequence[int], settings: SamplingSettings, device) -> Any:
+    """The logits processors for one generate call over ``batch`` (prompt k, candidate j) rows, row b seeded
+    with ``seeds[b]`` (its prompt's seed for its side)."""
     from transformers.generation.logits_process import LogitsProcessorList
 
-    uniforms = np.stack([row_uniforms(row_seeds[k], j, settings.max_new_tokens) for k, j in batch])
+    uniforms = np.stack([row_uniforms(seed, j, settings.max_new_tokens) for seed, (_, j) in zip(seeds, batch)])
     tensor = torch.from_numpy(uniforms.astype(np.float32)).to(device)  # (B, max_new_tokens)
     return LogitsProcessorList([RowSeededSampler(tensor, settings)])
 
@@ -366,18 +370,64 @@ def sample_candidates(
     With ``row_seeds`` (one seed per prompt) the generator is not used: candidate j of prompt k is sampled
     from ``row_uniforms(row_seeds[k], j, ...)``, whatever else is in its batch (``RowSeededSampler``).
     """
+    _check_count(num_candidates)
+    sides = [row_seeds] if row_seeds is not None else None
+    return _sample(model, tokenizer, prompts, [num_candidates], settings, generator, extra_generate_kwargs, sides)[0]
+
+
+def sample_sides(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    num_candidates: Sequence[int],
+    settings: SamplingSettings,
+    row_seeds: Sequence[Sequence[int]],
+    *,
+    extra_generate_kwargs: Mapping[str, Any] | None = None,
+) -> list[list[list[SampledText]]]:
+    """Several row-seeded sides over the same prompts in one pass; result[s][k][j] is side s's candidate j.
+
+    Side s samples ``num_candidates[s]`` candidates per prompt from ``row_seeds[s]``, so each side gets the
+    tokens that ``sample_candidates(..., num_candidates[s], row_seeds=row_seeds[s])`` gives it. A prompt's rows
+    of every side sit next to each other, so its KV cache is prefilled once for all of them (``prefill_once``)
+    and a ``current`` comparison samples both of its sides in one set of ``generate`` calls.
+    """
+    if len(num_candidates) != len(row_seeds):
+        raise ValueError(f"one candidate count per side: got {len(num_candidates)} for {len(row_seeds)} sides.")
+    for count in num_candidates:
+        _check_count(count)
+    return _sample(model, tokenizer, prompts, list(num_candidates), settings, None, extra_generate_kwargs, row_seeds)
+
+
+def _check_count(num_candidates: Any) -> None:
     if isinstance(num_candidates, bool) or not isinstance(num_candidates, int) or num_candidates < 0:
         raise ValueError(f"num_candidates must be a non-negative integer, got {num_candidates!r}.")
+
+
+def _sample(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    counts: list[int],
+    settings: SamplingSettings,
+    generator: torch.Generator | None,
+    extra_generate_kwargs: Mapping[str, Any] | None,
+    side_seeds: Sequence[Sequence[int]] | None,
+) -> list[list[list[SampledText]]]:
+    """result[s][k][j] for ``counts[s]`` candidates per prompt and side; row-seeded when ``side_seeds`` is given."""
     prompts = list(prompts)
-    if not prompts or num_candidates == 0:
-        return [[] for _ in prompts]
+    if not prompts or not any(counts):
+        return [[[] for _ in prompts] for _ in counts]
     pad_id = tokenizer.pad_token_id
     if pad_id is None:
         raise ValueError("The tokenizer has no pad token; load it with comlrl_lab.models.loading.ensure_pad_token.")
-
-    if row_seeds is not None and len(row_seeds) != len(prompts):
-        raise ValueError(f"row_seeds must have one seed per prompt: got {len(row_seeds)} for {len(prompts)} prompts.")
-    if row_seeds is None and generator is None:
+    if side_seeds is not None:
+        for seeds in side_seeds:
+            if len(seeds) != len(prompts):
+                raise ValueError(
+                    f"row_seeds must have one seed per prompt: got {len(seeds)} for {len(prompts)} prompts."
+                )
+    elif generator is None:
         raise ValueError("sample_candidates needs a generator or row_seeds.")
 
     device = model_device(model)
@@ -385,7 +435,7 @@ def sample_candidates(
     eos_ids = eos_token_ids(model, tokenizer)
     eos_set = set(eos_ids)
     kwargs = _generate_kwargs(settings, pad_id, eos_ids, extra_generate_kwargs)
-    if row_seeds is not None:
+    if side_seeds is not None:
         unsupported = sorted(_ROW_SEEDED_UNSUPPORTED & set(kwargs))
         if unsupported:
             raise ValueError(f"per-row seeded sampling does not apply {unsupported}; leave them out.")
@@ -398,31 +448,33 @@ def sample_candidates(
             inherited = getattr(getattr(model, "generation_config", None), "top_k", None)
             settings = dataclasses.replace(settings, top_k=inherited)
 
-    # Every (prompt, candidate) job, shortest prompts first; a prompt's candidates stay together.
+    # Every (prompt, side, candidate) job, shortest prompts first; a prompt's rows of all sides stay together.
     order = sorted(range(len(prompts)), key=lambda k: len(prompt_ids[k]))
-    jobs = [(k, j) for k in order for j in range(num_candidates)]
-    results: list[list[Any]] = [[None] * num_candidates for _ in prompts]
+    jobs = [(k, s, j) for k in order for s, count in enumerate(counts) for j in range(count)]
+    results: list[list[list[Any]]] = [[[None] * count for _ in prompts] for count in counts]
 
     cache_name = _cache_argument(model) if settings.prefill_once else None
     was_training = model.training
     set_mode(model, False)  # dropout off while sampling
     try:
-        rng_context = generator_as_device_rng(generator, device) if row_seeds is None else contextlib.nullcontext()
+        rng_context = generator_as_device_rng(generator, device) if side_seeds is None else contextlib.nullcontext()
         with torch.inference_mode(), rng_context:
             for start in range(0, len(jobs), settings.batch_size):
                 batch = jobs[start : start + settings.batch_size]
-                input_ids, attention_mask = _left_pad([prompt_ids[k] for k, _ in batch], pad_id, device)
-                if row_seeds is not None:
-                    kwargs["logits_processor"] = _row_processor(batch, row_seeds, settings, device)
+                rows = [(k, j) for k, _, j in batch]
+                input_ids, attention_mask = _left_pad([prompt_ids[k] for k, _ in rows], pad_id, device)
+                if side_seeds is not None:
+                    seeds = [side_seeds[s][k] for k, s, _ in batch]
+                    kwargs["logits_processor"] = _row_processor(rows, seeds, settings, device)
                 shared = {}
-                if cache_name and input_ids.shape[1] > 1 and len({k for k, _ in batch}) < len(batch):
-                    shared[cache_name] = _shared_prompt_cache(model, cache_name, batch, prompt_ids, pad_id, device)
+                if cache_name and input_ids.shape[1] > 1 and len({k for k, _ in rows}) < len(rows):
+                    shared[cache_name] = _shared_prompt_cache(model, cache_name, rows, prompt_ids, pad_id, device)
                 output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs, **shared)
                 sequences = output if isinstance(output, torch.Tensor) else output.sequences  # (B, T + new)
                 cut = [_cut_at_eos(row, eos_set) for row in sequences[:, input_ids.shape[1] :].tolist()]
                 texts = tokenizer.batch_decode([ids for ids, _ in cut], skip_special_tokens=True)
-                for (k, j), (ids, finished), text in zip(batch, cut, texts):
-                    results[k][j] = SampledText(
+                for (k, s, j), (ids, finished), text in zip(batch, cut, texts):
+                    results[s][k][j] = SampledText(
                         text=text, completion_ids=ids, prompt_ids=list(prompt_ids[k]), finished=finished
                     )
     finally:

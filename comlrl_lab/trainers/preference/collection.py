@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from comlrl_lab.data.records import PARSE_OK, JointCandidate, Side
 from comlrl_lab.data.rewards import apply_reward_processor, call_reward_function
-from comlrl_lab.models.generation import SamplingSettings, sample_candidates
+from comlrl_lab.models.generation import SamplingSettings, sample_candidates, sample_sides
 from comlrl_lab.trainers.preference.devices import concurrent_devices
 
 T = TypeVar("T")
@@ -78,6 +78,43 @@ def sample_joint_candidates(
 
     per_agent = map_agents(sample, devices if devices is not None else ["cpu"] * len(models))
     return align_joint(per_agent, prompts, item_indices, side)
+
+
+def sample_joint_sides(
+    models: Sequence[Any],
+    tokenizers: Sequence[Any],
+    prompts: list[list[str]],
+    item_indices: Sequence[int],
+    sides: Sequence[tuple[Side, int, Sequence[Sequence[int]]]],
+    settings: SamplingSettings,
+    on_agent_done: Callable[[int, list[int]], None] | None = None,
+    *,
+    devices: Sequence[Any] | None = None,
+) -> list[list[list[JointCandidate]]]:
+    """Row-seeded sides of one set of models in one pass per agent; result[s] as ``sample_joint_candidates``.
+
+    ``sides[s]`` = (side name, candidates per item, ``row_seeds[i]`` per agent i). Each side gets the tokens that
+    ``sample_joint_candidates`` with its count and seeds gives it; ``on_agent_done(agent, tokens per side)``.
+    """
+
+    def sample(agent: int):
+        samples = sample_sides(
+            models[agent],
+            tokenizers[agent],
+            prompts[agent],
+            [count for _, count, _ in sides],
+            settings,
+            [seeds[agent] for _, _, seeds in sides],
+        )
+        if on_agent_done is not None:
+            on_agent_done(agent, [sum(len(s.completion_ids) for row in side for s in row) for side in samples])
+        return samples
+
+    per_agent = map_agents(sample, devices if devices is not None else ["cpu"] * len(models))
+    return [
+        align_joint([per_agent[i][s] for i in range(len(models))], prompts, item_indices, side)
+        for s, (side, _, _) in enumerate(sides)
+    ]
 
 
 def align_joint(

@@ -32,7 +32,13 @@ from comlrl_lab.data.reward_distribution import (
     distribution_rows,
     write_distribution_file,
 )
-from comlrl_lab.trainers.preference.collection import ScoreFn, mean_reward, score_with
+from comlrl_lab.trainers.preference.collection import (
+    ScoreFn,
+    agent_prompts,
+    mean_reward,
+    sample_joint_sides,
+    score_with,
+)
 from comlrl_lab.trainers.preference.comparators import ComparatorContext, build_comparator
 from comlrl_lab.trainers.preference.comparators.centralized import (
     TaggedCentralizedComparatorAdapter,
@@ -193,13 +199,16 @@ class ComparatorCollector(CurrentCollector):
         n = int(args.preference_num_candidates)
         m = int(args.comparator_num_candidates or n)
         host.control.begin(host.round_index, "collect", 2 * len(local_items) * host.num_agents)
-        current = host.collect_current(local_items, indices, n)
-        self.comparator.prepare_round(host.round_index)
-        try:
-            prompts = [[fmt(item) for item in local_items] for fmt in host.formatters]
-            comparator = self.comparator.generate(local_items, indices, prompts, m)
-        finally:
-            self.comparator.release()
+        if self.sides_in_one_pass():
+            current, comparator = self.sample_both_sides(local_items, indices, n, m)
+        else:
+            current = host.collect_current(local_items, indices, n)
+            self.comparator.prepare_round(host.round_index)
+            try:
+                prompts = [[fmt(item) for item in local_items] for fmt in host.formatters]
+                comparator = self.comparator.generate(local_items, indices, prompts, m)
+            finally:
+                self.comparator.release()
         host.control.advance(len(local_items) * host.num_agents)
         self.score_candidates(
             [c for row in current for c in row], [c for row in comparator for c in row], dict(zip(indices, local_items))
@@ -252,6 +261,41 @@ class ComparatorCollector(CurrentCollector):
                 M.COLLECT_TOKENS_PER_SECOND: _tokens_per_second(host.control),
             },
         )
+
+    def sides_in_one_pass(self) -> bool:
+        """Whether the comparator samples the live agents with per-row seeds and the agents' own settings, so
+        that one pass over each agent can sample both sides (``SamplingSettings.sides_in_one_pass``)."""
+        settings = self.host.sampling_settings()
+        return (
+            settings.sides_in_one_pass
+            and bool(self.host.args.batch_invariant_sampling)
+            and self.comparator.samples_live_agents()
+            and self.comparator.context.sampling == settings
+        )
+
+    def sample_both_sides(
+        self, items: list[dict], indices: list[int], n: int, m: int
+    ) -> tuple[list[list[JointCandidate]], list[list[JointCandidate]]]:
+        """Current and comparator candidates from one ``sample_sides`` pass per agent: each side is row-seeded as
+        in two passes, so it gets the same tokens; each prompt is prefilled once for both sides."""
+        host = self.host
+        host._require_aligned()
+        agents = range(host.num_agents)
+        sides = [
+            ("current", n, [host.row_seeds("current", indices, i) for i in agents]),
+            ("comparator", m, [self.comparator.row_seeds("comparator", indices, i) for i in agents]),
+        ]
+        current, comparator = sample_joint_sides(
+            host.agents,
+            host.tokenizers,
+            agent_prompts(host.formatters, items),
+            indices,
+            sides,
+            host.sampling_settings(),
+            on_agent_done=lambda agent, tokens: host.control.advance(len(items), tokens[0]),
+            devices=host.agent_devices,
+        )
+        return current, comparator
 
     def score_candidates(
         self, current: list[JointCandidate], comparator: list[JointCandidate], items_by_index: dict[int, dict]

@@ -72,6 +72,11 @@ class Comparator:
     def models_for_round(self) -> list[Any]:
         raise NotImplementedError
 
+    def samples_live_agents(self) -> bool:
+        """Whether each agent's comparator side is sampled from the live agent itself, as is, with the agents'
+        sampling settings: then both sides can be sampled in one pass (``sides_in_one_pass``)."""
+        return False
+
     # Generation -------------------------------------------------------------------------------------------
     def generators(self) -> list[Any]:
         devices = self.context.comparator_devices

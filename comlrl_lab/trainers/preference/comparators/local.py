@@ -42,6 +42,9 @@ class CurrentComparator(Comparator):
     def models_for_round(self) -> list[Any]:
         return self.context.models
 
+    def samples_live_agents(self) -> bool:
+        return not self.centralized
+
 
 class CurrentCopyComparator(Comparator):
     """A frozen copy of the live actors on ``comparator_devices``, refreshed each collection phase.
@@ -69,6 +72,9 @@ class CurrentCopyComparator(Comparator):
 
     def models_for_round(self) -> list[Any]:
         return self._copies if self._copies is not None else self.context.models
+
+    def samples_live_agents(self) -> bool:
+        return not self.centralized and not self._needs_copy()
 
 
 class ModelComparator(Comparator):

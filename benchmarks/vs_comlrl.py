@@ -1,0 +1,302 @@
+"""Side by side with CoMLRL 1.4.3: the same CoMLRL-style script and config, one thread each, interleaved runs.
+
+For each config, ``benchmarks/vs_comlrl_worker.py`` runs once with CoMLRL (installed in a venv of its own that
+this script creates; CoMLRL is never a dependency of the project) and once with comlrl-lab, alternating
+(A B A B ...) ``--repeats`` times, so that a change in the machine's load hits both sides alike. Each run is a
+fresh process with one thread and W&B off. It reports the wall-clock of ``trainer.train()`` and of the whole
+process (imports and model loading included): medians, min and max, and CoMLRL's median over ours.
+
+The configs (all on the built-in ``length_ratio`` task, two agents, the Iter trainers' defaults otherwise:
+comparator ``current``, replay ``current``, temperature 0.6, top-p 0.6, top-k 50, no evaluation):
+
+1. MADPOIter, 2 rounds, 8 items, 4 candidates, 16 tokens, the embedded tiny model;
+2. MADPOIter, 3 rounds, 32 items, 8 candidates, 32 tokens, tiny model;
+3. MARLHFIter, the sizes of 2 (reward model and RL on the tiny model too);
+4. MADPOIter, 1 round, 8 items, 4 candidates, 32 tokens, a random 86M Llama (``LlamaConfig``, seed 0, the tiny
+   model's tokenizer), built once into a temporary folder and used by both sides.
+
+Usage::
+
+    python benchmarks/vs_comlrl.py [--configs 1,2,3,4] [--repeats 3] [--venv .bench/comlrl-venv] [--json OUT]
+
+The first run creates the venv (``python -m venv``, then ``pip install torch==<ours> comlrl==1.4.3
+transformers==<ours>``: a few minutes). Absolute times move with the machine's load; the ratios of interleaved
+runs much less.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = ROOT / "benchmarks" / "vs_comlrl_worker.py"
+RESULT_MARKER = "VS_COMLRL_RESULT "
+COMLRL_VERSION = "1.4.3"
+DEFAULT_VENV = ROOT / ".bench" / "comlrl-venv"
+LOG_DIR = ROOT / ".bench" / "vs-comlrl-logs"
+SIDES = ("comlrl", "comlrl_lab")
+TASK = "length_ratio"
+SEED = 0
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    trainer: str  # "MADPOIter" or "MARLHFIter"
+    rounds: int
+    items: int
+    candidates: int
+    max_new_tokens: int
+    model: str  # "tiny" or "llama86m"
+
+    def label(self) -> str:
+        model = "tiny model" if self.model == "tiny" else "random 86M Llama"
+        rounds = f"{self.rounds} round" + ("s" if self.rounds != 1 else "")
+        return (
+            f"{self.trainer}, {rounds}, {self.items} items, {self.candidates} candidates, "
+            f"{self.max_new_tokens} tokens, {model}"
+        )
+
+
+CONFIGS: dict[str, BenchConfig] = {
+    "1": BenchConfig("MADPOIter", 2, 8, 4, 16, "tiny"),
+    "2": BenchConfig("MADPOIter", 3, 32, 8, 32, "tiny"),
+    "3": BenchConfig("MARLHFIter", 3, 32, 8, 32, "tiny"),
+    "4": BenchConfig("MADPOIter", 1, 8, 4, 32, "llama86m"),
+}
+
+# About 86M parameters: 12 layers of 7.08M (attention 4 x 768^2, SwiGLU MLP 3 x 768 x 2048) and the tiny
+# tokenizer's 1,307-token embedding, tied to the head.
+LLAMA_86M = dict(
+    hidden_size=768,
+    intermediate_size=2048,
+    num_hidden_layers=12,
+    num_attention_heads=12,
+    num_key_value_heads=12,
+    max_position_embeddings=512,
+    tie_word_embeddings=True,
+)
+
+
+def config_fields(bench: BenchConfig, model_dir: str, replay_dir: str) -> dict:
+    """The config fields both sides get: CoMLRL's names, nothing of ours."""
+    fields = dict(
+        num_agents=2,
+        num_iterations=bench.rounds,
+        preference_num_candidates=bench.candidates,
+        max_new_tokens=bench.max_new_tokens,
+        agent_devices="cpu",
+        eval_interval=0,
+        preference_replay_dir=replay_dir,
+    )
+    if bench.trainer == "MARLHFIter":
+        # CoMLRL's reward_model_device defaults to cuda:0; with model objects as agents it needs a name to load.
+        fields.update(reward_model_device="cpu", reward_model_name=model_dir)
+    return fields
+
+
+def llama_86m_config(vocab_size: int, pad_token_id: int, bos_token_id: int, eos_token_id: int):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=vocab_size,
+        pad_token_id=pad_token_id,
+        bos_token_id=bos_token_id,
+        eos_token_id=eos_token_id,
+        **LLAMA_86M,
+    )
+
+
+def build_llama_86m(target: Path) -> Path:
+    """A random 86M Llama (seed 0) with the tiny model's tokenizer, saved to ``target``."""
+    import torch
+    from transformers import AutoConfig, LlamaForCausalLM
+
+    from comlrl_lab.models.tiny_model import tiny_model_path
+
+    tiny = Path(tiny_model_path())
+    tiny_config = AutoConfig.from_pretrained(tiny)
+    config = llama_86m_config(
+        tiny_config.vocab_size, tiny_config.pad_token_id, tiny_config.bos_token_id, tiny_config.eos_token_id
+    )
+    torch.manual_seed(SEED)
+    LlamaForCausalLM(config).save_pretrained(target)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
+        if (tiny / name).exists():
+            shutil.copy(tiny / name, target / name)
+    return target
+
+
+def ensure_comlrl_venv(venv: Path) -> Path:
+    """The venv's python, creating the venv with CoMLRL and our torch/transformers versions when missing."""
+    python = venv / "bin" / "python"
+    probe = "import importlib.metadata as m; print(m.version('comlrl'))"
+    if python.exists():
+        found = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+        if found.returncode == 0 and found.stdout.strip() == COMLRL_VERSION:
+            return python
+    import torch
+    import transformers
+
+    # An exact torch pin: a bare "torch" would resolve to the multi-gigabyte CUDA build.
+    torch_version = torch.__version__.split("+")[0]
+    print(f"creating {venv} (CoMLRL {COMLRL_VERSION}, torch {torch_version}, transformers {transformers.__version__})")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run(
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            f"torch=={torch_version}",
+            f"comlrl=={COMLRL_VERSION}",
+            f"transformers=={transformers.__version__}",
+        ],
+        check=True,
+    )
+    return python
+
+
+@dataclass
+class RunTime:
+    train_seconds: float
+    process_seconds: float
+
+
+def run_worker(python: str, side: str, bench: BenchConfig, model_dir: str, log_path: Path) -> RunTime:
+    """One fresh process of the worker; its stderr and stdout go to ``log_path``."""
+    with tempfile.TemporaryDirectory(prefix="vs-comlrl-run-") as workdir:
+        spec = {
+            "package": side,
+            "repo_root": str(ROOT),
+            "trainer": bench.trainer,
+            "model_dir": model_dir,
+            "task": TASK,
+            "items": bench.items,
+            "seed": SEED,
+            "config": config_fields(bench, model_dir, str(Path(workdir) / "preference_replay")),
+        }
+        spec_path = Path(workdir) / "spec.json"
+        spec_path.write_text(json.dumps(spec), encoding="utf-8")
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
+        # Our side imports the checkout under test; the CoMLRL side gets it only for the task module.
+        env["PYTHONPATH"] = str(ROOT) if side == "comlrl_lab" else ""
+        started = time.perf_counter()
+        with open(log_path, "w", encoding="utf-8") as log:
+            done = subprocess.run(
+                [python, str(WORKER), str(spec_path)],
+                cwd=workdir,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
+        process_seconds = time.perf_counter() - started
+        with open(log_path, "a", encoding="utf-8") as log:
+            log.write(done.stdout)
+    results = [line for line in done.stdout.splitlines() if line.startswith(RESULT_MARKER)]
+    if done.returncode != 0 or not results:
+        raise RuntimeError(f"{side} run failed (exit {done.returncode}); see {log_path}")
+    return RunTime(json.loads(results[-1][len(RESULT_MARKER) :])["train_seconds"], process_seconds)
+
+
+@dataclass(frozen=True)
+class Summary:
+    median: float
+    low: float
+    high: float
+
+
+def summarise(values: list[float]) -> Summary:
+    return Summary(statistics.median(values), min(values), max(values))
+
+
+def table(rows: list[tuple[str, list[float], list[float]]]) -> str:
+    """A Markdown table: per row a label, CoMLRL's and our seconds; medians with [min, max], and the ratio."""
+    lines = [
+        "| Config | CoMLRL | comlrl-lab | speed-up |",
+        "|---|---|---|---|",
+    ]
+    for label, theirs, ours in rows:
+        a, b = summarise(theirs), summarise(ours)
+        lines.append(
+            f"| {label} | {a.median:.2f} s [{a.low:.2f}, {a.high:.2f}] | {b.median:.2f} s [{b.low:.2f}, {b.high:.2f}] "
+            f"| {a.median / b.median:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def parse_configs(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [name for name in names if name not in CONFIGS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"configs are among {', '.join(CONFIGS)}; got {text!r}")
+    return names
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", type=parse_configs, default=list(CONFIGS), help="comma-separated: 1,2,3,4")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per side and config, interleaved")
+    parser.add_argument("--venv", type=Path, default=DEFAULT_VENV, help="CoMLRL's venv (created when missing)")
+    parser.add_argument("--json", type=Path, default=None, help="also write every run's times here")
+    args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error("--repeats must be >= 1")
+
+    pythons = {"comlrl": str(ensure_comlrl_venv(args.venv)), "comlrl_lab": sys.executable}
+    from comlrl_lab.models.tiny_model import tiny_model_path
+
+    train_rows, process_rows, raw = [], [], {}
+    with tempfile.TemporaryDirectory(prefix="vs-comlrl-") as tmp:
+        log_dir = LOG_DIR
+        log_dir.mkdir(parents=True, exist_ok=True)
+        big_model = None
+        for name in args.configs:
+            bench = CONFIGS[name]
+            if bench.model == "tiny":
+                model_dir = tiny_model_path()
+            else:
+                big_model = big_model or str(build_llama_86m(Path(tmp) / "llama86m"))
+                model_dir = big_model
+            times: dict[str, list[RunTime]] = {side: [] for side in SIDES}
+            for repeat in range(args.repeats):
+                for side in SIDES:
+                    run = run_worker(
+                        pythons[side], side, bench, model_dir, log_dir / f"config{name}-{side}-{repeat + 1}.log"
+                    )
+                    times[side].append(run)
+                    print(
+                        f"[{name}] {side:10s} run {repeat + 1}: train {run.train_seconds:.2f} s, "
+                        f"process {run.process_seconds:.2f} s",
+                        flush=True,
+                    )
+            label = bench.label()
+            train_rows.append((label, *[[t.train_seconds for t in times[s]] for s in SIDES]))
+            process_rows.append((label, *[[t.process_seconds for t in times[s]] for s in SIDES]))
+            raw[name] = {"label": label, **{s: [vars(t) for t in times[s]] for s in SIDES}}
+            # Each config's rows as soon as it is done: a long run interrupted later still leaves them.
+            print(
+                f"[{name}] train()\n{table(train_rows[-1:])}\n[{name}] process\n{table(process_rows[-1:])}", flush=True
+            )
+            if args.json is not None:
+                args.json.write_text(json.dumps(raw, indent=2), encoding="utf-8")
+
+    print(f"\n`trainer.train()` wall-clock, median [min, max] of {args.repeats} interleaved runs per side, 1 thread:\n")
+    print(table(train_rows))
+    print("\nWhole process (imports, model loading and training):\n")
+    print(table(process_rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""One timed training run for ``benchmarks/vs_comlrl.py``, written the way a CoMLRL user writes one.
+
+The same file runs under CoMLRL 1.4.3 (``comlrl``, in its own venv) and under ours (``comlrl_lab``): it builds
+the config from the same fields, loads two agents and their tokenizer with ``AutoModelForCausalLM`` /
+``AutoTokenizer`` from one model directory, takes a built-in task's items, formatters and reward, and times
+``trainer.train()``. One thread, W&B off. Usage (the driver calls it)::
+
+    python benchmarks/vs_comlrl_worker.py SPEC.json
+
+SPEC holds ``package`` ("comlrl" or "comlrl_lab"), ``repo_root``, ``trainer`` ("MADPOIter" or "MARLHFIter"),
+``model_dir``, ``task``, ``items``, ``seed`` and ``config`` (the config fields). The last stdout line is a JSON
+object with ``train_seconds`` and ``setup_seconds``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import random
+import sys
+import time
+
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+RESULT_MARKER = "VS_COMLRL_RESULT "
+
+
+def main(spec_path: str) -> None:
+    started = time.perf_counter()
+    with open(spec_path, encoding="utf-8") as handle:
+        spec = json.load(handle)
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(1)
+    # The task module is pure Python (no torch, no comlrl_lab trainers), so the CoMLRL side imports it from the
+    # checkout: both sides score with the same reward code.
+    sys.path.insert(0, spec["repo_root"])
+    from comlrl_lab.data.tasks import get_task
+
+    package = importlib.import_module(f"{spec['package']}.trainers.preference")
+    config_class = getattr(package, f"{spec['trainer']}Config")
+    trainer_class = getattr(package, f"{spec['trainer']}Trainer")
+
+    random.seed(spec["seed"])
+    torch.manual_seed(spec["seed"])
+    task = get_task(spec["task"])
+    tokenizer = AutoTokenizer.from_pretrained(spec["model_dir"])
+    agents = [AutoModelForCausalLM.from_pretrained(spec["model_dir"]) for _ in range(task.num_agents)]
+    trainer = trainer_class(
+        agents=agents,
+        num_agents=task.num_agents,
+        tokenizer=tokenizer,
+        train_dataset=task.train_items()[: spec["items"]],
+        reward_func=task.reward_func,
+        formatters=list(task.formatters),
+        args=config_class(**spec["config"]),
+    )
+    setup_seconds = time.perf_counter() - started
+
+    train_started = time.perf_counter()
+    trainer.train()
+    train_seconds = time.perf_counter() - train_started
+    print(RESULT_MARKER + json.dumps({"train_seconds": train_seconds, "setup_seconds": setup_seconds}), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,96 @@
+"""benchmarks/vs_comlrl.py: its configs, its table against known numbers, the 86M model's size, and one run of the
+worker on our side. CoMLRL's venv is never created here."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_benchmark():
+    spec = importlib.util.spec_from_file_location("vs_comlrl_benchmark", ROOT / "benchmarks" / "vs_comlrl.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_four_configs_are_the_issues_sizes():
+    bench = load_benchmark()
+    sizes = {
+        name: (c.trainer, c.rounds, c.items, c.candidates, c.max_new_tokens, c.model)
+        for name, c in bench.CONFIGS.items()
+    }
+    assert sizes == {
+        "1": ("MADPOIter", 2, 8, 4, 16, "tiny"),
+        "2": ("MADPOIter", 3, 32, 8, 32, "tiny"),
+        "3": ("MARLHFIter", 3, 32, 8, 32, "tiny"),
+        "4": ("MADPOIter", 1, 8, 4, 32, "llama86m"),
+    }
+    assert bench.CONFIGS["4"].label() == "MADPOIter, 1 round, 8 items, 4 candidates, 32 tokens, random 86M Llama"
+    assert bench.parse_configs(" 2,4 ") == ["2", "4"]
+    with pytest.raises(argparse.ArgumentTypeError, match="among 1, 2, 3, 4"):
+        bench.parse_configs("2,5")
+
+
+def test_config_fields_build_our_configs_and_keep_the_reward_model_on_cpu():
+    from comlrl_lab.trainers.preference import MADPOIterConfig, MARLHFIterConfig
+
+    bench = load_benchmark()
+    madpo = bench.config_fields(bench.CONFIGS["2"], "/m", "/r")
+    assert madpo == dict(
+        num_agents=2,
+        num_iterations=3,
+        preference_num_candidates=8,
+        max_new_tokens=32,
+        agent_devices="cpu",
+        eval_interval=0,
+        preference_replay_dir="/r",
+    )
+    MADPOIterConfig(**madpo)
+    marlhf = bench.config_fields(bench.CONFIGS["3"], "/m", "/r")
+    # CoMLRL's default reward_model_device is cuda:0, which fails on a CPU-only machine.
+    assert marlhf == {**madpo, "reward_model_device": "cpu", "reward_model_name": "/m"}
+    MARLHFIterConfig(**marlhf)
+
+
+def test_table_gives_medians_ranges_and_the_ratio_of_medians():
+    bench = load_benchmark()
+    text = bench.table([("cfg A", [3.0, 1.0, 2.0], [1.0, 0.5, 2.0]), ("cfg B", [9.0], [2.0])])
+    assert text.splitlines() == [
+        "| Config | CoMLRL | comlrl-lab | speed-up |",
+        "|---|---|---|---|",
+        "| cfg A | 2.00 s [1.00, 3.00] | 1.00 s [0.50, 2.00] | 2.00x |",
+        "| cfg B | 9.00 s [9.00, 9.00] | 2.00 s [2.00, 2.00] | 4.50x |",
+    ]
+    assert bench.summarise([4.0, 1.0, 3.0, 2.0]) == bench.Summary(2.5, 1.0, 4.0)
+
+
+def test_the_llama_config_has_86m_parameters():
+    import torch
+    from transformers import LlamaForCausalLM
+
+    bench = load_benchmark()
+    config = bench.llama_86m_config(vocab_size=1307, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config)
+    # Per layer: q, k, v, o 4 x 768^2 = 2,359,296; MLP 3 x 768 x 2048 = 4,718,592; two norms 1,536 -> 7,079,424.
+    # Twelve layers 84,953,088, embedding (tied head) 1,307 x 768 = 1,003,776, final norm 768.
+    assert sum(p.numel() for p in model.parameters()) == 85_957_632
+
+
+@pytest.mark.slow
+def test_worker_trains_on_our_side_and_reports_its_time(tmp_path):
+    from comlrl_lab.models.tiny_model import tiny_model_path
+
+    bench = load_benchmark()
+    small = bench.BenchConfig("MADPOIter", 1, 2, 2, 4, "tiny")
+    run = bench.run_worker(sys.executable, "comlrl_lab", small, tiny_model_path(), tmp_path / "run.log")
+    assert 0 < run.train_seconds < run.process_seconds
+    assert bench.RESULT_MARKER in (tmp_path / "run.log").read_text(encoding="utf-8")
