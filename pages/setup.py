@@ -159,7 +159,12 @@ def _remove(archive: bool) -> None:
 
 runs = services.run_list()
 if len(runs):
-    with st.expander(f"Your runs ({len(runs)}): filter, sort, archive, delete"), st.container(key=state.RUNS_BOX):
+    # Its open state is kept on the server (a key and on_change): left to the browser, the expander closed on every
+    # rerun that changed the table (a sort, the confirmation box), hiding Archive and Delete before they were hit.
+    runs_list = st.expander(
+        f"Your runs ({len(runs)}): filter, sort, archive, delete", key=state.RUNS_LIST, on_change="rerun"
+    )
+    with runs_list, st.container(key=state.RUNS_BOX):
         cols = st.columns([1, 1, 1, 1, 1, 1])
         algorithms = cols[0].multiselect(
             "Algorithm", sorted(runs["algorithm"].dropna().unique()), key=state.RUNS_ALGORITHM

@@ -3,7 +3,8 @@
 Open the app, pick the tiny model and a built-in task, set up MADPOIter with a history comparator and
 lambda_decay, run two rounds; while a training phase runs, switch pages and time how long each one takes to
 draw; open a pair and see both sides; move λ and see the weights change; export Parquet and read the file
-back; on the Compare page, run a 2 x 2 grid (two replay modes, two seeds) from that run and see it compared.
+back; on the Compare page, run a 2 x 2 grid (two replay modes, two seeds) from that run and see it compared;
+archive one of its runs from Setup's run list.
 Screenshots of every page and the measured page-switch latencies go to ``test-artifacts/``.
 
 Each step is its own test, run in file order on one page that the next step continues from; once a step fails,
@@ -550,6 +551,30 @@ def test_compare_page_runs_a_2x2_grid_and_shows_it(server, browser_page):
     page.wait_for_selector("[data-testid='stPlotlyChart']")
     assert page.locator("[data-testid='stPlotlyChart']").count() >= 3  # curves, gaps, winner side
     shoot(page, "08-compare")
+
+
+def test_setup_run_list_archives_a_run_behind_the_confirmation(server, browser_page):
+    page = browser_page
+    nav(page, "Setup").click()
+    page.locator("h1").filter(has_text="Set up an experiment").wait_for()
+    settle(page)
+    page.locator("[data-testid='stExpander'] summary").filter(has_text="Your runs").click()
+    settle(page)
+    # Reruns that redraw the table (a sort, the confirmation) keep the list open: it used to close and hide the
+    # buttons. Oldest first, the last is a run of the sweep above, not the open run.
+    choose(page, state.RUNS_SORT, "oldest first")
+    choose(page, state.RUNS_PICK, -1)
+    run_id = page.locator(f"{key(state.RUNS_PICK)} input[role='combobox']").input_value().split(" — ")[0]
+    archive = page.locator(f"{key(state.RUNS_ARCHIVE)} button")
+    assert archive.is_disabled()
+    page.locator(f"{key(state.RUNS_CONFIRM)} label").click()
+    settle(page)
+    assert archive.is_visible() and archive.is_enabled()
+    shoot(page, "09-run-list")
+    archive.click(timeout=15_000)
+    page.get_by_text(f"Archived {run_id}").first.wait_for()
+    runs = server["tmp"] / "runs"
+    assert (runs / "_archive" / run_id / "spec.json").is_file() and not (runs / run_id).exists()
 
 
 def test_page_switches_during_training_were_within_the_bound(journey):

@@ -54,6 +54,7 @@ SETUP_CREATE = "setup.create"
 SETUP_SAVE = "setup.save"
 
 # Setup page: the run list (filters, sort, archive and delete)
+RUNS_LIST = "runs.list"  # the expander (open or not)
 RUNS_BOX = "runs.box"
 RUNS_ALGORITHM = "runs.algorithm"
 RUNS_TASK = "runs.task"
