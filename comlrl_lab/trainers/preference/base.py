@@ -398,6 +398,7 @@ class PreferenceTrainerBase:
             on_agent_done=lambda agent, tokens: self.control.advance(len(items), tokens),
             row_seeds=[self.row_seeds("current", item_indices, i) for i in range(self.num_agents)],
             devices=self.agent_devices,
+            concurrent_cpu=self.args.concurrent_cpu_agents,
         )
         return joint
 
@@ -469,6 +470,7 @@ class PreferenceTrainerBase:
             # change from one round's evaluation to the next is the policy's, not the sampler's.
             row_seeds=[self.row_seeds("eval", indices, i, per_round=False) for i in range(self.num_agents)],
             devices=self.agent_devices,
+            concurrent_cpu=self.args.concurrent_cpu_agents,
         )
         local = [row[0] for row in joint if row]
         self.score_task(local, dict(zip(indices, local_items)))
