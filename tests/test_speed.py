@@ -578,18 +578,24 @@ def test_each_checkpoint_adds_its_cost_to_its_phase(model_dir, tmp_path, backgro
     folders = ckpt.checkpoint_dirs(root)
     for records, folder in zip(sink.phases, folders):
         costs = {m["name"]: m["value"] for m in records.metrics if m["name"].startswith("checkpoint/")}
+        size, seconds, background_seconds = (
+            M.name(template, phase=records.phase)
+            for template in (M.CHECKPOINT_BYTES, M.CHECKPOINT_SECONDS, M.CHECKPOINT_BACKGROUND_SECONDS)
+        )
         # Bytes written: the state file, and the weights file the train phase wrote; nothing else.
-        assert costs[M.CHECKPOINT_BYTES] == sum(p.stat().st_size for p in folder.iterdir())
-        assert costs[M.CHECKPOINT_SECONDS] > 0
-        assert (M.CHECKPOINT_BACKGROUND_SECONDS in costs) == background
+        assert costs[size] == sum(p.stat().st_size for p in folder.iterdir())
+        assert costs[seconds] > 0
+        assert (background_seconds in costs) == background
+        assert len(costs) == (3 if background else 2)
         if background:
-            assert costs[M.CHECKPOINT_BACKGROUND_SECONDS] > 0
+            assert costs[background_seconds] > 0
     assert [p.name for p in folders[2].iterdir()] != ["state.pt"]  # the train phase's checkpoint holds weights
     trainer.step("evaluate")
     trainer.wait_for_checkpoint()
     evaluated = {m["name"]: m["value"] for m in sink.phases[3].metrics}
     # Its weights are linked from the train phase's checkpoint: only the state file counts.
-    assert evaluated[M.CHECKPOINT_BYTES] == (ckpt.checkpoint_dirs(root)[3] / ckpt.STATE_FILE).stat().st_size
+    written = evaluated[M.name(M.CHECKPOINT_BYTES, phase="evaluate")]
+    assert written == (ckpt.checkpoint_dirs(root)[3] / ckpt.STATE_FILE).stat().st_size
     assert len(sink.phases) == 4
 
 

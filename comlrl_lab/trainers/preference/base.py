@@ -313,9 +313,13 @@ class PreferenceTrainerBase:
             self.trackers.finish()
         if self.checkpoint_dir is not None and self._saves_after(phase):
             where = (records.round_index, phase, self.updates_seen)
-            # The phase is committed before its checkpoint (a kill in between redoes the phase), so the cost
-            # is added to its records afterwards, from the writer thread when the write is in the background.
-            self._write_checkpoint(self.checkpoint_dir, lambda cost: self.sink.add_phase_metrics(*where, cost))
+
+            def report(cost: dict[str, float]) -> None:
+                # The phase is committed before its checkpoint (a kill in between redoes the phase), so the cost
+                # is added to its records afterwards, from the writer thread when the write is in the background.
+                self.sink.add_phase_metrics(*where, {M.name(name, phase=phase): v for name, v in cost.items()})
+
+            self._write_checkpoint(self.checkpoint_dir, report)
         return records
 
     def _saves_after(self, phase: str) -> bool:
@@ -555,7 +559,8 @@ class PreferenceTrainerBase:
         return self._write_checkpoint(directory, None)
 
     def _write_checkpoint(self, directory: str | Path, report: Callable[[dict[str, float]], None] | None) -> Path:
-        """Write (or start writing) a checkpoint; ``report`` gets its cost metrics once it is committed."""
+        """Write (or start writing) a checkpoint; ``report`` gets its cost once it is committed, keyed by the
+        ``checkpoint/{phase}_...`` metric templates."""
         started = time.monotonic()
         weights = None
         if self._weights_dirty:
@@ -587,7 +592,7 @@ class PreferenceTrainerBase:
                         {
                             M.CHECKPOINT_SECONDS: blocked,
                             M.CHECKPOINT_BACKGROUND_SECONDS: seconds,
-                            M.CHECKPOINT_BYTES: written.num_bytes,
+                            M.CHECKPOINT_BYTES: float(written.num_bytes),
                         }
                     )
 
@@ -597,7 +602,7 @@ class PreferenceTrainerBase:
         written = ckpt.save_checkpoint(directory, self._state(), weights, self.weights_version, **options)
         self._weights_dirty = False
         if report is not None:
-            report({M.CHECKPOINT_SECONDS: time.monotonic() - started, M.CHECKPOINT_BYTES: written.num_bytes})
+            report({M.CHECKPOINT_SECONDS: time.monotonic() - started, M.CHECKPOINT_BYTES: float(written.num_bytes)})
         return written.path
 
     def wait_for_checkpoint(self) -> None:
