@@ -149,7 +149,7 @@ else:
         links[2].page_link(components.LEARNING_PAGE, label="Watch the learning curves", icon=":material/monitoring:")
 
 # Not cached with the timeline: a background checkpoint's cost arrives after its phase has committed.
-costs = frames.checkpoint_costs(view.store.metrics(view.run_id, names=list(frames.CHECKPOINT_COLUMNS)))
+costs = frames.checkpoint_costs(view.store.metrics(view.run_id, names=[frames.CHECKPOINT_PREFIX]))
 if not costs.empty:
     with st.container(key=state.ROUNDS_CHECKPOINT_COST):
         st.subheader("Checkpoints")

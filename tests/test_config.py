@@ -75,6 +75,7 @@ OUR_MADPO_DEFAULTS = {
     "report_to": None,
     "save_strategy": "phase",
     "save_total_limit": None,
+    "concurrent_cpu_agents": False,
     "save_in_background": False,
     "adamw_implementation": "fused",
     "batch_invariant_sampling": True,

@@ -105,6 +105,31 @@ def test_agents_on_distinct_gpus_run_concurrently_and_cpu_agents_in_order():
     )
 
 
+def test_cpu_agents_run_concurrently_with_the_torch_threads_split_only_when_asked(monkeypatch):
+    from comlrl_lab.trainers.preference import collection
+
+    monkeypatch.setattr(collection, "available_cores", lambda: 4)
+    before = torch.get_num_threads()
+    torch.set_num_threads(4)
+    try:
+        both = threading.Barrier(2, timeout=5)
+
+        def work(i):
+            both.wait()  # only returns when the other agent's call runs at the same time
+            return threading.current_thread().name, torch.get_num_threads()
+
+        seen = map_agents(work, ["cpu", "cpu"], concurrent_cpu=True)
+        assert all(name.startswith("comlrl-lab-agent") for name, _ in seen)
+        assert [threads for _, threads in seen] == [2, 2]  # 4 intra-op threads split between 2 agents
+        assert torch.get_num_threads() == 4  # and given back
+        main = threading.current_thread().name
+        assert map_agents(lambda i: threading.current_thread().name, ["cpu", "cpu"]) == [main, main]
+        monkeypatch.setattr(collection, "available_cores", lambda: 1)  # one core: nothing to overlap
+        assert map_agents(lambda i: threading.current_thread().name, ["cpu"] * 2, concurrent_cpu=True) == [main] * 2
+    finally:
+        torch.set_num_threads(before)
+
+
 class SecondRankAlone(DistContext):
     """Rank 1 of 2 with the collectives short-circuited: what this rank computes and writes, without rank 0."""
 

@@ -650,16 +650,54 @@ def test_each_checkpoint_adds_its_cost_to_its_phase(model_dir, tmp_path, backgro
     folders = ckpt.checkpoint_dirs(root)
     for records, folder in zip(sink.phases, folders):
         costs = {m["name"]: m["value"] for m in records.metrics if m["name"].startswith("checkpoint/")}
+        size, seconds, background_seconds = (
+            M.name(template, phase=records.phase)
+            for template in (M.CHECKPOINT_BYTES, M.CHECKPOINT_SECONDS, M.CHECKPOINT_BACKGROUND_SECONDS)
+        )
         # Bytes written: the state file, and the weights file the train phase wrote; nothing else.
-        assert costs[M.CHECKPOINT_BYTES] == sum(p.stat().st_size for p in folder.iterdir())
-        assert costs[M.CHECKPOINT_SECONDS] > 0
-        assert (M.CHECKPOINT_BACKGROUND_SECONDS in costs) == background
+        assert costs[size] == sum(p.stat().st_size for p in folder.iterdir())
+        assert costs[seconds] > 0
+        assert (background_seconds in costs) == background
+        assert len(costs) == (3 if background else 2)
         if background:
-            assert costs[M.CHECKPOINT_BACKGROUND_SECONDS] > 0
+            assert costs[background_seconds] > 0
     assert [p.name for p in folders[2].iterdir()] != ["state.pt"]  # the train phase's checkpoint holds weights
     trainer.step("evaluate")
     trainer.wait_for_checkpoint()
     evaluated = {m["name"]: m["value"] for m in sink.phases[3].metrics}
     # Its weights are linked from the train phase's checkpoint: only the state file counts.
-    assert evaluated[M.CHECKPOINT_BYTES] == (ckpt.checkpoint_dirs(root)[3] / ckpt.STATE_FILE).stat().st_size
+    written = evaluated[M.name(M.CHECKPOINT_BYTES, phase="evaluate")]
+    assert written == (ckpt.checkpoint_dirs(root)[3] / ckpt.STATE_FILE).stat().st_size
     assert len(sink.phases) == 4
+
+
+@pytest.mark.parametrize("row_seeded", [True, False])
+def test_concurrent_cpu_agents_give_the_same_pairs_and_weights(model_dir, tmp_path, monkeypatch, row_seeded):
+    from comlrl_lab.trainers.preference import collection
+
+    monkeypatch.setattr(collection, "available_cores", lambda: 2)
+    threaded = []
+    in_threads = collection._in_threads
+    monkeypatch.setattr(collection, "_in_threads", lambda fn, count: threaded.append(count) or in_threads(fn, count))
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # one intra-op thread either way, so the sums are the same to the bit
+    try:
+        runs, threaded_by_phase = [], {}
+        for concurrent in (False, True):
+            trainer = _madpo(model_dir, tmp_path, concurrent_cpu_agents=concurrent, batch_invariant_sampling=row_seeded)
+            for phase in ("collect", "select", "train", "evaluate"):
+                threaded.clear()
+                trainer.step(phase)
+                threaded_by_phase[(concurrent, phase)] = len(threaded)
+                if phase == "collect":
+                    pairs = [(p.item_index, p.winner_ids, p.loser_ids) for p in trainer.collector.round_pairs]
+            runs.append((pairs, [p.detach().clone() for m in trainer.agents for p in m.parameters()]))
+    finally:
+        torch.set_num_threads(before)
+    (pairs_off, weights_off), (pairs_on, weights_on) = runs
+    assert pairs_on and pairs_on == pairs_off
+    assert all(torch.equal(a, b) for a, b in zip(weights_off, weights_on))
+    assert not any(threaded_by_phase[(False, phase)] for phase in ("collect", "select", "train", "evaluate"))
+    assert threaded_by_phase[(True, "train")] > 0  # pair scoring overlaps
+    # Sampling overlaps only with row seeds: without them the CPU agents share one stream, whose order matters.
+    assert (threaded_by_phase[(True, "collect")] > 0) == row_seeded

@@ -193,16 +193,16 @@ def test_rounds_phases_and_discard_after(store):
 
 def test_metrics_added_after_a_commit_join_the_phase_and_a_recommit_replaces_them(store):
     store.commit_phase("r", 1, "collect", metrics=[(3, "time/collect_seconds", 1.5)])
-    store.append_metrics("r", 1, "collect", [{"step": 3, "name": "checkpoint/bytes", "value": 2048.0}])
-    got = store.metrics("r", names=["checkpoint/bytes", "time/"])
+    store.append_metrics("r", 1, "collect", [{"step": 3, "name": "checkpoint/collect_bytes", "value": 2048.0}])
+    got = store.metrics("r", names=["checkpoint/collect_bytes", "time/"])
     assert got[["round", "phase", "step", "name", "value"]].values.tolist() == [
-        [1, "collect", 3, "checkpoint/bytes", 2048.0],
+        [1, "collect", 3, "checkpoint/collect_bytes", 2048.0],
         [1, "collect", 3, "time/collect_seconds", 1.5],
     ]
     store.commit_phase("r", 1, "collect", metrics=[(3, "time/collect_seconds", 1.25)])
     assert store.metrics("r")["name"].tolist() == ["time/collect_seconds"]
     with pytest.raises(ValueError, match="phase must be one of"):
-        store.append_metrics("r", 1, "sleep", [("checkpoint/bytes", 1.0)])
+        store.append_metrics("r", 1, "sleep", [("checkpoint/collect_bytes", 1.0)])
 
 
 def test_log_event_survives_phase_commits(store):

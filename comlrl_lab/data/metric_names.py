@@ -120,9 +120,11 @@ EVAL_REWARD_SEM = EVAL_PREFIX + "turn_1/reward_sem"
 EVAL_NUM_SAMPLES = EVAL_PREFIX + "num_samples"
 EVAL_AGGREGATED = EVAL_PREFIX + "{key}"
 PHASE_SECONDS = "time/{phase}_seconds"
-CHECKPOINT_SECONDS = "checkpoint/seconds"
-CHECKPOINT_BACKGROUND_SECONDS = "checkpoint/background_seconds"
-CHECKPOINT_BYTES = "checkpoint/bytes"
+# Named after the phase, as the phase times are: train and evaluate share a step, and a name is one per step.
+CHECKPOINT_PREFIX = "checkpoint/"
+CHECKPOINT_SECONDS = CHECKPOINT_PREFIX + "{phase}_seconds"
+CHECKPOINT_BACKGROUND_SECONDS = CHECKPOINT_PREFIX + "{phase}_background_seconds"
+CHECKPOINT_BYTES = CHECKPOINT_PREFIX + "{phase}_bytes"
 
 METRICS: tuple[Metric, ...] = (
     Metric(
@@ -296,17 +298,17 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         CHECKPOINT_SECONDS,
         "time",
-        "Seconds the phase's checkpoint held up training: the whole write, or with save_in_background the copy and the wait for the write before.",
+        "Seconds the checkpoint after a phase held up training: the whole write, or with save_in_background the copy and the wait for the write before.",
     ),
     Metric(
         CHECKPOINT_BACKGROUND_SECONDS,
         "time",
-        "Seconds the background thread took to write and commit the phase's checkpoint (save_in_background only).",
+        "Seconds the background thread took to write and commit the checkpoint after a phase (save_in_background only).",
     ),
     Metric(
         CHECKPOINT_BYTES,
         "count",
-        "Bytes written for the phase's checkpoint: the state file, plus the weights when training changed them (unchanged weights are linked, not written).",
+        "Bytes written for the checkpoint after a phase: the state file, plus the weights when training changed them (unchanged weights are linked, not written).",
     ),
 )
 

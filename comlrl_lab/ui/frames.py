@@ -65,11 +65,21 @@ def timeline(rounds: pd.DataFrame, durations: Mapping[tuple[int, str], float]) -
     return pd.DataFrame(rows, columns=["round", "phase", "start", "finish", "seconds"])
 
 
+CHECKPOINT_PREFIX = metric_names.CHECKPOINT_PREFIX
 CHECKPOINT_COLUMNS = {
     metric_names.CHECKPOINT_SECONDS: "seconds holding up training",
     metric_names.CHECKPOINT_BACKGROUND_SECONDS: "seconds in the background",
     metric_names.CHECKPOINT_BYTES: "MB written",
 }
+
+
+def _checkpoint_template(name: str) -> str | None:
+    """The ``CHECKPOINT_COLUMNS`` template a ``checkpoint/<phase>_...`` metric name was made from, or None."""
+    for phase in PHASES:
+        for template in CHECKPOINT_COLUMNS:
+            if name == metric_names.name(template, phase=phase):
+                return template
+    return None
 
 
 def checkpoint_costs(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -78,7 +88,7 @@ def checkpoint_costs(metrics: pd.DataFrame) -> pd.DataFrame:
     columns = ["round", "phase", *CHECKPOINT_COLUMNS.values()]
     if metrics.empty:
         return pd.DataFrame(columns=columns)
-    costs = metrics[metrics["name"].isin(list(CHECKPOINT_COLUMNS))]
+    costs = metrics.assign(name=metrics["name"].map(_checkpoint_template)).dropna(subset=["name"])
     if costs.empty:
         return pd.DataFrame(columns=columns)
     wide = costs.pivot_table(index=["round", "phase"], columns="name", values="value", aggfunc="last").reset_index()

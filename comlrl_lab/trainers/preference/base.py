@@ -313,9 +313,13 @@ class PreferenceTrainerBase:
             self.trackers.finish()
         if self.checkpoint_dir is not None and self._saves_after(phase):
             where = (records.round_index, phase, self.updates_seen)
-            # The phase is committed before its checkpoint (a kill in between redoes the phase), so the cost
-            # is added to its records afterwards, from the writer thread when the write is in the background.
-            self._write_checkpoint(self.checkpoint_dir, lambda cost: self.sink.add_phase_metrics(*where, cost))
+
+            def report(cost: dict[str, float]) -> None:
+                # The phase is committed before its checkpoint (a kill in between redoes the phase), so the cost
+                # is added to its records afterwards, from the writer thread when the write is in the background.
+                self.sink.add_phase_metrics(*where, {M.name(name, phase=phase): v for name, v in cost.items()})
+
+            self._write_checkpoint(self.checkpoint_dir, report)
         return records
 
     def _saves_after(self, phase: str) -> bool:
@@ -398,6 +402,7 @@ class PreferenceTrainerBase:
             on_agent_done=lambda agent, tokens: self.control.advance(len(items), tokens),
             row_seeds=[self.row_seeds("current", item_indices, i) for i in range(self.num_agents)],
             devices=self.agent_devices,
+            concurrent_cpu=self.args.concurrent_cpu_agents,
         )
         return joint
 
@@ -472,6 +477,7 @@ class PreferenceTrainerBase:
             # change from one round's evaluation to the next is the policy's, not the sampler's.
             row_seeds=[self.row_seeds("eval", indices, i, per_round=False) for i in range(self.num_agents)],
             devices=self.agent_devices,
+            concurrent_cpu=self.args.concurrent_cpu_agents,
         )
         local = [candidate for row in joint for candidate in row]
         self.score_task(local, dict(zip(indices, local_items)))
@@ -557,7 +563,8 @@ class PreferenceTrainerBase:
         return self._write_checkpoint(directory, None)
 
     def _write_checkpoint(self, directory: str | Path, report: Callable[[dict[str, float]], None] | None) -> Path:
-        """Write (or start writing) a checkpoint; ``report`` gets its cost metrics once it is committed."""
+        """Write (or start writing) a checkpoint; ``report`` gets its cost once it is committed, keyed by the
+        ``checkpoint/{phase}_...`` metric templates."""
         started = time.monotonic()
         weights = None
         if self._weights_dirty:
@@ -589,7 +596,7 @@ class PreferenceTrainerBase:
                         {
                             M.CHECKPOINT_SECONDS: blocked,
                             M.CHECKPOINT_BACKGROUND_SECONDS: seconds,
-                            M.CHECKPOINT_BYTES: written.num_bytes,
+                            M.CHECKPOINT_BYTES: float(written.num_bytes),
                         }
                     )
 
@@ -599,7 +606,7 @@ class PreferenceTrainerBase:
         written = ckpt.save_checkpoint(directory, self._state(), weights, self.weights_version, **options)
         self._weights_dirty = False
         if report is not None:
-            report({M.CHECKPOINT_SECONDS: time.monotonic() - started, M.CHECKPOINT_BYTES: written.num_bytes})
+            report({M.CHECKPOINT_SECONDS: time.monotonic() - started, M.CHECKPOINT_BYTES: float(written.num_bytes)})
         return written.path
 
     def wait_for_checkpoint(self) -> None:

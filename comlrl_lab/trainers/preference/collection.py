@@ -2,16 +2,21 @@
 
 Sampling runs all items x candidates of a phase for one agent in batches (``models.generation``), then
 index-aligns them into joint responses. Agents on distinct CUDA devices sample concurrently, one thread each
-(``map_agents``): generate waits on its device at every step, so one thread per device keeps all of them busy. The oracle is the task reward (``reward_func`` + ``reward_processor``)
+(``map_agents``): generate waits on its device at every step, so one thread per device keeps all of them busy; CPU
+agents do so too with ``concurrent_cpu_agents``, torch's threads split between them. The oracle is the task reward (``reward_func`` + ``reward_processor``)
 or any callable that maps joint candidates to scores (the MARLHF reward model). It does not build pairs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
+
+import torch
 
 from comlrl_lab.data.records import PARSE_OK, JointCandidate, Side
 from comlrl_lab.data.rewards import apply_reward_processor, call_reward_function
@@ -29,12 +34,48 @@ def agent_prompts(formatters: Sequence[Callable[[dict], str]], items: Sequence[d
     return [[fmt(item) for item in items] for fmt in formatters]
 
 
-def map_agents(fn: Callable[[int], T], devices: Sequence[Any]) -> list[T]:
+def available_cores() -> int:
+    """The CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def _torch_threads(count: int) -> Iterator[None]:
+    """torch's intra-op thread count set to ``count`` meanwhile (process-wide), then put back."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def map_agents(fn: Callable[[int], T], devices: Sequence[Any], *, concurrent_cpu: bool = False) -> list[T]:
     """``[fn(0), ..., fn(A-1)]``, one agent per device; concurrent (one thread per agent) when the agents sit on
-    two or more distinct CUDA devices, in order otherwise (CPU threads would only compete for the same cores)."""
+    two or more distinct CUDA devices, in order otherwise.
+
+    ``concurrent_cpu`` (the ``concurrent_cpu_agents`` field) also runs agents that all sit on the CPU in one
+    thread each, when the process has at least two cores, with torch's intra-op threads split between them
+    (torch's count is process-wide: it reads threads / agents, at least 1, until they have all finished).
+    """
     count = len(devices)
-    if count < 2 or not concurrent_devices(list(devices)):
+    if count < 2:
         return [fn(i) for i in range(count)]
+    if concurrent_devices(list(devices)):
+        return _in_threads(fn, count)
+    on_cpu = all(torch.device(d).type == "cpu" for d in devices)
+    # Differs from CoMLRL: its agents always run one after the other; here CPU agents may overlap (opt-in).
+    if concurrent_cpu and on_cpu and available_cores() >= 2:
+        per_agent = max(1, torch.get_num_threads() // count)
+        with _torch_threads(per_agent):
+            return _in_threads(fn, count)
+    return [fn(i) for i in range(count)]
+
+
+def _in_threads(fn: Callable[[int], T], count: int) -> list[T]:
     with ThreadPoolExecutor(max_workers=count, thread_name_prefix="comlrl-lab-agent") as pool:
         futures = [pool.submit(fn, i) for i in range(count)]
         return [f.result() for f in futures]
@@ -53,12 +94,13 @@ def sample_joint_candidates(
     *,
     row_seeds: Sequence[Sequence[int] | None] | None = None,
     devices: Sequence[Any] | None = None,
+    concurrent_cpu: bool = False,
 ) -> list[list[JointCandidate]]:
     """Sample ``num_candidates`` per agent per item; candidate j of every agent forms joint response j.
 
     Returns ``joint[k][j]`` for item k (position in ``item_indices``) and candidate j. ``row_seeds[i]`` (one
     seed per item, or None) switches agent i to batch-invariant sampling; ``devices`` (the agents' devices)
-    lets agents on distinct GPUs sample concurrently.
+    lets agents on distinct GPUs sample concurrently, and agents on the CPU too with ``concurrent_cpu``.
     """
 
     def sample(agent: int):
@@ -76,7 +118,13 @@ def sample_joint_candidates(
             on_agent_done(agent, sum(len(s.completion_ids) for row in samples for s in row))
         return samples
 
-    per_agent = map_agents(sample, devices if devices is not None else ["cpu"] * len(models))
+    # CPU agents share one generator per stream: only row-seeded sampling, which never draws from it, may overlap.
+    row_seeded = row_seeds is not None and all(seeds is not None for seeds in row_seeds)
+    per_agent = map_agents(
+        sample,
+        devices if devices is not None else ["cpu"] * len(models),
+        concurrent_cpu=concurrent_cpu and row_seeded,
+    )
     return align_joint(per_agent, prompts, item_indices, side)
 
 

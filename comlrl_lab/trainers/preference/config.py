@@ -492,6 +492,14 @@ class MADPOConfig:
             "group": "Training",
         },
     )
+    concurrent_cpu_agents: bool = field(
+        default=False,
+        kw_only=True,
+        metadata={
+            "help": "Agents all on the CPU (two or more, on a machine with two or more cores): sample, evaluate and score each agent in its own thread, torch's intra-op threads split between them (the count is process-wide, so another run in the same process sees the split while they run). The same samples. Off by default: see docs/differences_from_comlrl.md for the measurement.",
+            "group": "Devices and collaboration",
+        },
+    )
     save_total_limit: int | None = field(
         default=None,
         kw_only=True,

@@ -232,7 +232,8 @@ class DPOLearner:
             # Agents on distinct GPUs run their forwards in parallel threads; autograd's backward below
             # already runs one worker per device.
             winner_logps, loser_logps = [], []
-            for (winners, losers), tokens in map_agents(score, host.agent_devices):
+            concurrent = host.args.concurrent_cpu_agents
+            for (winners, losers), tokens in map_agents(score, host.agent_devices, concurrent_cpu=concurrent):
                 sums.tokens += tokens
                 winner_logps.append(winners)
                 loser_logps.append(losers)
