@@ -86,7 +86,7 @@ def test_readme_commands_are_the_ones_ci_runs():
     assert "bash scripts/setup.sh" in ci and 'python -m pytest -q -m "not benchmark"' in ci
     for check in ("ruff check .", "ruff format --check .", "lint-imports", "vulture"):
         assert f"\n{check}\n" in ci and f"`{check}`" in readme
-    for benchmark in ("collection", "madpo_round", "store", "api_concurrency"):
+    for benchmark in ("collection", "madpo_round", "store", "api_concurrency", "vs_comlrl"):
         assert f"python benchmarks/{benchmark}.py" in readme
         assert (ROOT / "benchmarks" / f"{benchmark}.py").is_file()
 
