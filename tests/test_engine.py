@@ -86,6 +86,26 @@ def test_run_step_out_of_order_is_refused_by_the_trainer_and_logs_no_failure(mod
     manager.close()
 
 
+def test_the_cursor_of_a_reopened_run_reads_the_checkpoint_state_not_its_weights(model_dir, tmp_path):
+    manager = RunManager(tmp_path / "runs")
+    run_id = manager.create(small_spec(model_dir))
+    run = manager.run(run_id)
+    for phase in ("collect", "select", "train"):
+        run.step(phase)
+    run.trainer.wait_for_checkpoint()
+    checkpoint_dir = run.checkpoint_dir
+    manager.close()
+    weights = sorted(checkpoint_dir.glob("checkpoint-*/weights-*.pt"))
+    assert weights, "the train phase wrote its weights"
+    for path in weights:  # a weights file that loaded would fail here: reading the cursor must not open it
+        path.unlink()
+        path.write_bytes(b"not a torch file")
+    second = RunManager(tmp_path / "runs")
+    reopened = second.run(second.open(checkpoint_dir.parent))
+    assert reopened.cursor() == (1, "evaluate") and reopened.trainer is None
+    second.close()
+
+
 def test_invalid_config_is_refused_before_anything_is_written(model_dir, tmp_path):
     manager = RunManager(tmp_path / "runs")
     with pytest.raises(

@@ -187,7 +187,7 @@ class Run:
         if self.trainer is not None:
             return self.trainer.round_index, self.trainer.next_phase
         if _ckpt().has_checkpoint(self.checkpoint_dir):
-            state, _ = _ckpt().load_checkpoint(self.checkpoint_dir)
+            state = _ckpt().load_checkpoint_state(self.checkpoint_dir)
             return int(state["round_index"]), None if state["finished"] else PHASES[int(state["phase_index"])]
         return 1, PHASES[0]
 

@@ -214,9 +214,10 @@ def has_checkpoint(directory: str | Path) -> bool:
     return latest_checkpoint(directory) is not None
 
 
-def load_checkpoint(directory: str | Path, map_location: Any = "cpu") -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """(state, weights) of the checkpoint a resume from ``directory`` uses; weights is None for version 0, the
-    initial weights a fresh trainer already holds. ``state["checkpoint_path"]`` says which checkpoint it was."""
+def load_checkpoint_state(directory: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
+    """The small state of the checkpoint a resume from ``directory`` uses (cursor, RNG streams, replay index),
+    without its weights: reading where a run stands must not load gigabytes. ``state["checkpoint_path"]`` says
+    which checkpoint it was."""
     directory = Path(directory)
     remove_stale_tmp(checkpoint_root(directory))
     found = latest_checkpoint(directory)
@@ -228,8 +229,16 @@ def load_checkpoint(directory: str | Path, map_location: Any = "cpu") -> tuple[d
     if state.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{state_path}: unsupported checkpoint format {state.get('format')!r}")
     state["checkpoint_path"] = str(found)
+    return state
+
+
+def load_checkpoint(directory: str | Path, map_location: Any = "cpu") -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(state, weights) of the checkpoint a resume from ``directory`` uses; weights is None for version 0, the
+    initial weights a fresh trainer already holds."""
+    state = load_checkpoint_state(directory, map_location)
     if int(state["weights_version"]) == INITIAL_WEIGHTS:
         return state, None
+    found = Path(state["checkpoint_path"])
     weights = torch.load(weights_file(found, state["weights_version"]), map_location=map_location, weights_only=False)
     return state, weights
 
