@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from comlrl_lab.data.stats import ci95_half_width
-from comlrl_lab.engine.presets import QUICKSTART_CONFIG
+from comlrl_lab.engine.presets import QUICKSTART_CONFIG, QUICKSTART_TRAIN_ITEMS
 
 _STABILISERS = ("madpo_reference", "madpo_length_normalize", "madpo_nll_weight")
 #: Opt-in MADPO stabilisers per setting name; "seed" is CoMLRL's loss, "combined" the quickstart preset's.
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=3)
     # The defaults are the quickstart preset's sizes, so the "combined" row measures the preset itself.
     parser.add_argument("--rounds", type=int, default=QUICKSTART_CONFIG["num_iterations"])
-    parser.add_argument("--items", type=int, default=16)
+    parser.add_argument("--items", type=int, default=QUICKSTART_TRAIN_ITEMS)
     parser.add_argument("--eval-items", type=int, default=QUICKSTART_CONFIG["eval_num_samples"])
     parser.add_argument("--eval-samples-per-item", type=int, default=QUICKSTART_CONFIG.get("eval_samples_per_item", 1))
     parser.add_argument("--candidates", type=int, default=QUICKSTART_CONFIG["preference_num_candidates"])

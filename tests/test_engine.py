@@ -68,6 +68,37 @@ def test_manager_runs_a_round_in_the_background_and_commits_each_phase(model_dir
     manager.close()
 
 
+def test_several_eval_samples_per_item_reach_the_store_and_the_learning_pages_band(model_dir, tmp_path):
+    from comlrl_lab.data.stats import t975
+    from comlrl_lab.ui.frames import eval_interval
+
+    manager = RunManager(tmp_path / "runs")
+    run_id = manager.create(small_spec(model_dir, eval_samples_per_item=3))
+    manager.start(run_id, rounds=1)
+    assert manager.wait(run_id, timeout=300).status == "idle"
+    store = manager.run(run_id).store
+    stored = store.cursor().execute(
+        "SELECT item_index, candidate_index, reward FROM candidates WHERE run_id = ? AND side = 'eval' "
+        "ORDER BY item_index, candidate_index",
+        [run_id],
+    )
+    rows = stored.fetchall()
+    assert [(k, j) for k, j, _ in rows] == [(k, j) for k in range(2) for j in range(3)]
+    curve = store.eval_curve(run_id)
+    logged = dict(zip(curve["name"], curve["value"]))
+    rewards = [[r for k, _, r in rows if k == item] for item in range(2)]
+    within = sum(3 * sum((r - sum(item) / 3) ** 2 for r in item) / 2 for item in rewards)
+    assert logged["eval/num_samples"] == 6
+    assert logged["eval/turn_1/reward_mean"] == pytest.approx(sum(r for _, _, r in rows) / 6)
+    assert logged["eval/turn_1/reward_sem"] == pytest.approx(within**0.5 / 6)
+    band = eval_interval(store.metrics(run_id)).iloc[0]
+    half = t975(5) * logged["eval/turn_1/reward_sem"]
+    assert (band["low"], band["high"]) == pytest.approx(
+        (logged["eval/turn_1/reward_mean"] - half, logged["eval/turn_1/reward_mean"] + half)
+    )
+    manager.close()
+
+
 def test_phase_out_of_order_is_refused_with_a_clear_message(model_dir, tmp_path):
     manager = RunManager(tmp_path / "runs")
     run_id = manager.create(small_spec(model_dir))

@@ -12,6 +12,10 @@ from __future__ import annotations
 from comlrl_lab.engine.spec import ExperimentSpec
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
 
+#: Training items per round and evaluation items (every item of a built-in task's eval split).
+QUICKSTART_TRAIN_ITEMS = 16
+QUICKSTART_EVAL_ITEMS = 60
+
 #: The quickstart's config overrides (MADPOIterConfig fields by their CoMLRL names).
 QUICKSTART_CONFIG: dict[str, object] = {
     "num_iterations": 5,
@@ -24,7 +28,8 @@ QUICKSTART_CONFIG: dict[str, object] = {
     "max_new_tokens": 24,
     "temperature": 1.0,
     "top_p": 1.0,
-    "eval_num_samples": 32,
+    "eval_num_samples": QUICKSTART_EVAL_ITEMS,
+    "eval_samples_per_item": 4,
     "comparator_policy": "current",
     "preference_replay_mode": "lambda_decay",
     "preference_replay_lambda": 0.5,
@@ -43,7 +48,7 @@ def quickstart_spec(task: str = "length_ratio") -> ExperimentSpec:
         name="quickstart",
         agent_models=[TINY_MODEL_NAME, TINY_MODEL_NAME],
         task=task,
-        max_train_items=16,
-        max_eval_items=32,
+        max_train_items=QUICKSTART_TRAIN_ITEMS,
+        max_eval_items=QUICKSTART_EVAL_ITEMS,
         config=dict(QUICKSTART_CONFIG),
     )
