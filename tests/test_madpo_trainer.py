@@ -516,6 +516,29 @@ def test_evaluation_with_several_samples_per_item_keeps_the_first_and_reports_th
     assert metrics["eval/turn_1/reward_sem"] == pytest.approx(math.sqrt(within) / 9)
 
 
+def test_the_evaluate_phase_counts_its_samples_up_to_its_total(model_dir, tmp_path):
+    from comlrl_lab.trainers.preference.sink import PhaseControl
+
+    class Recording(PhaseControl):
+        def __init__(self):
+            super().__init__()
+            self.seen: list[tuple[str, int, int]] = []
+
+        def advance(self, count=1, tokens=0):
+            super().advance(count, tokens)
+            self.seen.append((self.phase, self.done, self.total))
+
+    trainer = make_iter_trainer(model_dir, iter_config(tmp_path, num_iterations=1, eval_samples_per_item=2))
+    trainer.control = Recording()
+    for _ in range(4):
+        trainer.step()
+    # 3 eval items x 2 samples, for each of the 2 agents: 12, reached as each agent's samples are drawn.
+    assert [seen for seen in trainer.control.seen if seen[0] == "evaluate"] == [
+        ("evaluate", 6, 12),
+        ("evaluate", 12, 12),
+    ]
+
+
 def test_eval_samples_per_item_must_be_a_positive_integer(tmp_path):
     with pytest.raises(ValueError, match="eval_samples_per_item must be >= 1"):
         iter_config(tmp_path, eval_samples_per_item=0)

@@ -473,6 +473,7 @@ class PreferenceTrainerBase:
             self.sampling_settings(),
             generators,
             side="current",
+            on_agent_done=lambda agent, tokens: self.control.advance(len(local_items) * per_item, tokens),
             # Differs from CoMLRL: the same prompts and sampling seeds every round (common random numbers), so a
             # change from one round's evaluation to the next is the policy's, not the sampler's.
             row_seeds=[self.row_seeds("eval", indices, i, per_round=False) for i in range(self.num_agents)],
