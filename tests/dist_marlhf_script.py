@@ -17,19 +17,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from dist_madpo_script import ITEMS, fmt_one, fmt_two  # noqa: E402  (the same items and prompts as MADPO)
+
 from comlrl_lab.data.tasks.length_ratio import length_ratio_reward  # noqa: E402
 from comlrl_lab.trainers.preference import MARLHFConfig, MARLHFTrainer, policy_learning, reward_model  # noqa: E402
 from comlrl_lab.trainers.preference.marlhf import RLHFLearner  # noqa: E402
-
-ITEMS = [{"prompt": f"the {w} cat"} for w in ("red", "blue", "green", "big", "small")]
-
-
-def fmt_one(item):
-    return item["prompt"] + " one"
-
-
-def fmt_two(item):
-    return item["prompt"] + " two"
 
 
 def make_trainer(model_dir: str, out_dir: Path, **overrides):

@@ -166,13 +166,13 @@ def test_sampling_an_eval_model_leaves_its_mode_alone(model_dir):
     assert calls == [(0, False), (0, True)] and model.training
 
 
-def test_each_prompt_is_prefilled_once_with_the_same_tokens(model_dir):
+def model_logging_forward_shapes(model_dir):
+    """The tiny model in eval mode, its tokenizer, and the list every forward appends its input_ids shape to."""
     from comlrl_lab.models.loading import load_model, load_tokenizer
 
     tokenizer = load_tokenizer(model_dir)
     model = load_model(model_dir, device="cpu", dtype="float32").eval()
-    prompts = ["the red cat sat on the mat", "a dog", "the green bird sang all day long"]
-    forward_rows = []
+    forward_rows: list[tuple[int, ...]] = []
     plain_forward = model.forward
 
     @functools.wraps(plain_forward)  # the sampler reads the forward's signature
@@ -181,6 +181,12 @@ def test_each_prompt_is_prefilled_once_with_the_same_tokens(model_dir):
         return plain_forward(*args, **kwargs)
 
     model.forward = watched
+    return model, tokenizer, forward_rows
+
+
+def test_each_prompt_is_prefilled_once_with_the_same_tokens(model_dir):
+    model, tokenizer, forward_rows = model_logging_forward_shapes(model_dir)
+    prompts = ["the red cat sat on the mat", "a dog", "the green bird sang all day long"]
     samples = {}
     for prefill in (True, False):
         for seeded in (True, False):
@@ -208,20 +214,8 @@ def test_each_prompt_is_prefilled_once_with_the_same_tokens(model_dir):
 
 
 def test_two_sides_in_one_pass_get_their_own_tokens_from_one_prefill(model_dir):
-    from comlrl_lab.models.loading import load_model, load_tokenizer
-
-    tokenizer = load_tokenizer(model_dir)
-    model = load_model(model_dir, device="cpu", dtype="float32").eval()
+    model, tokenizer, forward_rows = model_logging_forward_shapes(model_dir)
     prompts = ["the red cat sat on the mat", "a dog", "the green bird sang all day long"]
-    forward_rows = []
-    plain_forward = model.forward
-
-    @functools.wraps(plain_forward)  # the sampler reads the forward's signature
-    def watched(*args, **kwargs):
-        forward_rows.append(tuple(kwargs["input_ids"].shape))
-        return plain_forward(*args, **kwargs)
-
-    model.forward = watched
     settings = SamplingSettings(max_new_tokens=6, batch_size=64, top_p=0.9)
     apart = [
         [
