@@ -154,14 +154,16 @@ if not costs.empty:
     with st.container(key=state.ROUNDS_CHECKPOINT_COST):
         st.subheader("Checkpoints")
         st.caption(frames.checkpoint_summary(costs))
+        shown = frames.checkpoint_display(costs)
         st.dataframe(
-            costs,
+            shown,
             hide_index=True,
             width="stretch",
             key=state.ROUNDS_CHECKPOINT_TABLE,
             column_config={
                 label: st.column_config.NumberColumn(format="%.3f" if "seconds" in label else "%.2f")
                 for label in frames.CHECKPOINT_COLUMNS.values()
+                if label in shown.columns
             },
         )
 

@@ -219,3 +219,26 @@ def test_the_pair_chart_leaves_room_for_the_winner_label_above_the_best_candidat
     winner = next(t for t in fig.data if t.name == "winner")
     assert winner.cliponaxis is False
     assert fig.layout.yaxis.range[1] > 1.0 + 0.1 and fig.layout.yaxis.range[0] < 0.2
+
+
+def test_checkpoint_costs_show_background_seconds_only_when_some_were_written_in_the_background():
+    import pandas as pd
+
+    from comlrl_lab.data import metric_names as M
+    from comlrl_lab.ui import frames
+
+    def metric(phase, template, value):
+        return {"round": 1, "phase": phase, "name": M.name(template, phase=phase), "value": value}
+
+    foreground = pd.DataFrame(
+        [metric("collect", M.CHECKPOINT_SECONDS, 0.5), metric("collect", M.CHECKPOINT_BYTES, 2e6)]
+        + [metric("train", M.CHECKPOINT_SECONDS, 0.25), metric("train", M.CHECKPOINT_BYTES, 3e6)]
+    )
+    shown = frames.checkpoint_display(frames.checkpoint_costs(foreground))
+    assert shown.to_dict("records") == [
+        {"round": 1, "phase": "Collect", "seconds holding up training": 0.5, "MB written": 2.0},
+        {"round": 1, "phase": "Train", "seconds holding up training": 0.25, "MB written": 3.0},
+    ]
+    mixed = pd.concat([foreground, pd.DataFrame([metric("train", M.CHECKPOINT_BACKGROUND_SECONDS, 1.5)])])
+    shown = frames.checkpoint_display(frames.checkpoint_costs(mixed))
+    assert list(shown["seconds in the background"]) == [0.0, 1.5]  # the collect checkpoint: none in the background

@@ -102,6 +102,16 @@ def checkpoint_costs(metrics: pd.DataFrame) -> pd.DataFrame:
     return wide[columns]
 
 
+def checkpoint_display(costs: pd.DataFrame) -> pd.DataFrame:
+    """``checkpoint_costs`` as the Rounds page shows them: no background column when nothing was written in the
+    background, and 0 s for the checkpoints written in the foreground when something was (a table cell would
+    otherwise read "None")."""
+    background = CHECKPOINT_COLUMNS[metric_names.CHECKPOINT_BACKGROUND_SECONDS]
+    if costs[background].isna().all():
+        return costs.drop(columns=background)
+    return costs.fillna({background: 0.0})
+
+
 def checkpoint_summary(costs: pd.DataFrame) -> str:
     """One line of totals over ``checkpoint_costs`` rows."""
     blocked, background, written = (costs[c].sum() for c in CHECKPOINT_COLUMNS.values())
