@@ -496,7 +496,7 @@ class MADPOConfig:
         default=False,
         kw_only=True,
         metadata={
-            "help": "Agents all on the CPU (two or more, on a machine with two or more cores): sample, evaluate and score each agent in its own thread, torch's intra-op threads split between them (the count is process-wide, so another run in the same process sees the split while they run). The same samples. Off by default: see docs/differences_from_comlrl.md for the measurement.",
+            "help": "Agents all on the CPU (two or more, on a machine with two or more cores): sample, evaluate and score each agent in its own thread, torch's intra-op threads split between them (the count is process-wide, so another run in the same process sees the split while they run). The same samples from the same weights; with more than one torch thread the split can change how torch sums in the last bits, so later rounds' pairs can differ from a run without it. Off by default: see docs/differences_from_comlrl.md for the measurement.",
             "group": "Devices and collaboration",
         },
     )
