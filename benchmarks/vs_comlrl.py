@@ -18,6 +18,10 @@ comparator ``current``, replay ``current``, temperature 0.6, top-p 0.6, top-k 50
 Usage::
 
     python benchmarks/vs_comlrl.py [--configs 1,2,3,4] [--repeats 3] [--venv .bench/comlrl-venv] [--json OUT]
+                                   [--threads 1] [--ours FIELD=VALUE ...]
+
+``--threads 0`` gives both sides torch's default thread count (the machine's cores), and ``--ours
+concurrent_cpu_agents=true`` measures our agents in threads of their own against CoMLRL as it runs by default.
 
 The first run creates the venv (``python -m venv``, then ``pip install torch==<ours> comlrl==1.4.3
 transformers==<ours>``: a few minutes). Absolute times move with the machine's load; the ratios of interleaved
@@ -173,8 +177,20 @@ class RunTime:
     process_seconds: float
 
 
-def run_worker(python: str, side: str, bench: BenchConfig, model_dir: str, log_path: Path) -> RunTime:
-    """One fresh process of the worker; its stderr and stdout go to ``log_path``."""
+def run_worker(
+    python: str,
+    side: str,
+    bench: BenchConfig,
+    model_dir: str,
+    log_path: Path,
+    *,
+    threads: int = 1,
+    extra_fields: dict | None = None,
+) -> RunTime:
+    """One fresh process of the worker; its stderr and stdout go to ``log_path``.
+
+    ``threads`` torch threads (0: torch's own default, the machine's cores); ``extra_fields`` are added to this
+    side's config (our own fields, such as ``concurrent_cpu_agents``, for our side only)."""
     with tempfile.TemporaryDirectory(prefix="vs-comlrl-run-") as workdir:
         spec = {
             "package": side,
@@ -184,11 +200,19 @@ def run_worker(python: str, side: str, bench: BenchConfig, model_dir: str, log_p
             "task": TASK,
             "items": bench.items,
             "seed": SEED,
-            "config": config_fields(bench, model_dir, str(Path(workdir) / "preference_replay")),
+            "config": {
+                **config_fields(bench, model_dir, str(Path(workdir) / "preference_replay")),
+                **(extra_fields or {}),
+            },
+            "threads": threads,
         }
         spec_path = Path(workdir) / "spec.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
+        env = {**os.environ, "WANDB_MODE": "disabled"}
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            env.pop(name, None)
+            if threads:
+                env[name] = str(threads)
         # Our side imports the checkout under test; the CoMLRL side gets it only for the task module.
         env["PYTHONPATH"] = str(ROOT) if side == "comlrl_lab" else ""
         started = time.perf_counter()
@@ -236,6 +260,17 @@ def table(rows: list[tuple[str, list[float], list[float]]]) -> str:
     return "\n".join(lines)
 
 
+def parse_field(text: str) -> tuple[str, object]:
+    """``FIELD=VALUE`` with a JSON value (``true``, ``2``, ``"x"``); a bare word is a string."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE, got {text!r}")
+    try:
+        return name.strip(), json.loads(value)
+    except json.JSONDecodeError:
+        return name.strip(), value
+
+
 def parse_configs(text: str) -> list[str]:
     names = [part.strip() for part in text.split(",") if part.strip()]
     unknown = [name for name in names if name not in CONFIGS]
@@ -250,7 +285,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs per side and config, interleaved")
     parser.add_argument("--venv", type=Path, default=DEFAULT_VENV, help="CoMLRL's venv (created when missing)")
     parser.add_argument("--json", type=Path, default=None, help="also write every run's times here")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads per run, both sides (0: torch's default, the cores)"
+    )
+    parser.add_argument(
+        "--ours",
+        action="append",
+        type=parse_field,
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a config field for our side only (a JSON value), e.g. concurrent_cpu_agents=true; repeatable",
+    )
     args = parser.parse_args()
+    ours = dict(args.ours)
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
 
@@ -273,7 +320,13 @@ def main() -> None:
             for repeat in range(args.repeats):
                 for side in SIDES:
                     run = run_worker(
-                        pythons[side], side, bench, model_dir, log_dir / f"config{name}-{side}-{repeat + 1}.log"
+                        pythons[side],
+                        side,
+                        bench,
+                        model_dir,
+                        log_dir / f"config{name}-{side}-{repeat + 1}.log",
+                        threads=args.threads,
+                        extra_fields=ours if side == "comlrl_lab" else None,
                     )
                     times[side].append(run)
                     print(
@@ -292,7 +345,11 @@ def main() -> None:
             if args.json is not None:
                 args.json.write_text(json.dumps(raw, indent=2), encoding="utf-8")
 
-    print(f"\n`trainer.train()` wall-clock, median [min, max] of {args.repeats} interleaved runs per side, 1 thread:\n")
+    threads = "torch's default threads" if args.threads == 0 else f"{args.threads} thread{'s' * (args.threads > 1)}"
+    extra = f"; ours with {', '.join(f'{k}={v}' for k, v in ours.items())}" if ours else ""
+    print(
+        f"\n`trainer.train()` wall-clock, median [min, max] of {args.repeats} interleaved runs per side, {threads}{extra}:\n"
+    )
     print(table(train_rows))
     print("\nWhole process (imports, model loading and training):\n")
     print(table(process_rows))

@@ -3,12 +3,13 @@
 The same file runs under CoMLRL 1.4.3 (``comlrl``, in its own venv) and under ours (``comlrl_lab``): it builds
 the config from the same fields, loads two agents and their tokenizer with ``AutoModelForCausalLM`` /
 ``AutoTokenizer`` from one model directory, takes a built-in task's items, formatters and reward, and times
-``trainer.train()``. One thread, W&B off. Usage (the driver calls it)::
+``trainer.train()``. One thread unless the spec says otherwise, W&B off. Usage (the driver calls it)::
 
     python benchmarks/vs_comlrl_worker.py SPEC.json
 
 SPEC holds ``package`` ("comlrl" or "comlrl_lab"), ``repo_root``, ``trainer`` ("MADPOIter" or "MARLHFIter"),
-``model_dir``, ``task``, ``items``, ``seed`` and ``config`` (the config fields). The last stdout line is a JSON
+``model_dir``, ``task``, ``items``, ``seed``, ``config`` (the config fields) and ``threads`` (torch threads; 0
+leaves torch's default, the machine's cores). The last stdout line is a JSON
 object with ``train_seconds`` and ``setup_seconds``.
 """
 
@@ -22,8 +23,6 @@ import sys
 import time
 
 os.environ.setdefault("WANDB_MODE", "disabled")
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 RESULT_MARKER = "VS_COMLRL_RESULT "
 
@@ -36,7 +35,9 @@ def main(spec_path: str) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    torch.set_num_threads(1)
+    threads = int(spec.get("threads", 1))
+    if threads:  # 0 leaves torch's default: as many threads as the machine has cores
+        torch.set_num_threads(threads)
     # The task module is pure Python (no torch, no comlrl_lab trainers), so the CoMLRL side imports it from the
     # checkout: both sides score with the same reward code.
     sys.path.insert(0, spec["repo_root"])

@@ -72,6 +72,15 @@ def test_table_gives_medians_ranges_and_the_ratio_of_medians():
     assert bench.summarise([4.0, 1.0, 3.0, 2.0]) == bench.Summary(2.5, 1.0, 4.0)
 
 
+def test_ours_fields_are_parsed_as_json_values_or_words():
+    bench = load_benchmark()
+    assert bench.parse_field("concurrent_cpu_agents=true") == ("concurrent_cpu_agents", True)
+    assert bench.parse_field("scoring_batch_size=16") == ("scoring_batch_size", 16)
+    assert bench.parse_field("adamw_implementation=for_loop") == ("adamw_implementation", "for_loop")
+    with pytest.raises(argparse.ArgumentTypeError, match="FIELD=VALUE"):
+        bench.parse_field("concurrent_cpu_agents")
+
+
 def test_the_llama_config_has_86m_parameters():
     import torch
     from transformers import LlamaForCausalLM
@@ -91,6 +100,14 @@ def test_worker_trains_on_our_side_and_reports_its_time(tmp_path):
 
     bench = load_benchmark()
     small = bench.BenchConfig("MADPOIter", 1, 2, 2, 4, "tiny")
-    run = bench.run_worker(sys.executable, "comlrl_lab", small, tiny_model_path(), tmp_path / "run.log")
+    run = bench.run_worker(
+        sys.executable,
+        "comlrl_lab",
+        small,
+        tiny_model_path(),
+        tmp_path / "run.log",
+        threads=2,
+        extra_fields={"concurrent_cpu_agents": True},
+    )
     assert 0 < run.train_seconds < run.process_seconds
     assert bench.RESULT_MARKER in (tmp_path / "run.log").read_text(encoding="utf-8")
