@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,6 +143,18 @@ def build_batch(
     return PhaseBatch(round=round, phase=phase, tables=tables, num_agents=num_agents)
 
 
+@contextmanager
+def _transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """One transaction: committed when the block ends, rolled back (and the error re-raised) when it raises."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
 def commit_batches(
     con: duckdb.DuckDBPyConnection, run_id: str, batches: Sequence[PhaseBatch], **run_fields: Any
 ) -> None:
@@ -151,8 +164,7 @@ def commit_batches(
     its own.
     """
     now = utcnow()
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with _transaction(con):
         _ensure_run(con, run_id, now, **run_fields)
         for batch in batches:
             key = [run_id, batch.round, batch.phase]
@@ -179,10 +191,6 @@ def commit_batches(
                     "UPDATE runs SET num_agents = coalesce(num_agents, ?) WHERE run_id = ?", [batch.num_agents, run_id]
                 )
         con.execute("UPDATE runs SET updated_at = ? WHERE run_id = ?", [now, run_id])
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
 
 
 def event_table(events: Rows) -> pa.Table:
@@ -194,28 +202,18 @@ def append_events(
     con: duckdb.DuckDBPyConnection, run_id: str, rows: pa.Table, round: int | None, phase: str | None = None
 ) -> None:
     """Append log events outside any phase commit (they are never replaced by one), tagged with round and phase."""
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with _transaction(con):
         _ensure_run(con, run_id, utcnow())
         _append(con, "events", rows, [run_id, round, phase])
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
 
 
 def append_phase_rows(
     con: duckdb.DuckDBPyConnection, run_id: str, table: str, rows: pa.Table, round: int, phase: str
 ) -> None:
     """Append rows to a phase's ``table`` without replacing the phase's other rows."""
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with _transaction(con):
         _append(con, table, rows, [run_id, round, check_phase(phase)])
         con.execute("UPDATE runs SET updated_at = ? WHERE run_id = ?", [utcnow(), run_id])
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
 
 
 def discard_after(con: duckdb.DuckDBPyConnection, run_id: str, round: int, phase: str | None) -> None:
@@ -226,8 +224,7 @@ def discard_after(con: duckdb.DuckDBPyConnection, run_id: str, round: int, phase
     later = list(PHASES[PHASES.index(check_phase(phase)) + 1 :]) if phase is not None else []
     cond = "run_id = ? AND (round > ? OR (round = ? AND list_contains(?::VARCHAR[], phase)))"
     args = [run_id, round, round, later]
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with _transaction(con):
         for table in (*PHASE_TABLES, "phases"):
             con.execute(f"DELETE FROM {table} WHERE {cond}", args)
         con.execute("DELETE FROM rounds WHERE run_id = ? AND round > ?", [run_id, round])
@@ -235,26 +232,17 @@ def discard_after(con: duckdb.DuckDBPyConnection, run_id: str, round: int, phase
             resets = ", ".join(f"{p}_at = NULL" for p in later)
             con.execute(f"UPDATE rounds SET {resets} WHERE run_id = ? AND round = ?", [run_id, round])
             _refresh_round(con, run_id, round)
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
 
 
 def upsert_run(con: duckdb.DuckDBPyConnection, run_id: str, **fields: Any) -> None:
     """Create a run or update the given fields of an existing one (trainer, status, source, num_agents, config_json)."""
     now = utcnow()
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with _transaction(con):
         _ensure_run(con, run_id, now, **fields)
         for name, value in fields.items():
             if value is not None:
                 con.execute(f"UPDATE runs SET {name} = ? WHERE run_id = ?", [value, run_id])
         con.execute("UPDATE runs SET updated_at = ? WHERE run_id = ?", [now, run_id])
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
 
 
 RUN_FIELDS = ("trainer", "status", "source", "num_agents", "config_json")
