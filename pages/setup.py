@@ -211,24 +211,19 @@ if len(runs):
                 disabled=active,
                 help="Archive moves the folder to _archive/ in the runs folder; delete removes it and all its files.",
             )
-            archive_col.button(
-                "Archive",
-                on_click=_remove,
-                args=(True,),
-                disabled=active or not confirmed,
-                icon=":material/archive:",
-                key=state.RUNS_ARCHIVE,
-                width="stretch",
-            )
-            delete_col.button(
-                "Delete",
-                on_click=_remove,
-                args=(False,),
-                disabled=active or not confirmed,
-                icon=":material/delete:",
-                key=state.RUNS_DELETE,
-                width="stretch",
-            )
+            for column, label, archive, icon, key in (
+                (archive_col, "Archive", True, ":material/archive:", state.RUNS_ARCHIVE),
+                (delete_col, "Delete", False, ":material/delete:", state.RUNS_DELETE),
+            ):
+                column.button(
+                    label,
+                    on_click=_remove,
+                    args=(archive,),
+                    disabled=active or not confirmed,
+                    icon=icon,
+                    key=key,
+                    width="stretch",
+                )
             if active:
                 st.caption(
                     f"{picked} is {status}: pause or stop it on the Rounds page before archiving or deleting it."
