@@ -33,6 +33,7 @@ import sys
 import time
 
 import torch
+from sampler_switches import add_sampler_switches
 
 from comlrl_lab.models.generation import SamplingSettings, count_tokens, sample_candidates, sample_sides
 from comlrl_lab.models.loading import ModelLoadError, load_model, load_tokenizer
@@ -184,24 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument(
-        "--no-top-k-first",
-        dest="top_k_first",
-        action="store_false",
-        help="row-seeded sampler: sort the whole vocabulary for top-p (the saving off)",
-    )
-    parser.add_argument(
-        "--no-prefill-once",
-        dest="prefill_once",
-        action="store_false",
-        help="prefill every (prompt, candidate) row instead of each distinct prompt once (the saving off)",
-    )
-    parser.add_argument(
-        "--no-sides-in-one-pass",
-        dest="sides_in_one_pass",
-        action="store_false",
-        help="(d): sample a current comparison's two sides in two passes (the saving off)",
-    )
+    add_sampler_switches(parser)
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
     args = parser.parse_args(argv)
     if is_tiny_model_name(args.model) and not os.path.isfile(os.path.join(tiny_model_path(), "config.json")):

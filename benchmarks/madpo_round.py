@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import torch
+from sampler_switches import add_sampler_switches, sampler_savings_off
 
 from comlrl_lab.data.tasks import get_task
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
@@ -77,12 +78,7 @@ def build_trainer(args, output_dir: str) -> MADPOIterTrainer:
                     model.eval()
 
         trainer.learner._update = switching_update
-    switched_off = {
-        "top_k_first": args.top_k_first,
-        "prefill_once": args.prefill_once,
-        "sides_in_one_pass": args.sides_in_one_pass,
-    }
-    switched_off = {name: False for name, on in switched_off.items() if not on}
+    switched_off = sampler_savings_off(args)
     if switched_off:
         plain = trainer.sampling_settings
         trainer.sampling_settings = lambda **overrides: plain(**{**switched_off, **overrides})
@@ -137,29 +133,12 @@ def main() -> None:
         choices=("fused", "foreach", "for_loop"),
         help="the agents' AdamW (for_loop: the per-tensor loop, the saving off)",
     )
-    parser.add_argument(
-        "--no-top-k-first",
-        dest="top_k_first",
-        action="store_false",
-        help="row-seeded sampler: sort the whole vocabulary for top-p (the saving off)",
-    )
+    add_sampler_switches(parser)
     parser.add_argument(
         "--no-pack-pair-scoring",
         dest="pack_pair_scoring",
         action="store_false",
         help="score winner and loser as two rows, the prompt twice (the saving off)",
-    )
-    parser.add_argument(
-        "--no-prefill-once",
-        dest="prefill_once",
-        action="store_false",
-        help="prefill every (prompt, candidate) row instead of each distinct prompt once (the saving off)",
-    )
-    parser.add_argument(
-        "--no-sides-in-one-pass",
-        dest="sides_in_one_pass",
-        action="store_false",
-        help="collect: sample the current and comparator sides in two passes over the model (the saving off)",
     )
     parser.add_argument("--checkpoint", action="store_true", help="write the round's checkpoints (timed with it)")
     parser.add_argument(
