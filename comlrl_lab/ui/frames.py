@@ -73,13 +73,10 @@ CHECKPOINT_COLUMNS = {
 }
 
 
-def _checkpoint_template(name: str) -> str | None:
-    """The ``CHECKPOINT_COLUMNS`` template a ``checkpoint/<phase>_...`` metric name was made from, or None."""
-    for phase in PHASES:
-        for template in CHECKPOINT_COLUMNS:
-            if name == metric_names.name(template, phase=phase):
-                return template
-    return None
+#: Every ``checkpoint/<phase>_...`` metric name -> the ``CHECKPOINT_COLUMNS`` template it was made from.
+_CHECKPOINT_TEMPLATES = {
+    metric_names.name(template, phase=phase): template for phase in PHASES for template in CHECKPOINT_COLUMNS
+}
 
 
 def checkpoint_costs(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -88,7 +85,7 @@ def checkpoint_costs(metrics: pd.DataFrame) -> pd.DataFrame:
     columns = ["round", "phase", *CHECKPOINT_COLUMNS.values()]
     if metrics.empty:
         return pd.DataFrame(columns=columns)
-    costs = metrics.assign(name=metrics["name"].map(_checkpoint_template)).dropna(subset=["name"])
+    costs = metrics.assign(name=metrics["name"].map(_CHECKPOINT_TEMPLATES)).dropna(subset=["name"])
     if costs.empty:
         return pd.DataFrame(columns=columns)
     wide = costs.pivot_table(index=["round", "phase"], columns="name", values="value", aggfunc="last").reset_index()
