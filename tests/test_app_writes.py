@@ -4,12 +4,12 @@ changed, and a reopened run has no file of a phase it never finished."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import duckdb
 import pytest
+from workbench_fixtures import user_task_spec
 
-from comlrl_lab.engine import ExperimentSpec, RunManager
+from comlrl_lab.engine import RunManager
 from comlrl_lab.engine.run import Run
 from comlrl_lab.engine.spec_checks import inside_run_dir
 from comlrl_lab.store.schema import SchemaVersionError
@@ -17,34 +17,19 @@ from comlrl_lab.trainers.preference import checkpoint as ckpt
 from comlrl_lab.trainers.preference.replay import RUN_MARKER
 from comlrl_lab.ui.services import Workspace
 
-ROOT = Path(__file__).resolve().parents[1]
-USER_TASK = str(ROOT / "examples" / "custom_task" / "my_task.py")
-USER_DATA = str(ROOT / "examples" / "custom_task" / "data.jsonl")
-
-
-def _spec(**config) -> ExperimentSpec:
-    return ExperimentSpec(
-        algorithm="MADPOIter",
-        task=None,
-        user_task=USER_TASK,
-        user_train_data=USER_DATA,
-        user_eval_data=USER_DATA,
-        config={"num_iterations": 1, **config},
-    )
-
 
 @pytest.mark.parametrize("field", ["preference_replay_dir", "policy_checkpoint_dir"])
 @pytest.mark.parametrize("value", ["/tmp/anywhere", "../../escape", "~/replay"])
 def test_folders_from_the_form_cannot_leave_the_run_directory(tmp_path, field, value):
     manager = RunManager(tmp_path / "runs")
     with pytest.raises(ValueError, match=f"{field} must be a folder inside the run directory"):
-        manager.create(_spec(**{field: value}))
+        manager.create(user_task_spec(**{field: value}))
     assert list((tmp_path / "runs").iterdir()) == []
     manager.close()
 
 
 def test_a_relative_folder_is_anchored_in_the_run_directory(tmp_path):
-    config = _spec(preference_replay_dir="replay_b", policy_checkpoint_dir="hist/a").build_config()
+    config = user_task_spec(preference_replay_dir="replay_b", policy_checkpoint_dir="hist/a").build_config()
     inside_run_dir(config, tmp_path / "run-1")
     assert config.preference_replay_dir == str(tmp_path / "run-1" / "replay_b")
     assert config.policy_checkpoint_dir == str(tmp_path / "run-1" / "hist" / "a")
@@ -68,7 +53,7 @@ def test_another_tools_duckdb_file_is_left_unchanged(tmp_path):
 
 
 def test_open_reconciles_round_files_and_removes_stale_checkpoint_tmp(tmp_path):
-    run = Run.create(_spec(num_iterations=3), tmp_path)
+    run = Run.create(user_task_spec(num_iterations=3), tmp_path)
     run.close()
     replay = run.run_dir / "preference_replay"
     replay.mkdir()
@@ -86,7 +71,7 @@ def test_open_reconciles_round_files_and_removes_stale_checkpoint_tmp(tmp_path):
 
 
 def test_open_without_a_checkpoint_drops_every_round_file(tmp_path):
-    run = Run.create(_spec(), tmp_path)
+    run = Run.create(user_task_spec(), tmp_path)
     run.close()
     replay = run.run_dir / "preference_replay"
     replay.mkdir()

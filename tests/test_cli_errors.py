@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from workbench_fixtures import user_task_spec
 
 from comlrl_lab import cli
 from comlrl_lab.engine import ExperimentSpec
@@ -20,8 +21,6 @@ from comlrl_lab.trainers.preference import checkpoint as ckpt
 from comlrl_lab.trainers.preference.sink import PhaseCancelled
 
 ROOT = Path(__file__).resolve().parents[1]
-USER_TASK = str(ROOT / "examples" / "custom_task" / "my_task.py")
-USER_DATA = str(ROOT / "examples" / "custom_task" / "data.jsonl")
 
 
 def run_cli(tmp_path: Path, capsys, *argv: str) -> tuple[int, list[str]]:
@@ -95,17 +94,6 @@ def test_missing_file_and_verbose_traceback(tmp_path, capsys, monkeypatch):
     assert err.strip().splitlines()[-1] == "comlrl-lab run: nope.yaml: no such spec file"
 
 
-def _spec(**config) -> ExperimentSpec:
-    return ExperimentSpec(
-        algorithm="MADPOIter",
-        task=None,
-        user_task=USER_TASK,
-        user_train_data=USER_DATA,
-        user_eval_data=USER_DATA,
-        config={"num_iterations": 1, **config},
-    )
-
-
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
@@ -117,7 +105,7 @@ def _spec(**config) -> ExperimentSpec:
     ],
 )
 def test_task_data_models_and_devices_are_checked_before_the_run_directory(tmp_path, capsys, change, expected):
-    spec = _spec()
+    spec = user_task_spec()
     for key, value in change.items():
         setattr(spec, key, value)
     path = tmp_path / "spec.json"
@@ -129,7 +117,7 @@ def test_task_data_models_and_devices_are_checked_before_the_run_directory(tmp_p
 def test_resume_of_a_non_run_and_of_a_finished_run(tmp_path, capsys):
     code, err = run_cli(tmp_path, capsys, "run", "--resume", str(tmp_path))
     assert code == 2 and err == [f"comlrl-lab run: {tmp_path} is not a comlrl-lab run directory (no spec.json)"]
-    run = Run.create(_spec(), tmp_path / "made")
+    run = Run.create(user_task_spec(), tmp_path / "made")
     ckpt.save_checkpoint(
         run.checkpoint_dir, {"round_index": 1, "phase_index": 0, "finished": True}, {"agents": []}, version=1
     )
@@ -186,7 +174,7 @@ class _FailingTrainer:
 
 
 def test_a_run_that_fails_later_is_marked_failed_and_a_stop_is_not(tmp_path):
-    run = Run.create(_spec(), tmp_path)
+    run = Run.create(user_task_spec(), tmp_path)
     assert run.store.run(run.run_id)["status"] == "created"
     run.trainer = _FailingTrainer(PhaseCancelled("collect of round 1 was cancelled"))
     with pytest.raises(PhaseCancelled):

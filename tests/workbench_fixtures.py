@@ -53,6 +53,19 @@ def seed_spec(model: str, **config) -> ExperimentSpec:
     )
 
 
+def user_task_spec(**config) -> ExperimentSpec:
+    """A one-round MADPOIter spec on the example user task, with the default agent models (never loaded by tests
+    that only create, validate or list runs)."""
+    return ExperimentSpec(
+        algorithm="MADPOIter",
+        task=None,
+        user_task=USER_TASK,
+        user_train_data=USER_DATA,
+        user_eval_data=USER_DATA,
+        config={"num_iterations": 1, **config},
+    )
+
+
 def custom_task_spec(model: str, config: dict, **spec_fields) -> ExperimentSpec:
     """A MADPOIter spec for two agents on ``model``, trained and evaluated on the example user task."""
     return ExperimentSpec(
