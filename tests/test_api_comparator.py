@@ -25,6 +25,7 @@ from http_stub import (
     sequence,
     with_delay,
 )
+from repo_scripts import load_repo_script
 
 from comlrl_lab.data import credentials
 from comlrl_lab.data.credentials import MissingCredentialError
@@ -575,13 +576,7 @@ def test_works_from_a_worker_thread_and_inside_a_running_loop(stub):
 
 @pytest.mark.benchmark
 def test_benchmark_64_candidates_with_200ms_latency_run_concurrently():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "api_concurrency.py"
-    spec = importlib.util.spec_from_file_location("api_concurrency_benchmark", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_repo_script("benchmarks/api_concurrency.py", "api_concurrency_benchmark")
     result = module.measure(num_candidates=64, latency=0.2, max_concurrency=8)
     print(f"\n64 candidates x 200 ms, max_concurrency=8: {result['elapsed_s']:.3f} s, ratio {result['ratio']:.3f}")
     assert result["candidates"] == 64 and result["http_requests"] == 64

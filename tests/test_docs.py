@@ -9,12 +9,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from dataclasses import fields
 from pathlib import Path
 
 import pytest
+from repo_scripts import load_repo_script
 
 from comlrl_lab.trainers.preference.config import CONFIG_CLASSES
 
@@ -24,10 +24,7 @@ README = ROOT / "README.md"
 
 
 def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_repo_script(f"scripts/{name}.py", name)
 
 
 def table_rows(text: str) -> dict[str, list[str]]:

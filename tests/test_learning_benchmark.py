@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import pytest
+from repo_scripts import load_repo_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_learning():
-    spec = importlib.util.spec_from_file_location("learning_benchmark", ROOT / "benchmarks" / "learning.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_repo_script("benchmarks/learning.py", "learning_benchmark")
 
 
 def test_mean_ci_uses_student_t():

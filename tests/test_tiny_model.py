@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from repo_scripts import load_repo_script
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
 from comlrl_lab.data.tasks import get_task, list_tasks
@@ -27,11 +26,7 @@ def tiny():
 @pytest.fixture(scope="module")
 def corpus_words():
     """Every word the training corpus can contain, from the corpus builder itself."""
-    spec = importlib.util.spec_from_file_location("tiny_corpus", REPO / "scripts" / "tiny_corpus.py")
-    module = importlib.util.module_from_spec(spec)
-    # dataclasses look their module up in sys.modules while the file runs.
-    sys.modules["tiny_corpus"] = module
-    spec.loader.exec_module(module)
+    module = load_repo_script("scripts/tiny_corpus.py", "tiny_corpus")
     return {w for prompt, answer in module.corpus_examples(3000, seed=1) for w in words(f"{prompt} {answer}")}
 
 

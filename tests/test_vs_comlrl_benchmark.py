@@ -4,21 +4,17 @@ worker on our side. CoMLRL's venv is never created here."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
+from repo_scripts import load_repo_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_benchmark():
-    spec = importlib.util.spec_from_file_location("vs_comlrl_benchmark", ROOT / "benchmarks" / "vs_comlrl.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_repo_script("benchmarks/vs_comlrl.py", "vs_comlrl_benchmark")
 
 
 def test_the_four_configs_are_the_issues_sizes():

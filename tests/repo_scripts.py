@@ -1,0 +1,20 @@
+"""Import one of the repository's scripts (``benchmarks/``, ``scripts/``) as a module, for tests of its functions."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_repo_script(relative_path: str, module_name: str) -> ModuleType:
+    """``ROOT / relative_path`` imported as ``module_name``, registered in ``sys.modules`` first, since dataclasses
+    look their module up there while the file runs."""
+    spec = importlib.util.spec_from_file_location(module_name, ROOT / relative_path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
