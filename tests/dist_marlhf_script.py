@@ -2,8 +2,8 @@
 
 ``run()`` trains one MARLHF round (collect, select, train) and dumps to ``out_dir/rank<r>.pt``: the fitted
 reward model's weights, the agents' weights, every bt/ and rl/ metric of the train phase, and how many rows
-this rank itself pushed through the Bradley-Terry fit (pairs, validation included), the reward model's scoring
-of the rollouts and the policy-gradient forwards, so the test can tell that the ranks split the work.
+this rank itself pushed through the Bradley-Terry fit (pairs, validation included), the rollout sampler (items),
+the reward model's scoring of the rollouts and the policy-gradient forwards, so the test can tell that the ranks split the work.
 """
 
 from __future__ import annotations
@@ -62,10 +62,16 @@ def make_trainer(model_dir: str, out_dir: Path, **overrides):
 
 @contextlib.contextmanager
 def counting(counts: dict):
-    """Count the rows through the Bradley-Terry forwards, the rollout scoring and the policy forwards."""
+    """Count the rows through the Bradley-Terry forwards, the rollout sampling and scoring, the policy forwards."""
     patches = [
         (reward_model, "_bt_batch", "bt_pairs", lambda model, winners, losers, micro: len(winners)),
         (RLHFLearner, "reward_scores", "reward_rows", lambda self, candidates: len(candidates)),
+        (
+            policy_learning,
+            "sample_joint_candidates",
+            "rollout_items",
+            lambda models, tok, prompts, *a, **k: len(prompts[0]),
+        ),
         (policy_learning, "token_logps_and_mask", "policy_rows", lambda model, prompts, *a, **k: len(prompts)),
     ]
     originals = [(owner, name, getattr(owner, name)) for owner, name, _, _ in patches]
@@ -89,7 +95,7 @@ def counting(counts: dict):
 def run(model_dir: str, out_dir: Path) -> dict:
     torch.set_num_threads(1)
     out_dir = Path(out_dir)
-    counts = {"bt_pairs": 0, "reward_rows": 0, "policy_rows": 0}
+    counts = {"bt_pairs": 0, "rollout_items": 0, "reward_rows": 0, "policy_rows": 0}
     with counting(counts):
         return _run(model_dir, out_dir, counts)
 
@@ -99,7 +105,7 @@ def _run(model_dir: str, out_dir: Path, counts: dict) -> dict:
     metrics = []
     for phase in ("collect", "select", "train"):
         if phase == "train":  # rollout scoring during collection is the task reward's, not counted
-            counts.update(bt_pairs=0, reward_rows=0, policy_rows=0)
+            counts.update(bt_pairs=0, rollout_items=0, reward_rows=0, policy_rows=0)
         records = trainer.step(phase)
         if phase == "train":
             metrics = [(m["step"], m["name"], m["value"]) for m in records.metrics if not m["name"].startswith("time/")]

@@ -326,14 +326,15 @@ def test_headless_runner_under_torchrun_fills_one_store_like_one_process(model_d
 
 
 @pytest.mark.slow
-def test_torchrun_marlhf_two_ranks_split_the_fit_and_the_rl_and_equal_one_process(model_dir, tmp_path):
+def test_torchrun_marlhf_two_ranks_split_the_fit_the_rollouts_and_the_rl_and_equal_one_process(model_dir, tmp_path):
     torchrun(str(TESTS / "dist_marlhf_script.py"), model_dir, str(tmp_path / "k2"), cwd=tmp_path)
     ranks = _dist_files(tmp_path / "k2")
     single = dist_marlhf_script.run(model_dir, tmp_path / "k1")
     assert [r["world_size"] for r in ranks] == [2, 2] and single["world_size"] == 1
     assert single["num_pairs"] >= 4
-    # Each rank pushed its share of the rows through the fit, the rollout scoring and the policy forwards.
-    for key in ("bt_pairs", "reward_rows", "policy_rows"):
+    # Each rank pushed its share of the rows through the fit, the rollout sampling and scoring, and the policy
+    # forwards.
+    for key in ("bt_pairs", "rollout_items", "reward_rows", "policy_rows"):
         shares = [r["counts"][key] for r in ranks]
         assert single["counts"][key] > 0 and sum(shares) == single["counts"][key], key
         assert max(shares) - min(shares) <= single["counts"][key] // 2, key

@@ -9,6 +9,7 @@ import torch
 from model_fixtures import build_model, build_tokenizer
 
 from comlrl_lab.data.rewards import batched_reward
+from comlrl_lab.trainers.preference import policy_learning
 from comlrl_lab.trainers.preference.config import MARLHFConfig, MARLHFIterConfig
 from comlrl_lab.trainers.preference.marlhf import MARLHFIterTrainer, MARLHFTrainer
 from comlrl_lab.trainers.preference.policy_learning import (
@@ -283,6 +284,34 @@ def test_rollout_subtracts_each_agents_kl_times_coef(model_dir):
         assert torch.allclose(rollout.returns[i], rewards - 0.5 * rollout.kl[i])
     assert rollout.metrics["turn_1/reference_kl_penalty_mean"] == pytest.approx(0.5 * rollout.kl.mean().item())
     assert trainer.learner.policy.references[0] is not trainer.agents[0]
+
+
+def test_row_seeded_rollouts_draw_each_item_alike_in_any_buffer_and_leave_the_stream_alone(model_dir):
+    trainer = MARLHFTrainer(
+        agent_model=model_dir,
+        train_dataset=ITEMS,
+        reward_func=word_count_reward,
+        args=config(num_generations=3, max_new_tokens=6),
+    )
+    learner = trainer.learner.policy
+    seeds = [trainer.row_seeds("rl/0", [0, 1, 2], i) for i in range(2)]
+
+    def tokens(rollout):
+        return [[c.completion_ids for c in row] for row in rollout.candidates]
+
+    stream = learner.streams.torch(policy_learning.RL_GENERATION_STREAM, "cpu").get_state()
+    whole = learner.rollout(ITEMS, [0, 1, 2], lambda cands: [0.0] * len(cands), seeds)
+    # The shards a rank would sample: items 0 and 2, then item 1 alone.
+    shard = learner.rollout([ITEMS[0], ITEMS[2]], [0, 2], lambda c: [0.0] * len(c), [[s[0], s[2]] for s in seeds])
+    alone = learner.rollout([ITEMS[1]], [1], lambda c: [0.0] * len(c), [[s[1]] for s in seeds])
+    assert tokens(whole) == [tokens(shard)[0], tokens(alone)[0], tokens(shard)[1]]
+    assert torch.equal(learner.streams.torch(policy_learning.RL_GENERATION_STREAM, "cpu").get_state(), stream)
+    # The three generations of an item differ (their own seeds), and the next epoch's names draw afresh.
+    assert len({tuple(map(tuple, c.completion_ids)) for c in whole.candidates[0]}) > 1
+    again = learner.rollout(ITEMS, [0, 1, 2], lambda c: [0.0] * len(c), seeds)
+    later = [trainer.row_seeds("rl/1", [0, 1, 2], i) for i in range(2)]
+    assert tokens(again) == tokens(whole)
+    assert tokens(learner.rollout(ITEMS, [0, 1, 2], lambda c: [0.0] * len(c), later)) != tokens(whole)
 
 
 # ----------------------------------------------------------------------------- reward model not in eval

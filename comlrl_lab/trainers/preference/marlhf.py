@@ -209,10 +209,12 @@ class RLHFLearner:
         items = host.train_items
         size = int(host.args.rollout_buffer_size)
         losses, rewards = [], []
-        for _epoch in range(int(host.args.num_train_epochs)):
+        for epoch in range(int(host.args.num_train_epochs)):
             for start in range(0, len(items), size):
                 indices = list(range(start, min(start + size, len(items))))
-                rollout = self.policy.rollout([items[k] for k in indices], indices, self.reward_scores)
+                # An item recurs once per epoch, so the epoch is part of its rollout seeds' name.
+                seeds = [host.row_seeds(f"rl/{epoch}", indices, i) for i in range(host.num_agents)]
+                rollout = self.policy.rollout([items[k] for k in indices], indices, self.reward_scores, seeds)
                 host.env_step += self.policy.num_generations * len(indices)
                 metrics = dict(rollout.metrics)
                 if self.metrics_callback is not None:

@@ -290,26 +290,41 @@ class PolicyLearner:
             )
 
     # ------------------------------------------------------------------------------------------- rollout
-    def rollout(self, items: Sequence[dict], item_indices: Sequence[int], reward_fn: RewardFn) -> Rollout:
-        """Sample G joint responses per item, score them with the frozen reward model, compute advantages."""
+    def rollout(
+        self,
+        items: Sequence[dict],
+        item_indices: Sequence[int],
+        reward_fn: RewardFn,
+        row_seeds: Sequence[Sequence[int] | None] | None = None,
+    ) -> Rollout:
+        """Sample G joint responses per item, score them with the frozen reward model, compute advantages.
+
+        ``row_seeds[i]`` (one seed per item for agent i, from ``batch_invariant_sampling``) makes each item's
+        draws its own, so under torchrun each rank samples only its strided share of the items and the buffer
+        is gathered; without them every rank samples the whole buffer from the shared stream.
+        """
         G = self.num_generations
-        prompts = agent_prompts(self.formatters, items)
+        row_seeded = row_seeds is not None and all(seeds is not None for seeds in row_seeds)
+        positions = self.dist.shard(range(len(items))) if row_seeded else list(range(len(items)))
+        prompts = agent_prompts(self.formatters, [items[k] for k in positions])
         generators = [self.streams.torch(RL_GENERATION_STREAM, device) for device in self.agent_devices]
-        joint = sample_joint_candidates(
+        sampled = sample_joint_candidates(
             self.agents,
             self.tokenizers,
             prompts,
-            item_indices,
+            [item_indices[k] for k in positions],
             G,
             self.sampling,
             generators,
             side="current",
+            row_seeds=[[seeds[k] for k in positions] for seeds in row_seeds] if row_seeded else None,
             devices=self.agent_devices,
         )
+        joint = self.dist.gather_shards(sampled) if row_seeded else sampled
         K = len(joint)
         flat = [c for row in joint for c in row]  # item-major: index k * G + j
-        # Under torchrun every rank samples the whole buffer (the sampler's stream depends on the batch), then
-        # scores a strided share of it; the gathered scores are the same on every rank.
+        # Every rank now holds the whole buffer; each scores a strided share of it, and the gathered scores are
+        # the same on every rank.
         local = self.dist.shard(flat)
         rewards = torch.tensor(self.dist.gather_shards(reward_fn(local) if local else []), dtype=torch.float32)
         rewards = rewards.view(K, G)  # (K, G)
