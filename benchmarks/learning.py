@@ -23,6 +23,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from field_args import parse_field
+
 from comlrl_lab.data.stats import ci95_half_width
 from comlrl_lab.engine.presets import QUICKSTART_CONFIG, QUICKSTART_TRAIN_ITEMS
 
@@ -87,6 +89,7 @@ def run_curve(task_name: str, setting: str, seed: int, args: argparse.Namespace)
         output_dir=tempfile.mkdtemp(prefix="learning-"),
         **SETTINGS[setting],
     )
+    values.update(args.fields)
     config = MADPOIterConfig(**values)
     trainer = MADPOIterTrainer(
         agent_model=TINY_MODEL_NAME,
@@ -130,6 +133,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=QUICKSTART_CONFIG["num_train_epochs"])
     parser.add_argument("--lr", type=float, default=QUICKSTART_CONFIG["agent_learning_rate"])
     parser.add_argument("--beta", type=float, default=QUICKSTART_CONFIG["dpo_beta"])
+    parser.add_argument(
+        "--set",
+        dest="fields",
+        action="append",
+        type=parse_field,
+        default=[],
+        metavar="FIELD=VALUE",
+        help="any other MADPOIterConfig field for every run (a JSON value), e.g. pair_selection=reward_gap; repeatable",
+    )
     parser.add_argument("--json", default=None, help="also write every curve to this file")
     args = parser.parse_args(argv)
     unknown = [s for s in args.settings.split(",") if s not in SETTINGS]
@@ -139,8 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"MADPOIter, tiny model, {args.rounds} rounds, {args.items} items, {args.candidates} candidates, "
         f"{args.max_new_tokens} tokens, {args.epochs} epochs, lr {args.lr}, beta {args.beta}, "
-        f"{args.eval_items} eval items × {args.eval_samples_per_item} samples, {args.seeds} seeds; "
-        "mean ± 95% CI over seeds; eval SE: the largest logged standard error over seeds at round 0 and the last"
+        f"{args.eval_items} eval items × {args.eval_samples_per_item} samples, {args.seeds} seeds"
+        + "".join(f", {name}={value}" for name, value in args.fields)
+        + "; mean ± 95% CI over seeds; eval SE: the largest logged standard error over seeds at round 0 and the last"
     )
     results, errors = {}, {}
     for task in args.tasks.split(","):

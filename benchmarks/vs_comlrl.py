@@ -42,6 +42,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from field_args import parse_field
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "benchmarks" / "vs_comlrl_worker.py"
 RESULT_MARKER = "VS_COMLRL_RESULT "
@@ -258,17 +260,6 @@ def table(rows: list[tuple[str, list[float], list[float]]]) -> str:
             f"| {a.median / b.median:.2f}x |"
         )
     return "\n".join(lines)
-
-
-def parse_field(text: str) -> tuple[str, object]:
-    """``FIELD=VALUE`` with a JSON value (``true``, ``2``, ``"x"``); a bare word is a string."""
-    name, sep, value = text.partition("=")
-    if not sep or not name.strip():
-        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE, got {text!r}")
-    try:
-        return name.strip(), json.loads(value)
-    except json.JSONDecodeError:
-        return name.strip(), value
 
 
 def parse_configs(text: str) -> list[str]:

@@ -61,6 +61,8 @@ def test_one_short_curve_per_setting_runs(capsys):
                 "6",
                 "--epochs",
                 "1",
+                "--set",
+                "pair_selection=reward_gap",
             ]
         )
         == 0
@@ -68,6 +70,7 @@ def test_one_short_curve_per_setting_runs(capsys):
     out = capsys.readouterr().out
     assert "length_ratio      seed" in out and "length_ratio      combined" in out
     assert "4 eval items × 2 samples" in out and out.count("eval SE 0.") == 2
+    assert "3 seeds" not in out and "1 seeds, pair_selection=reward_gap;" in out
 
 
 def test_examples_quickstart_is_the_preset_and_a_valid_experiment():
