@@ -63,8 +63,22 @@ def mean_ci(values: Sequence[float]) -> Interval:
     return Interval(mean, ci95_half_width(statistics.stdev(values) if n > 1 else math.nan, n), n)
 
 
-def run_curve(task_name: str, setting: str, seed: int, args: argparse.Namespace) -> tuple[list[float], list[float]]:
-    """Evaluation reward before training and after each round of one MADPOIter run, and its standard errors."""
+def group_means(candidates: Sequence, items: Sequence[dict], field: str) -> dict[str, float]:
+    """Mean evaluation reward per value of the eval items' ``field``, over the samples the logged mean counts
+    (parsed, not NaN); items without the field are left out."""
+    groups: dict[str, list[float]] = {}
+    for candidate in candidates:
+        item = items[candidate.item_index]
+        if field in item and candidate.parsed and not math.isnan(candidate.reward):
+            groups.setdefault(str(item[field]), []).append(float(candidate.reward))
+    return {value: statistics.fmean(rewards) for value, rewards in sorted(groups.items())}
+
+
+def run_curve(
+    task_name: str, setting: str, seed: int, args: argparse.Namespace
+) -> tuple[list[float], list[float], list[dict[str, float]]]:
+    """Evaluation reward before training and after each round of one MADPOIter run, its standard errors, and
+    (with ``--by FIELD``) the mean reward per value of the eval items' FIELD at round 0 and the last round."""
     import torch
 
     from comlrl_lab.data import metric_names
@@ -102,13 +116,16 @@ def run_curve(task_name: str, setting: str, seed: int, args: argparse.Namespace)
     )
     first = trainer.evaluate()
     curve, sems = [first[metric_names.EVAL_REWARD_MEAN]], [first[metric_names.EVAL_REWARD_SEM]]
+    groups = [group_means(trainer.last_eval_candidates, eval_items, args.by)] if args.by else []
     while not trainer.finished:
         records = trainer.step()
         if records.phase == "evaluate":
             logged = {m["name"]: m["value"] for m in records.metrics}
             curve.append(logged[metric_names.EVAL_REWARD_MEAN])
             sems.append(logged[metric_names.EVAL_REWARD_SEM])
-    return curve, sems
+    if args.by:
+        groups.append(group_means(trainer.last_eval_candidates, eval_items, args.by))
+    return curve, sems, groups
 
 
 def summarise(curves: Sequence[Sequence[float]]) -> tuple[list[Interval], Interval]:
@@ -116,6 +133,19 @@ def summarise(curves: Sequence[Sequence[float]]) -> tuple[list[Interval], Interv
     per_round = [mean_ci([c[r] for c in curves]) for r in range(len(curves[0]))]
     rise = mean_ci([c[-1] - c[0] for c in curves])
     return per_round, rise
+
+
+def group_lines(field: str | None, runs: Sequence[Sequence[dict[str, float]]]) -> list[str]:
+    """One line per value of ``field``: its reward at round 0 and the last round, and its rise, over the seeds."""
+    if not field or not runs or not runs[0]:
+        return []
+    lines = []
+    for value in runs[0][0]:
+        first = mean_ci([groups[0][value] for groups in runs])
+        last = mean_ci([groups[-1][value] for groups in runs])
+        rise = mean_ci([groups[-1][value] - groups[0][value] for groups in runs])
+        lines.append(f"    {field}={value}: round 0 {first}, last {last}, rise {rise}")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,6 +172,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="FIELD=VALUE",
         help="any other MADPOIterConfig field for every run (a JSON value), e.g. pair_selection=reward_gap; repeatable",
     )
+    parser.add_argument(
+        "--by",
+        default=None,
+        metavar="FIELD",
+        help="also split the evaluation reward by this eval-item field (e.g. stance): round 0, last round and rise per value",
+    )
     parser.add_argument("--json", default=None, help="also write every curve to this file")
     args = parser.parse_args(argv)
     unknown = [s for s in args.settings.split(",") if s not in SETTINGS]
@@ -155,16 +191,16 @@ def main(argv: list[str] | None = None) -> int:
         + "".join(f", {name}={value}" for name, value in args.fields)
         + "; mean ± 95% CI over seeds; eval SE: the largest logged standard error over seeds at round 0 and the last"
     )
-    results, errors = {}, {}
+    results, errors, by_group = {}, {}, {}
     for task in args.tasks.split(","):
         for setting in args.settings.split(","):
             started = time.perf_counter()
             runs = [run_curve(task, setting, seed, args) for seed in range(args.seeds)]
-            curves = [curve for curve, _ in runs]
+            curves = [curve for curve, _, _ in runs]
             per_round, rise = summarise(curves)
-            first_se, last_se = (max(sems[r] for _, sems in runs) for r in (0, -1))
+            first_se, last_se = (max(sems[r] for _, sems, _ in runs) for r in (0, -1))
             results[f"{task}/{setting}"] = curves
-            errors[f"{task}/{setting}"] = [sems for _, sems in runs]
+            errors[f"{task}/{setting}"] = [sems for _, sems, _ in runs]
             verdict = "learns" if rise.excludes_zero() and rise.mean > 0 else "no clear rise"
             print(
                 f"{task:<17} {setting:<12} eval by round: {' | '.join(str(r) for r in per_round)}  "
@@ -172,9 +208,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"{(time.perf_counter() - started) / args.seeds:.0f} s/run)",
                 flush=True,
             )
+            for line in group_lines(args.by, [groups for _, _, groups in runs]):
+                print(line, flush=True)
+            if args.by:
+                by_group[f"{task}/{setting}"] = [groups for _, _, groups in runs]
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"args": vars(args), "curves": results, "sems": errors}, handle, indent=1)
+            json.dump({"args": vars(args), "curves": results, "sems": errors, "by": by_group}, handle, indent=1)
     return 0
 
 

@@ -35,6 +35,34 @@ def test_summarise_gives_per_round_intervals_and_the_rise():
     assert rise.half_width == pytest.approx(12.706 * math.sqrt(0.005) / math.sqrt(2))
 
 
+def test_by_field_splits_the_eval_reward_per_item_value_and_rises_per_value_over_seeds():
+    from comlrl_lab.data.records import JointCandidate
+
+    learning = load_learning()
+    items = [{"stance": "positive"}, {"stance": "negative"}, {"topic": "no stance"}]
+
+    def scored(item_index, reward):
+        return JointCandidate(item_index, 0, "eval", ["p", "q"], ["a", "b"], [[5], [6]], [[1], [2]], reward=reward)
+
+    samples = [scored(0, 0.2), scored(0, 0.4), scored(1, 0.9), scored(2, 5.0), scored(1, math.nan)]
+    assert learning.group_means(samples, items, "stance") == pytest.approx({"negative": 0.9, "positive": 0.3})
+    # Two seeds: positive 0.3 -> 0.5 and 0.1 -> 0.5 (rises 0.2, 0.4); negative 0.9 -> 0.6 and 0.7 -> 0.6.
+    runs = [
+        [{"negative": 0.9, "positive": 0.3}, {"negative": 0.6, "positive": 0.5}],
+        [{"negative": 0.7, "positive": 0.1}, {"negative": 0.6, "positive": 0.5}],
+    ]
+    negative, positive = learning.group_lines("stance", runs)
+    t = 12.706 / math.sqrt(2)
+    assert (
+        negative
+        == f"    stance=negative: round 0 +0.800 ± {t * math.sqrt(0.02):.3f}, last +0.600 ± 0.000, rise -0.200 ± {t * math.sqrt(0.02):.3f}"
+    )
+    assert positive.startswith("    stance=positive: round 0 +0.200 ± ") and positive.endswith(
+        f"rise +0.300 ± {t * math.sqrt(0.02):.3f}"
+    )
+    assert learning.group_lines(None, runs) == [] and learning.group_lines("stance", []) == []
+
+
 @pytest.mark.slow
 def test_one_short_curve_per_setting_runs(capsys):
     learning = load_learning()
@@ -63,6 +91,8 @@ def test_one_short_curve_per_setting_runs(capsys):
                 "1",
                 "--set",
                 "pair_selection=reward_gap",
+                "--by",
+                "stance",
             ]
         )
         == 0

@@ -470,15 +470,15 @@ def test_three_rounds_equal_two_rounds_kill_resume_one(model_dir, tmp_path):
 def test_evaluation_uses_the_same_samples_every_round_and_reports_mean_sem_and_n(model_dir, tmp_path):
     trainer = make_iter_trainer(model_dir, iter_config(tmp_path, num_iterations=2, agent_learning_rate=0.0))
     first = trainer.evaluate()
-    texts = [c.completions for c in trainer._last_eval_candidates]
+    texts = [c.completions for c in trainer.last_eval_candidates]
     for _ in range(4):
         trainer.step()  # a whole round; with lr 0 the policy is unchanged
     assert trainer.round_index == 2
     second = trainer.evaluate()
     # Common random numbers: same prompts, same seeds, same policy -> the same samples and the same reward.
-    assert [c.completions for c in trainer._last_eval_candidates] == texts
+    assert [c.completions for c in trainer.last_eval_candidates] == texts
     assert second == first
-    rewards = [c.reward for c in trainer._last_eval_candidates]
+    rewards = [c.reward for c in trainer.last_eval_candidates]
     n = len(rewards)
     mean = sum(rewards) / n
     sem = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (n - 1) / n)
@@ -496,18 +496,18 @@ def test_evaluation_with_several_samples_per_item_keeps_the_first_and_reports_th
         model_dir, iter_config(tmp_path / "three", num_iterations=2, agent_learning_rate=0.0, eval_samples_per_item=3)
     )
     metrics = trainer.evaluate()
-    samples = trainer._last_eval_candidates
+    samples = trainer.last_eval_candidates
     assert [(c.item_index, c.candidate_index) for c in samples] == [(k, j) for k in range(3) for j in range(3)]
     # Response j of an item comes from its own per-row seed: the first of three is the one k=1 draws.
     assert [c.completions for c in samples if c.candidate_index == 0] == [
-        c.completions for c in single._last_eval_candidates
+        c.completions for c in single.last_eval_candidates
     ]
     assert len({tuple(c.completions) for c in samples}) > 3
     texts = [c.completions for c in samples]
     for _ in range(4):
         trainer.step()
     assert trainer.evaluate() == metrics  # common random numbers: the same nine samples a round later
-    assert [c.completions for c in trainer._last_eval_candidates] == texts
+    assert [c.completions for c in trainer.last_eval_candidates] == texts
     rewards = [[c.reward for c in samples if c.item_index == k] for k in range(3)]
     flat = [r for item in rewards for r in item]
     within = sum(3 * statistics.variance(item) for item in rewards)

@@ -336,7 +336,7 @@ def test_evaluation_uses_task_reward_never_the_reward_model(model_dir):
     trainer.learner.reward_model = ExplodingRewardModel()
     metrics = trainer.evaluate()
     expected = (
-        sum(word_count_reward([c.completions[0]], [c.completions[1]])[0] for c in trainer._last_eval_candidates) / 2
+        sum(word_count_reward([c.completions[0]], [c.completions[1]])[0] for c in trainer.last_eval_candidates) / 2
     )
     assert metrics["eval/turn_1/reward_mean"] == pytest.approx(expected)
 

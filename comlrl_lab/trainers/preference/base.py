@@ -210,6 +210,8 @@ class PreferenceTrainerBase:
         self.save_total_limit: int | None = self.args.save_total_limit
         self.last_message: str | None = None
         self.history: list[dict[str, Any]] = []  # one summary per finished phase
+        # The scored samples of the latest evaluation, in item order (item_index, completions, reward).
+        self.last_eval_candidates: list[JointCandidate] = []
 
     def _prepare_agents(self) -> None:
         """LoRA adapters and gradient checkpointing when asked for; every rank starts from rank 0's weights."""
@@ -502,7 +504,7 @@ class PreferenceTrainerBase:
             )
             extra = self.eval_aggregator(logged, num_turns=1) or {}
             metrics.update({M.name(M.EVAL_AGGREGATED, key=k): float(v) for k, v in extra.items()})
-        self._last_eval_candidates = flat
+        self.last_eval_candidates = flat
         return metrics
 
     def _phase_evaluate(self, records: PhaseRecords) -> None:
@@ -513,9 +515,9 @@ class PreferenceTrainerBase:
             return
         metrics = self.evaluate()
         records.add_metrics(self.updates_seen, metrics)
-        for candidate in self._last_eval_candidates:
+        for candidate in self.last_eval_candidates:
             candidate.side = "eval"
-        records.candidates = self._last_eval_candidates
+        records.candidates = self.last_eval_candidates
 
     # ---------------------------------------------------------------------------------------------------
     # Saving
