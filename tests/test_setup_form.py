@@ -11,6 +11,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from comlrl_lab.engine.presets import QUICKSTART_TRAIN_ITEMS
 from comlrl_lab.ui import forms, services, state
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -201,7 +202,7 @@ def test_a_draft_goes_into_the_url_and_a_new_session_rebuilds_it(tmp_path, monke
     assert reloaded.selectbox(key=state.SETUP_TASK).value == "topic_relay"
     assert reloaded.toggle(key=_key("madpo_length_normalize")).value is False
     assert reloaded.number_input(key=state.SETUP_MAX_EVAL_ITEMS).value is None
-    assert reloaded.number_input(key=state.SETUP_MAX_TRAIN_ITEMS).value == 16  # untouched: the preset's
+    assert reloaded.number_input(key=state.SETUP_MAX_TRAIN_ITEMS).value == QUICKSTART_TRAIN_ITEMS  # untouched
     assert reloaded.number_input(key=_key("preference_replay_k")).value == 3  # not the 2 the form fills in
     assert _spec(reloaded) == drafted and _valid(reloaded)
     assert any("came back from the page's address" in i.value for i in reloaded.info)
@@ -343,9 +344,9 @@ def test_a_new_session_starts_from_the_quickstart_preset(tmp_path, monkeypatch):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
     assert not at.exception, [e.value for e in at.exception]
     assert any("quickstart preset" in i.value for i in at.info)
-    for name in ("num_iterations", "agent_learning_rate", "madpo_nll_weight", "madpo_reference"):
+    for name in ("num_iterations", "agent_learning_rate", "madpo_nll_weight", "madpo_reference", "pair_selection"):
         assert at.session_state[state.config_field_key("MADPOIter", name)] == QUICKSTART_CONFIG[name], name
-    assert at.session_state[state.SETUP_MAX_TRAIN_ITEMS] == 16
+    assert at.session_state[state.SETUP_MAX_TRAIN_ITEMS] == QUICKSTART_TRAIN_ITEMS == 32
     at.run()  # the preset is applied once: a value changed afterwards stays
     assert not any("quickstart preset" in i.value for i in at.info)
     services.close_all()

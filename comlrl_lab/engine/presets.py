@@ -2,8 +2,8 @@
 
 CoMLRL's defaults (learning rate 5e-6, 80 candidates, 256 tokens) are sized for real models on GPUs; on the 1M-
 parameter embedded model and two CPU cores they run for a long time and learn nothing visible. The quickstart
-preset is sized for that case and uses the opt-in MADPO stabilisers. ``benchmarks/learning.py --preset
-quickstart`` measures it over seeds; ``examples/quickstart.yaml`` is the same spec as a file (a test keeps the
+preset is sized for that case and uses the opt-in MADPO stabilisers. ``benchmarks/learning.py --settings
+combined`` measures it over seeds; ``examples/quickstart.yaml`` is the same spec as a file (a test keeps the
 two equal). It only describes runs; it does not start them.
 """
 
@@ -13,7 +13,7 @@ from comlrl_lab.engine.spec import ExperimentSpec
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
 
 #: Training items per round and evaluation items (every item of a built-in task's eval split).
-QUICKSTART_TRAIN_ITEMS = 16
+QUICKSTART_TRAIN_ITEMS = 32
 QUICKSTART_EVAL_ITEMS = 60
 
 #: The quickstart's config overrides (MADPOIterConfig fields by their CoMLRL names).
@@ -21,7 +21,8 @@ QUICKSTART_CONFIG: dict[str, object] = {
     "num_iterations": 5,
     "preference_num_candidates": 8,
     "preference_pairs_per_sample": 4,
-    "num_train_epochs": 2,
+    "pair_selection": "reward_gap",
+    "num_train_epochs": 4,
     "train_batch_size": 8,
     "agent_learning_rate": 2.0e-4,
     "dpo_beta": 0.1,
