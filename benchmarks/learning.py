@@ -65,13 +65,16 @@ def mean_ci(values: Sequence[float]) -> Interval:
 
 def group_means(candidates: Sequence, items: Sequence[dict], field: str) -> dict[str, float]:
     """Mean evaluation reward per value of the eval items' ``field``, over the samples the logged mean counts
-    (parsed, not NaN); items without the field are left out."""
-    groups: dict[str, list[float]] = {}
+    (``mean_reward``: parsed, not NaN); items without the field, and values with no such sample, are left out."""
+    from comlrl_lab.trainers.preference.collection import mean_reward
+
+    groups: dict[str, list] = {}
     for candidate in candidates:
         item = items[candidate.item_index]
-        if field in item and candidate.parsed and not math.isnan(candidate.reward):
-            groups.setdefault(str(item[field]), []).append(float(candidate.reward))
-    return {value: statistics.fmean(rewards) for value, rewards in sorted(groups.items())}
+        if field in item:
+            groups.setdefault(str(item[field]), []).append(candidate)
+    means = {value: mean_reward(group) for value, group in sorted(groups.items())}
+    return {value: mean for value, mean in means.items() if not math.isnan(mean)}
 
 
 def run_curve(
