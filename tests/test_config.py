@@ -15,6 +15,7 @@ import pytest
 from comlrl_lab.trainers.preference import config as config_module
 from comlrl_lab.trainers.preference.config import (
     CONFIG_CLASSES,
+    ConfigError,
     MADPOConfig,
     MADPOIterConfig,
     MARLHFConfig,
@@ -429,8 +430,15 @@ def _cases(errors, classes):
     + _cases(ITER_ERRORS, ITER),
 )
 def test_validation_message(cls, kwargs, message):
-    with pytest.raises(ValueError, match=re.escape(message)):
+    with pytest.raises(ConfigError, match=re.escape(message)) as raised:
         cls(**kwargs)
+    # The error names its field itself: one of the config's, named in the message (the centralized-index rule's
+    # message names no field), holding the value refused when the caller gave that field (URLs may hold a secret).
+    error = raised.value
+    assert error.field in {f.name for f in fields(cls)}
+    assert error.field in str(error) or error.field == "comparator_centralized_agent_index"
+    if error.field in kwargs and error.field != "comparator_api_url":
+        assert error.value == kwargs[error.field]
 
 
 def test_preference_scoring_reward_message():
@@ -693,8 +701,14 @@ def test_round_trip_drops_only_the_secrets():
 
 
 def test_from_dict_rejects_unknown_keys():
-    with pytest.raises(ValueError, match=re.escape("Unknown MADPOConfig fields: bogus, rl_algorithm.")):
+    with pytest.raises(ConfigError, match=re.escape("MADPOConfig has no fields 'rl_algorithm', 'bogus'.")) as error:
         MADPOConfig.from_dict({"rl_algorithm": "magrpo", "bogus": 1, "seed": 1})
+    assert error.value.field == "rl_algorithm"
+    with pytest.raises(
+        ConfigError, match=re.escape("MADPOConfig has no field 'dpo_bta'; did you mean 'dpo_beta'?")
+    ) as error:
+        MADPOConfig.from_dict({"dpo_bta": 0.2})
+    assert (error.value.field, error.value.suggestion) == ("dpo_bta", "dpo_beta")
 
 
 def test_from_dict_validates():

@@ -3,14 +3,22 @@
 ``MADPOConfig`` holds everything the trainers share, ``MARLHFConfig`` adds reward-model and online-RL
 fields, and ``_IterativePreferenceConfig`` adds the comparator and replay-buffer fields of the two Iter
 configs. Every field carries ``metadata["help"]``, the one text shown as UI tooltip, CLI help and docs, and
-``metadata["group"]``, the section the Setup form and the docs put it in. A field that takes one of a few names
-also carries ``"choices"`` (the canonical values), ``"aliases"`` (other spelling -> canonical value) and, where
-an unknown name gets a "did you mean" hint instead of CoMLRL's "must be one of" message, ``"suggest": True``. These
-are the only lists of allowed values: validation, the API client, the Setup form and docs/config_reference.md all
-read them (``field_choices``, ``field_aliases``, ``resolve_choice``, ``check_choice``). All validation and alias normalisation happens in
-``__post_init__`` and raises ``ValueError``. Three keys serve the Setup form only: ``"applies_when"`` (controlling
-field -> the values under which the field means anything; elsewhere the form hides it and leaves it out),
-``"suggested"`` (what the form fills in when the field becomes required) and ``"none_means"`` (what None stands for).
+``metadata["group"]``, the section the Setup form and the docs put it in.
+
+The config is the only validator: ``__post_init__`` checks every field and raises ``ConfigError`` (a
+``ValueError`` whose message is CoMLRL's where CoMLRL has one) naming the field it is about; the code below the
+config takes the typed config and trusts it. The metadata holds the rest of what a field is:
+
+- ``"choices"`` (the canonical values), ``"aliases"`` (other spelling -> canonical value), ``"choice_help"``
+  (a note per value), ``"exact"`` (no case folding), ``"refusal"`` (CoMLRL's wording of an unknown name, when it
+  is not "must be one of") and ``"suggest"`` (an unknown name gets a did-you-mean hint). These are the only lists
+  of allowed values: validation, the text codec (``fields.py``), the Setup form and the docs read them.
+- ``"applies_when"`` (controlling field -> the values under which the field means anything). With ``"strict"``
+  the config refuses the field set elsewhere (``"tolerated"``: a value CoMLRL lets through under a controlling
+  value anyway) and, with ``"required"``, left empty where it applies. The Setup form hides a field that does not
+  apply and leaves it out.
+- ``"suggested"`` (what the form fills in when the field becomes required) and ``"none_means"`` (what None
+  stands for).
 
 This module does not import torch, resolve devices, read the environment or touch the file system: a
 config can be built, checked and serialised anywhere (the Streamlit form, the CLI, a notebook).
@@ -25,6 +33,7 @@ from __future__ import annotations
 import copy
 import difflib
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import urlsplit
@@ -33,12 +42,15 @@ from comlrl_lab.data import credentials
 
 __all__ = [
     "CONFIG_CLASSES",
+    "ConfigError",
     "MADPOConfig",
     "MADPOIterConfig",
     "MARLHFConfig",
     "MARLHFIterConfig",
     "SECRET_FIELDS",
     "check_choice",
+    "check_field_names",
+    "choose",
     "field_aliases",
     "field_choices",
     "field_multi_choices",
@@ -54,50 +66,113 @@ MAGRPO_FAMILY_ADVANTAGE_MODE: dict[str, str] = {
 }
 
 SECRET_FIELDS: frozenset[str] = frozenset({"comparator_api_key"})
+#: The API comparator's settings mean something only for comparator_policy="api".
+_API_ONLY: dict[str, tuple[str, ...]] = {"comparator_policy": ("api",)}
 MASK = credentials.MASK
+
+
+class ConfigError(ValueError):
+    """A value a config (or an experiment spec) refuses. ``str(error)`` is the message, CoMLRL's word for word
+    where CoMLRL has one; ``field`` names the field it is about, ``value`` holds the value refused (None when the
+    field was left empty) and ``suggestion`` a close spelling, when there is one."""
+
+    def __init__(self, message: str, *, field: str, value: Any = None, suggestion: str | None = None):
+        super().__init__(message)
+        self.field = field
+        self.value = value
+        self.suggestion = suggestion
+
+    def __reduce__(self) -> tuple:
+        # Exceptions pickle as cls(*args); the keyword-only attributes travel as state.
+        return (_config_error, (str(self), self.field), {"value": self.value, "suggestion": self.suggestion})
+
+
+def _config_error(message: str, field: str) -> ConfigError:
+    return ConfigError(message, field=field)
 
 
 def _clean(value: Any) -> str:
     return "" if value is None else str(value).strip().lower()
 
 
+def _metadata(config_class: type, name: str) -> Mapping[str, Any]:
+    return config_class.__dataclass_fields__[name].metadata
+
+
 def field_choices(config_class: type, name: str) -> tuple[str, ...]:
     """The canonical values of field ``name`` in ``config_class`` (``metadata["choices"]``); () for a free field."""
-    return tuple(config_class.__dataclass_fields__[name].metadata.get("choices", ()))
+    return tuple(_metadata(config_class, name).get("choices", ()))
 
 
 def field_aliases(config_class: type, name: str) -> dict[str, str]:
     """Alias -> canonical value of field ``name`` (``metadata["aliases"]``); the canonical names are not repeated."""
-    return dict(config_class.__dataclass_fields__[name].metadata.get("aliases", {}))
+    return dict(_metadata(config_class, name).get("aliases", {}))
 
 
 def field_multi_choices(config_class: type, name: str) -> tuple[str, ...]:
     """The values a list field such as ``report_to`` may hold (``metadata["multi_choices"]``); () for others."""
-    return tuple(config_class.__dataclass_fields__[name].metadata.get("multi_choices", ()))
+    return tuple(_metadata(config_class, name).get("multi_choices", ()))
 
 
-def resolve_choice(config_class: type, name: str, value: Any) -> str | None:
-    """The canonical value ``value`` spells (lower-cased and trimmed; an alias counts), else None."""
-    metadata = config_class.__dataclass_fields__[name].metadata
+def resolve(metadata: Mapping[str, Any], value: Any) -> str | None:
+    """The canonical value ``value`` spells among ``metadata``'s choices (lower-cased and trimmed, an alias counts;
+    as written for an ``"exact"`` field), else None."""
+    if metadata.get("exact"):
+        return value if isinstance(value, str) and value in metadata["choices"] else None
     key = _clean(value)
     if key in metadata["choices"]:
         return key
     return metadata.get("aliases", {}).get(key)
 
 
-def check_choice(config_class: type, name: str, value: Any) -> str:
-    """The canonical value ``value`` spells, or a ``ValueError``: CoMLRL's "must be one of" message, or for a field
-    marked ``"suggest"`` one that lists the accepted names and aliases and suggests the closest spelling."""
-    canonical = resolve_choice(config_class, name, value)
+def choose(name: str, metadata: Mapping[str, Any], value: Any) -> str:
+    """The canonical value ``value`` spells, or the ``ConfigError`` that refuses it: CoMLRL's wording
+    (``metadata["refusal"]``, by default "must be one of"), or for a field marked ``"suggest"`` one that lists the
+    accepted names and aliases and suggests the closest spelling."""
+    canonical = resolve(metadata, value)
     if canonical is not None:
         return canonical
-    choices = field_choices(config_class, name)
-    if not config_class.__dataclass_fields__[name].metadata.get("suggest"):
-        raise ValueError(f"{name} must be one of: {', '.join(choices)}.")
-    aliases = field_aliases(config_class, name)
+    choices = tuple(metadata["choices"])
+    if not metadata.get("suggest"):
+        template = metadata.get("refusal", "{name} must be one of: {choices}.")
+        message = template.format(name=name, choices=", ".join(choices), alternatives=" or ".join(choices))
+        raise ConfigError(message, field=name, value=value)
+    aliases = list(metadata.get("aliases", {}))
     close = difflib.get_close_matches(_clean(value), [*choices, *aliases], n=1)
     hint = f"; did you mean {close[0]!r}?" if close else "."
-    raise ValueError(f"{name} {value!r} is not one of: {', '.join(choices)} (aliases: {', '.join(aliases)}){hint}")
+    raise ConfigError(
+        f"{name} {value!r} is not one of: {', '.join(choices)} (aliases: {', '.join(aliases)}){hint}",
+        field=name,
+        value=value,
+        suggestion=close[0] if close else None,
+    )
+
+
+def resolve_choice(config_class: type, name: str, value: Any) -> str | None:
+    """The canonical value ``value`` spells for field ``name`` of ``config_class`` (``resolve``), else None."""
+    return resolve(_metadata(config_class, name), value)
+
+
+def check_choice(config_class: type, name: str, value: Any) -> str:
+    """The canonical value ``value`` spells for field ``name`` of ``config_class``, else its ``ConfigError``."""
+    return choose(name, _metadata(config_class, name), value)
+
+
+def check_field_names(config_class: type, names: Iterable[str]) -> None:
+    """Refuse names that are not fields of ``config_class``: a ``ConfigError`` about the first, with the closest
+    field name as its suggestion."""
+    known = [f.name for f in fields(config_class)]
+    unknown = [name for name in names if name not in known]
+    if not unknown:
+        return
+    close = difflib.get_close_matches(str(unknown[0]), known, n=1, cutoff=0.6)
+    if len(unknown) > 1:
+        message = f"{config_class.__name__} has no fields {', '.join(repr(n) for n in unknown)}."
+    else:
+        message = f"{config_class.__name__} has no field {unknown[0]!r}" + (
+            f"; did you mean {close[0]!r}?" if close else ""
+        )
+    raise ConfigError(message, field=unknown[0], suggestion=close[0] if close else None)
 
 
 def _choose(config: Any, name: str) -> str:
@@ -122,30 +197,69 @@ def _check_int_at_least(
     if value is None and optional:
         return
     if not _is_int(value):
-        raise ValueError(f"{name} must be an integer, got {value!r}.")
+        raise ConfigError(f"{name} must be an integer, got {value!r}.", field=name, value=value)
     if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}{' or null' if says_null else ''}.")
+        raise ConfigError(f"{name} must be >= {minimum}{' or null' if says_null else ''}.", field=name, value=value)
 
 
 def _check_positive(name: str, value: Any, *, optional: bool = False) -> None:
     if value is None and optional:
         return
     if not _is_number(value) or not value > 0:
-        raise ValueError(f"{name} must be > 0.")
+        raise ConfigError(f"{name} must be > 0.", field=name, value=value)
 
 
-def _jsonable(value: Any, path: str) -> Any:
+def _quoted_alternatives(values: tuple[str, ...]) -> str:
+    """CoMLRL's list of modes in a message: 'a', 'b', or 'c'."""
+    quoted = [repr(v) for v in values]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])}, or {quoted[-1]}"
+
+
+def _check_dependent(config: Any, name: str, controller: str) -> bool:
+    """CoMLRL's rules for field ``name``, which applies only under some values of ``controller`` (its
+    ``applies_when``, marked ``"strict"``): set where it does not apply, it is refused (a ``"tolerated"`` value
+    aside); ``"required"``, it must be set where it applies. True when it applies and is set, for the caller to
+    check its value."""
+    metadata = _metadata(type(config), name)
+    allowed = tuple(metadata["applies_when"][controller])
+    mode, value = getattr(config, controller), getattr(config, name)
+    if mode in allowed:
+        if value is None and metadata.get("required"):
+            raise ConfigError(f"{name} is required when {controller}={mode!r}.", field=name)
+        return value is not None
+    if value is None:
+        return False
+    tolerated = metadata.get("tolerated", {})
+    if mode in tolerated:
+        accepted = tolerated[mode]
+        if not (type(value) is type(accepted) and value == accepted):
+            raise ConfigError(
+                f"{name} must be null or {accepted!r} when {controller}={mode!r}.", field=name, value=value
+            )
+        return False
+    when = f"{controller}={allowed[0]!r}" if len(allowed) == 1 else f"{controller} is {_quoted_alternatives(allowed)}"
+    raise ConfigError(f"{name} is only valid when {when}.", field=name, value=value)
+
+
+def dependents(config_class: type, controller: str) -> list[str]:
+    """The fields of ``config_class`` whose ``applies_when`` names ``controller``, in declaration order."""
+    return [f.name for f in fields(config_class) if controller in f.metadata.get("applies_when", {})]
+
+
+def _jsonable(value: Any, path: str, name: str) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (list, tuple)):
-        return [_jsonable(item, f"{path}[{i}]") for i, item in enumerate(value)]
+        return [_jsonable(item, f"{path}[{i}]", name) for i, item in enumerate(value)]
     if isinstance(value, dict):
-        return {str(k): _jsonable(v, f"{path}[{k!r}]") for k, v in value.items()}
+        return {str(k): _jsonable(v, f"{path}[{k!r}]", name) for k, v in value.items()}
     # comparator_agents may hold model objects: keep the id they were loaded from, which loads them again.
-    name = getattr(value, "name_or_path", None) or getattr(getattr(value, "config", None), "_name_or_path", None)
-    if isinstance(name, str) and name:
-        return name
-    raise ValueError(f"{path} holds a {type(value).__name__} without a model id, so the config cannot be serialised.")
+    model_id = getattr(value, "name_or_path", None) or getattr(getattr(value, "config", None), "_name_or_path", None)
+    if isinstance(model_id, str) and model_id:
+        return model_id
+    raise ConfigError(
+        f"{path} holds a {type(value).__name__} without a model id, so the config cannot be serialised.", field=name
+    )
 
 
 @dataclass(repr=False)
@@ -180,6 +294,8 @@ class MADPOConfig:
         metadata={
             "help": "'decentralized' (one model per agent) or 'centralized' (one model writes every role's output).",
             "choices": ("decentralized", "centralized"),
+            "exact": True,
+            "refusal": "{name} must be {alternatives}.",
             "group": "Devices and collaboration",
         },
     )
@@ -189,6 +305,7 @@ class MADPOConfig:
             "help": "'none' or 'mp' (one worker thread per agent when agents sit on different devices; needs agent_devices). 'null' means none.",
             "choices": ("none", "mp"),
             "aliases": {"null": "none", "": "none"},
+            "refusal": "{name} only supports: {choices}.",
             "group": "Devices and collaboration",
         },
     )
@@ -197,6 +314,7 @@ class MADPOConfig:
         metadata={
             "help": "Agent devices: None or 'auto' (cuda:i per agent if enough GPUs, else cuda:0, else cpu), one device for all, or a list of 1 or num_agents devices.",
             "group": "Devices and collaboration",
+            "none_means": "automatic",
         },
     )
     max_new_tokens: int = field(
@@ -310,6 +428,7 @@ class MADPOConfig:
         metadata={
             "help": "Devices of the reference models: None (the agent devices), one device, or a list of 1 or num_agents devices.",
             "group": "Reference KL",
+            "none_means": "the agent devices",
         },
     )
     preference_num_candidates: int = field(
@@ -536,13 +655,15 @@ class MADPOConfig:
     )
 
     def __post_init__(self) -> None:
-        modes = field_choices(type(self), "collaboration_mode")
-        if self.collaboration_mode not in modes:
-            raise ValueError(f"collaboration_mode must be {' or '.join(modes)}.")
-        if self.collaboration_mode == "centralized":
+        if _choose(self, "collaboration_mode") == "centralized":
             # Only the Iter configs have comparator fields; a centralized run has a single actor, index 0.
-            if getattr(self, "comparator_centralized_agent_index", 0) != 0:
-                raise ValueError("Centralized collaboration has only actor index 0.")
+            index = getattr(self, "comparator_centralized_agent_index", 0)
+            if index != 0:
+                raise ConfigError(
+                    "Centralized collaboration has only actor index 0.",
+                    field="comparator_centralized_agent_index",
+                    value=index,
+                )
             if hasattr(self, "comparator_generation_mode"):
                 self.comparator_generation_mode = "centralized"
 
@@ -560,52 +681,74 @@ class MADPOConfig:
             self.train_batch_size = self.rollout_buffer_size
         _check_int_at_least("train_batch_size", self.train_batch_size, 1)
 
-        parallel = resolve_choice(type(self), "parallel_training", self.parallel_training)
-        if parallel is None:
-            raise ValueError(
-                f"parallel_training only supports: {', '.join(field_choices(type(self), 'parallel_training'))}."
+        if _choose(self, "parallel_training") == "mp" and self.agent_devices is None:
+            raise ConfigError(
+                "parallel_training='mp' requires explicit agent_devices.",
+                field="parallel_training",
+                value=self.parallel_training,
             )
-        self.parallel_training = parallel
-        if parallel == "mp" and self.agent_devices is None:
-            raise ValueError("parallel_training='mp' requires explicit agent_devices.")
 
         if not _is_number(self.reference_kl_coef) or self.reference_kl_coef < 0:
-            raise ValueError("reference_kl_coef must be >= 0.")
+            raise ConfigError(
+                "reference_kl_coef must be >= 0.", field="reference_kl_coef", value=self.reference_kl_coef
+            )
         if self.reference_kl_enabled and self.reference_devices is not None:
             self._check_device_list("reference_devices", self.reference_devices)
 
         if self.num_turns != 1:
-            raise ValueError("MADPO currently supports num_turns=1 only.")
+            raise ConfigError("MADPO currently supports num_turns=1 only.", field="num_turns", value=self.num_turns)
 
         _check_int_at_least("preference_num_candidates", self.preference_num_candidates, 2)
         if self.preference_pairs_per_sample is not None and (
             not _is_int(self.preference_pairs_per_sample) or self.preference_pairs_per_sample < 1
         ):
-            raise ValueError("preference_pairs_per_sample must be >= 1 or null.")
+            raise ConfigError(
+                "preference_pairs_per_sample must be >= 1 or null.",
+                field="preference_pairs_per_sample",
+                value=self.preference_pairs_per_sample,
+            )
 
         _check_positive("dpo_beta", self.dpo_beta)
         _choose(self, "madpo_reference")
         if not isinstance(self.madpo_length_normalize, bool):
-            raise ValueError(f"madpo_length_normalize must be true or false, got {self.madpo_length_normalize!r}.")
+            raise ConfigError(
+                f"madpo_length_normalize must be true or false, got {self.madpo_length_normalize!r}.",
+                field="madpo_length_normalize",
+                value=self.madpo_length_normalize,
+            )
         if not _is_number(self.madpo_nll_weight) or self.madpo_nll_weight < 0 or math.isinf(self.madpo_nll_weight):
-            raise ValueError("madpo_nll_weight must be a finite number >= 0.")
+            raise ConfigError(
+                "madpo_nll_weight must be a finite number >= 0.", field="madpo_nll_weight", value=self.madpo_nll_weight
+            )
         _check_int_at_least("environment_steps_per_pair", self.environment_steps_per_pair, 1)
 
         selection = _choose(self, "pair_selection")
         if selection == "all" and self.preference_pairs_per_sample is not None:
-            raise ValueError("preference_pairs_per_sample must be null when pair_selection='all'.")
+            raise ConfigError(
+                "preference_pairs_per_sample must be null when pair_selection='all'.",
+                field="preference_pairs_per_sample",
+                value=self.preference_pairs_per_sample,
+            )
 
         # Differs from CoMLRL: these fail here, by name, not after the models have loaded (or never).
         if str(self.joint_mode).strip().lower() not in ("aligned", "align"):
             family = type(self).__name__.removesuffix("Config")
-            raise ValueError(f"{family} preference generation currently supports aligned joint_mode only.")
+            raise ConfigError(
+                f"{family} preference generation currently supports aligned joint_mode only.",
+                field="joint_mode",
+                value=self.joint_mode,
+            )
         _check_int_at_least("max_new_tokens", self.max_new_tokens, 1)
         _check_positive("temperature", self.temperature)
         if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}.")
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p!r}.", field="top_p", value=self.top_p)
         _check_int_at_least("top_k", self.top_k, 0, optional=True)
         if not _is_number(self.agent_learning_rate) or self.agent_learning_rate < 0:
-            raise ValueError(f"agent_learning_rate must be a number >= 0, got {self.agent_learning_rate!r}.")
+            raise ConfigError(
+                f"agent_learning_rate must be a number >= 0, got {self.agent_learning_rate!r}.",
+                field="agent_learning_rate",
+                value=self.agent_learning_rate,
+            )
 
         # Our fields, checked after CoMLRL's so a CoMLRL config fails with CoMLRL's message first.
         _check_int_at_least("seed", self.seed, 0)
@@ -619,7 +762,11 @@ class MADPOConfig:
         _check_int_at_least("lora_r", self.lora_r, 1, optional=True)
         _check_positive("lora_alpha", self.lora_alpha)
         if not _is_number(self.lora_dropout) or not 0 <= self.lora_dropout < 1:
-            raise ValueError(f"lora_dropout must be in [0, 1), got {self.lora_dropout!r}.")
+            raise ConfigError(
+                f"lora_dropout must be in [0, 1), got {self.lora_dropout!r}.",
+                field="lora_dropout",
+                value=self.lora_dropout,
+            )
         targets = self.lora_target_modules
         if targets is not None and not (
             (isinstance(targets, str) and targets.strip())
@@ -629,8 +776,10 @@ class MADPOConfig:
                 and all(isinstance(t, str) and t.strip() for t in targets)
             )
         ):
-            raise ValueError(
-                f"lora_target_modules must be None, a module name or a non-empty list of module names, got {targets!r}."
+            raise ConfigError(
+                f"lora_target_modules must be None, a module name or a non-empty list of module names, got {targets!r}.",
+                field="lora_target_modules",
+                value=targets,
             )
 
     def _check_report_to(self) -> None:
@@ -641,13 +790,23 @@ class MADPOConfig:
         names = [value] if isinstance(value, str) else value
         allowed = field_multi_choices(type(self), "report_to")
         if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
-            raise ValueError(f"report_to must be a list of tracker names ({', '.join(allowed)}), got {value!r}.")
+            raise ConfigError(
+                f"report_to must be a list of tracker names ({', '.join(allowed)}), got {value!r}.",
+                field="report_to",
+                value=value,
+            )
         cleaned = list(dict.fromkeys(_clean(n) for n in names))
         unknown = [n for n in cleaned if n not in allowed]
         if unknown:
-            raise ValueError(f"report_to entries must be one of: {', '.join(allowed)}; got {unknown[0]!r}.")
+            raise ConfigError(
+                f"report_to entries must be one of: {', '.join(allowed)}; got {unknown[0]!r}.",
+                field="report_to",
+                value=value,
+            )
         if "none" in cleaned and len(cleaned) > 1:
-            raise ValueError("report_to: 'none' cannot be combined with other trackers.")
+            raise ConfigError(
+                "report_to: 'none' cannot be combined with other trackers.", field="report_to", value=value
+            )
         self.report_to = cleaned
 
     def _check_device_list(self, name: str, spec: Any) -> None:
@@ -656,9 +815,11 @@ class MADPOConfig:
         if isinstance(spec, str):
             return
         if not isinstance(spec, (list, tuple)) or not all(isinstance(d, (str, int)) for d in spec):
-            raise ValueError(f"{name} must be a device string or a list of device strings, got {spec!r}.")
+            raise ConfigError(
+                f"{name} must be a device string or a list of device strings, got {spec!r}.", field=name, value=spec
+            )
         if len(spec) not in (1, actor_count):
-            raise ValueError(f"{name} length ({len(spec)}) must be 1 or {actor_count}.")
+            raise ConfigError(f"{name} length ({len(spec)}) must be 1 or {actor_count}.", field=name, value=spec)
 
     # ---- serialisation: the API key never leaves memory -------------------------------------------------
 
@@ -669,15 +830,12 @@ class MADPOConfig:
         are written as the id they were loaded from.
         """
         values = credentials.public_config({f.name: getattr(self, f.name) for f in fields(self)})
-        return {name: _jsonable(value, name) for name, value in values.items() if name not in SECRET_FIELDS}
+        return {name: _jsonable(value, name, name) for name, value in values.items() if name not in SECRET_FIELDS}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MADPOConfig:
         """Build and validate a config from ``to_dict`` output (or any subset); unknown keys are an error."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"Unknown {cls.__name__} fields: {', '.join(unknown)}.")
+        check_field_names(cls, data)
         return cls(**data)
 
     @classmethod
@@ -793,6 +951,7 @@ class MARLHFConfig(MADPOConfig):
         metadata={
             "help": "Critic devices for maac/iac; None = automatic (agent_devices with parallel_training='mp').",
             "group": "Policy learning (MARLHF)",
+            "none_means": "automatic",
         },
     )
     use_separate_critic: bool = field(
@@ -849,7 +1008,11 @@ class MARLHFConfig(MADPOConfig):
         algorithm = _choose(self, "rl_algorithm")
         if algorithm in MAGRPO_FAMILY_ADVANTAGE_MODE:
             if not _is_int(self.num_generations) or self.num_generations < 2:
-                raise ValueError("num_generations must be >= 2 for MAGRPO-family MARLHF backends.")
+                raise ConfigError(
+                    "num_generations must be >= 2 for MAGRPO-family MARLHF backends.",
+                    field="num_generations",
+                    value=self.num_generations,
+                )
         else:
             _check_int_at_least("num_generations", self.num_generations, 1)
         _check_positive("reward_learning_rate", self.reward_learning_rate)
@@ -861,7 +1024,11 @@ class MARLHFConfig(MADPOConfig):
         _check_positive("value_loss_coef", self.value_loss_coef)
         _check_positive("value_clip_range", self.value_clip_range, optional=True)
         if not _is_number(self.bt_validation_fraction) or not 0 <= self.bt_validation_fraction < 0.5:
-            raise ValueError("bt_validation_fraction must be in [0, 0.5).")
+            raise ConfigError(
+                "bt_validation_fraction must be in [0, 0.5).",
+                field="bt_validation_fraction",
+                value=self.bt_validation_fraction,
+            )
         if algorithm in MAGRPO_FAMILY_ADVANTAGE_MODE:
             self.advantage_mode = MAGRPO_FAMILY_ADVANTAGE_MODE[algorithm]
 
@@ -910,6 +1077,12 @@ class _IterativePreferenceConfig:
                 "td_lambda": "lambda_decay",
                 "td-lambda": "lambda_decay",
             },
+            "choice_help": {
+                "current": "Train on this round's pairs only.",
+                "nearest_k": "Draw from the k most recent non-empty round datasets, equal weights.",
+                "all_history": "Draw from every non-empty round dataset, equal weights.",
+                "lambda_decay": "Draw from every round dataset with weight (1-λ)λ^age / (1-λ^K); newest has age 0.",
+            },
             "group": "Replay buffer",
         },
     )
@@ -919,6 +1092,10 @@ class _IterativePreferenceConfig:
             "help": "nearest_k: number of most recent non-empty round datasets (required, >= 1). current accepts only None or 1.",
             "group": "Replay buffer",
             "applies_when": {"preference_replay_mode": ("nearest_k",)},
+            "strict": True,
+            "required": True,
+            # CoMLRL lets k = 1 through under 'current' (one round is what current uses anyway).
+            "tolerated": {"current": 1},
             "suggested": 2,
         },
     )
@@ -928,6 +1105,8 @@ class _IterativePreferenceConfig:
             "help": "lambda_decay: lambda in [0, 1] (required); 0 keeps the newest round only, 1 weights all equally.",
             "group": "Replay buffer",
             "applies_when": {"preference_replay_mode": ("lambda_decay",)},
+            "strict": True,
+            "required": True,
             "suggested": 0.5,
         },
     )
@@ -937,6 +1116,7 @@ class _IterativePreferenceConfig:
             "help": "Pairs drawn per round in nearest_k, all_history and lambda_decay (>= 1); None = this round's pair count, or the latest non-empty dataset's size.",
             "group": "Replay buffer",
             "applies_when": {"preference_replay_mode": ("nearest_k", "all_history", "lambda_decay")},
+            "strict": True,
             "none_means": "this round's pair count",
         },
     )
@@ -983,6 +1163,13 @@ class _IterativePreferenceConfig:
                 "http": "api",
                 "endpoint": "api",
             },
+            "choice_help": {
+                "current": "The current agents themselves, sampled with a separate random stream.",
+                "current_copy": "A copy of the current weights on comparator_devices, refreshed each collection phase.",
+                "model": "A fixed model: comparator_model_name for every agent, or one per agent in comparator_agents.",
+                "history": "The agents as they were comparator_history_k rounds back (checkpoints are saved automatically).",
+                "api": "A remote endpoint. The key is read from the environment variable named in comparator_api_key_env; it is never typed here or saved.",
+            },
             "group": "Comparator",
         },
     )
@@ -1015,7 +1202,7 @@ class _IterativePreferenceConfig:
         metadata={
             "help": "model comparator: Hugging Face id or path used for every agent.",
             "group": "Comparator",
-            "applies_when": {"comparator_policy": ("model", "api")},
+            "applies_when": {"comparator_policy": ("model",)},
         },
     )
     comparator_agents: list[Any] | None = field(
@@ -1023,7 +1210,7 @@ class _IterativePreferenceConfig:
         metadata={
             "help": "model comparator: one id/path or model object per agent.",
             "group": "Comparator",
-            "applies_when": {"comparator_policy": ("model", "api")},
+            "applies_when": {"comparator_policy": ("model",)},
         },
     )
     comparator_devices: str | list[str] | None = field(
@@ -1031,6 +1218,8 @@ class _IterativePreferenceConfig:
         metadata={
             "help": "Comparator devices: None (agent_devices, else auto), one device, or a list.",
             "group": "Comparator",
+            "applies_when": {"comparator_policy": ("current_copy", "model", "history")},
+            "none_means": "the agent devices",
         },
     )
     comparator_num_candidates: int | None = field(
@@ -1054,6 +1243,7 @@ class _IterativePreferenceConfig:
         metadata={
             "help": "api comparator: endpoint URL (required). Userinfo and key-like query values are never saved; ${ENV_VAR} is read from the environment.",
             "group": "API comparator",
+            "applies_when": _API_ONLY,
         },
     )
     comparator_api_format: str = field(
@@ -1073,26 +1263,39 @@ class _IterativePreferenceConfig:
             # the endpoint rejects, so an unknown name is an error with a did-you-mean hint.
             "suggest": True,
             "group": "API comparator",
+            "applies_when": _API_ONLY,
         },
     )
     comparator_api_model: str | None = field(
-        default=None, metadata={"help": "api comparator: 'model' field of each request.", "group": "API comparator"}
+        default=None,
+        metadata={
+            "help": "api comparator: 'model' field of each request.",
+            "group": "API comparator",
+            "applies_when": _API_ONLY,
+        },
     )
     comparator_api_max_n_per_request: int | None = field(
         default=None,
         metadata={
             "help": "openai format: cap on n per request (>= 1); None = all candidates at once (1 for DeepSeek).",
             "group": "API comparator",
+            "applies_when": _API_ONLY,
         },
     )
     comparator_api_timeout: float = field(
-        default=120.0, metadata={"help": "api comparator: seconds per HTTP request (> 0).", "group": "API comparator"}
+        default=120.0,
+        metadata={
+            "help": "api comparator: seconds per HTTP request (> 0).",
+            "group": "API comparator",
+            "applies_when": _API_ONLY,
+        },
     )
     comparator_api_headers: dict[str, str] | None = field(
         default=None,
         metadata={
             "help": "api comparator: extra HTTP headers. Values are never saved (written as ***) unless given as ${ENV_VAR}, which is read from the environment.",
             "group": "API comparator",
+            "applies_when": _API_ONLY,
         },
     )
     comparator_api_key: str | None = field(
@@ -1100,6 +1303,7 @@ class _IterativePreferenceConfig:
         metadata={
             "help": "api comparator: literal key, kept in memory only (never saved, unlike CoMLRL). Prefer comparator_api_key_env.",
             "group": "API comparator",
+            "applies_when": _API_ONLY,
         },
     )
     comparator_api_key_env: str | None = field(
@@ -1107,17 +1311,23 @@ class _IterativePreferenceConfig:
         metadata={
             "help": "api comparator: environment variable holding the key, read when comparator_api_key is empty.",
             "group": "API comparator",
+            "applies_when": _API_ONLY,
         },
     )
     comparator_api_key_header: str = field(
         default="Authorization",
-        metadata={"help": "api comparator: header that carries the key.", "group": "API comparator"},
+        metadata={
+            "help": "api comparator: header that carries the key.",
+            "group": "API comparator",
+            "applies_when": _API_ONLY,
+        },
     )
     comparator_api_key_prefix: str = field(
         default="Bearer",
         metadata={
             "help": "api comparator: prefix joined to the key with one space; empty sends the key alone.",
             "group": "API comparator",
+            "applies_when": _API_ONLY,
         },
     )
     comparator_api_response_field: str = field(
@@ -1125,6 +1335,7 @@ class _IterativePreferenceConfig:
         metadata={
             "help": "generic format: dotted path of the completions in the response JSON.",
             "group": "API comparator",
+            "applies_when": _API_ONLY,
         },
     )
     comparator_api_extra_body: dict[str, Any] | None = field(
@@ -1132,6 +1343,7 @@ class _IterativePreferenceConfig:
         metadata={
             "help": "api comparator: merged last into every request body (overrides).",
             "group": "API comparator",
+            "applies_when": _API_ONLY,
         },
     )
     # Differs from CoMLRL: it sends requests one at a time and never retries.
@@ -1141,6 +1353,7 @@ class _IterativePreferenceConfig:
         metadata={
             "help": "api comparator: requests in flight at once (>= 1). CoMLRL sends one at a time.",
             "group": "API comparator",
+            "applies_when": _API_ONLY,
         },
     )
     comparator_api_max_retries: int = field(
@@ -1149,6 +1362,7 @@ class _IterativePreferenceConfig:
         metadata={
             "help": "api comparator: retries of a request after HTTP 429/5xx or a timeout (>= 0). CoMLRL never retries.",
             "group": "API comparator",
+            "applies_when": _API_ONLY,
         },
     )
     comparator_api_backoff_base: float = field(
@@ -1157,6 +1371,7 @@ class _IterativePreferenceConfig:
         metadata={
             "help": "api comparator: first retry delay in seconds, doubled on each retry (> 0).",
             "group": "API comparator",
+            "applies_when": _API_ONLY,
         },
     )
     comparator_api_backoff_max: float = field(
@@ -1165,6 +1380,7 @@ class _IterativePreferenceConfig:
         metadata={
             "help": "api comparator: longest delay in seconds between two retries of our own backoff (> 0).",
             "group": "API comparator",
+            "applies_when": _API_ONLY,
         },
     )
     comparator_api_retry_after_max: float = field(
@@ -1173,6 +1389,7 @@ class _IterativePreferenceConfig:
         metadata={
             "help": "api comparator: longest Retry-After wait in seconds the server may ask for (> 0); a longer one fails the request at once, naming this cap.",
             "group": "API comparator",
+            "applies_when": _API_ONLY,
         },
     )
 
@@ -1185,7 +1402,11 @@ class _IterativePreferenceConfig:
         if mode == "centralized":
             index = self.comparator_centralized_agent_index
             if not _is_int(index) or not 0 <= index < self.num_agents:  # type: ignore[attr-defined]
-                raise ValueError(f"comparator_centralized_agent_index must be in [0, {self.num_agents}).")  # type: ignore[attr-defined]
+                raise ConfigError(
+                    f"comparator_centralized_agent_index must be in [0, {self.num_agents}).",  # type: ignore[attr-defined]
+                    field="comparator_centralized_agent_index",
+                    value=index,
+                )
 
         _check_int_at_least(
             "comparator_num_candidates", self.comparator_num_candidates, 1, optional=True, says_null=True
@@ -1208,39 +1429,23 @@ class _IterativePreferenceConfig:
             if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
                 # The URL may hold a credential: name its scheme, never the URL itself.
                 scheme = parts.scheme if parts is not None else type(url).__name__
-                raise ValueError(f"comparator_api_url must be an http(s) URL with a host, got scheme {scheme!r}.")
+                raise ConfigError(
+                    f"comparator_api_url must be an http(s) URL with a host, got scheme {scheme!r}.",
+                    field="comparator_api_url",
+                )
 
     def _check_replay(self) -> None:
-        mode = _choose(self, "preference_replay_mode")
-        k, lam, size = self.preference_replay_k, self.preference_replay_lambda, self.preference_replay_sample_size
-        k_only_nearest = "preference_replay_k is only valid when preference_replay_mode='nearest_k'."
-        lambda_only_decay = "preference_replay_lambda is only valid when preference_replay_mode='lambda_decay'."
-
-        if mode == "current":
-            if k is not None and not (_is_int(k) and k == 1):
-                raise ValueError("preference_replay_k must be null or 1 when preference_replay_mode='current'.")
-            if lam is not None:
-                raise ValueError(lambda_only_decay)
-            if size is not None:
-                raise ValueError(
-                    "preference_replay_sample_size is only valid when preference_replay_mode is "
-                    "'nearest_k', 'all_history', or 'lambda_decay'."
-                )
-            return
-        if mode == "nearest_k":
-            if k is None:
-                raise ValueError("preference_replay_k is required when preference_replay_mode='nearest_k'.")
-            _check_int_at_least("preference_replay_k", k, 1)
-        elif k is not None:
-            raise ValueError(k_only_nearest)
-        if mode == "lambda_decay":
-            if lam is None:
-                raise ValueError("preference_replay_lambda is required when preference_replay_mode='lambda_decay'.")
-            if not _is_number(lam) or not 0 <= lam <= 1:
-                raise ValueError("preference_replay_lambda must be in [0, 1].")
-        elif lam is not None:
-            raise ValueError(lambda_only_decay)
-        _check_int_at_least("preference_replay_sample_size", size, 1, optional=True)
+        _choose(self, "preference_replay_mode")
+        # CoMLRL's order: each field's place under the mode, then its value, field by field.
+        for name in dependents(type(self), "preference_replay_mode"):
+            if not _check_dependent(self, name, "preference_replay_mode"):
+                continue
+            value = getattr(self, name)
+            if name == "preference_replay_lambda":
+                if not _is_number(value) or not 0 <= value <= 1:
+                    raise ConfigError("preference_replay_lambda must be in [0, 1].", field=name, value=value)
+            else:
+                _check_int_at_least(name, value, 1)
 
     def _check_comparator_policy(self) -> None:
         policy = _choose(self, "comparator_policy")
@@ -1250,23 +1455,27 @@ class _IterativePreferenceConfig:
 
         if policy == "model":
             if not has_model:
-                raise ValueError(
-                    "comparator_model_name or comparator_agents is required when comparator_policy='model'."
+                raise ConfigError(
+                    "comparator_model_name or comparator_agents is required when comparator_policy='model'.",
+                    field="comparator_model_name",
                 )
             if self.comparator_history_k is not None:
-                raise ValueError(history_only)
+                raise ConfigError(history_only, field="comparator_history_k", value=self.comparator_history_k)
             return
         if policy == "history":
             if self.comparator_history_k is None:
                 self.comparator_history_k = 1
             _check_int_at_least("comparator_history_k", self.comparator_history_k, 1)
         elif self.comparator_history_k is not None:
-            raise ValueError(history_only)
+            raise ConfigError(history_only, field="comparator_history_k", value=self.comparator_history_k)
         # CoMLRL lets the api comparator carry model fields it never uses; only current/copy/history reject them.
         if policy != "api" and has_model:
-            raise ValueError(model_only)
+            name = "comparator_model_name" if self.comparator_model_name is not None else "comparator_agents"
+            raise ConfigError(model_only, field=name, value=getattr(self, name))
         if policy == "api" and not self.comparator_api_url:
-            raise ValueError("comparator_api_url is required when comparator_policy='api'.")
+            raise ConfigError(
+                "comparator_api_url is required when comparator_policy='api'.", field="comparator_api_url"
+            )
 
 
 @dataclass(repr=False)
