@@ -17,8 +17,8 @@ config takes the typed config and trusts it. The metadata holds the rest of what
   the config refuses the field set elsewhere (``"tolerated"``: a value CoMLRL lets through under a controlling
   value anyway) and, with ``"required"``, left empty where it applies. The Setup form hides a field that does not
   apply and leaves it out.
-- ``"suggested"`` (what the form fills in when the field becomes required) and ``"none_means"`` (what None
-  stands for).
+- ``"suggested"`` (what the form fills in when the field becomes required), ``"none_means"`` (what None
+  stands for) and ``"symbol"`` (the paper's name of the value, for short labels: k, λ).
 
 This module does not import torch, resolve devices, read the environment or touch the file system: a
 config can be built, checked and serialised anywhere (the Streamlit form, the CLI, a notebook).
@@ -1092,6 +1092,7 @@ class _IterativePreferenceConfig:
             "help": "nearest_k: number of most recent non-empty round datasets (required, >= 1). current accepts only None or 1.",
             "group": "Replay buffer",
             "applies_when": {"preference_replay_mode": ("nearest_k",)},
+            "symbol": "k",
             "strict": True,
             "required": True,
             # CoMLRL lets k = 1 through under 'current' (one round is what current uses anyway).
@@ -1105,6 +1106,7 @@ class _IterativePreferenceConfig:
             "help": "lambda_decay: lambda in [0, 1] (required); 0 keeps the newest round only, 1 weights all equally.",
             "group": "Replay buffer",
             "applies_when": {"preference_replay_mode": ("lambda_decay",)},
+            "symbol": "λ",
             "strict": True,
             "required": True,
             "suggested": 0.5,
