@@ -1,17 +1,24 @@
-"""``FIELD=VALUE`` config overrides on a benchmark's command line, shared by ``learning.py`` and ``vs_comlrl.py``."""
+"""``FIELD=VALUE`` config overrides on a benchmark's command line (``learning.py --set``, ``vs_comlrl.py --ours``).
+
+The value is read by the field's codec (``comlrl_lab.trainers.preference.fields``), as the CLI's ``--set``, a sweep
+grid and the workbench read it; a mistake is argparse's one-line usage error.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
+from collections.abc import Callable
+
+from comlrl_lab.trainers.preference.fields import parse_assignment
 
 
-def parse_field(text: str) -> tuple[str, object]:
-    """``FIELD=VALUE`` with a JSON value (``true``, ``2``, ``"x"``); a bare word is a string."""
-    name, sep, value = text.partition("=")
-    if not sep or not name.strip():
-        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE, got {text!r}")
-    try:
-        return name.strip(), json.loads(value)
-    except json.JSONDecodeError:
-        return name.strip(), value
+def field_arg(config_class: type) -> Callable[[str], tuple[str, object]]:
+    """An argparse ``type`` reading ``FIELD=VALUE`` for a field of ``config_class``."""
+
+    def parse(text: str) -> tuple[str, object]:
+        try:
+            return parse_assignment(config_class, text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return parse

@@ -23,10 +23,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from field_args import parse_field
+from field_args import field_arg
 
 from comlrl_lab.data.stats import ci95_half_width
 from comlrl_lab.engine.presets import QUICKSTART_CONFIG, QUICKSTART_TRAIN_ITEMS
+from comlrl_lab.trainers.preference import MADPOIterConfig
 
 _STABILISERS = ("madpo_reference", "madpo_length_normalize", "madpo_nll_weight")
 #: Opt-in MADPO stabilisers per setting name; "seed" is CoMLRL's loss, "combined" the quickstart preset's.
@@ -87,7 +88,7 @@ def run_curve(
     from comlrl_lab.data import metric_names
     from comlrl_lab.data.tasks import get_task
     from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
-    from comlrl_lab.trainers.preference import MADPOIterConfig, MADPOIterTrainer
+    from comlrl_lab.trainers.preference import MADPOIterTrainer
 
     torch.set_num_threads(1)
     task = get_task(task_name)
@@ -170,10 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         "--set",
         dest="fields",
         action="append",
-        type=parse_field,
+        type=field_arg(MADPOIterConfig),
         default=[],
         metavar="FIELD=VALUE",
-        help="any other MADPOIterConfig field for every run (a JSON value), e.g. pair_selection=reward_gap; repeatable",
+        help="any other MADPOIterConfig field for every run, e.g. pair_selection=reward_gap; repeatable",
     )
     parser.add_argument(
         "--by",

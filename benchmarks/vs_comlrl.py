@@ -42,7 +42,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from field_args import parse_field
+from field_args import field_arg
+
+from comlrl_lab.trainers.preference import MARLHFIterConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "benchmarks" / "vs_comlrl_worker.py"
@@ -282,10 +284,10 @@ def main() -> None:
     parser.add_argument(
         "--ours",
         action="append",
-        type=parse_field,
+        type=field_arg(MARLHFIterConfig),  # it has every field the four configs have
         default=[],
         metavar="FIELD=VALUE",
-        help="a config field for our side only (a JSON value), e.g. concurrent_cpu_agents=true; repeatable",
+        help="a config field for our side only, e.g. concurrent_cpu_agents=true; repeatable",
     )
     args = parser.parse_args()
     ours = dict(args.ours)

@@ -1,6 +1,7 @@
 """Headless entry point: ``comlrl-lab run SPEC``, ``sweep SPEC --grid F=V1,V2``, ``export RUN_DIR``, ``import DIR``.
 
-``run`` drives the same engine as the workbench, in the foreground, with a progress bar. A run directory can
+``run`` drives the same engine as the workbench, in the foreground, with a progress bar. ``--set FIELD=VALUE``
+overrides one config field of the spec, read by the field's codec as a spec file's text is. A run directory can
 be resumed with ``comlrl-lab run --resume RUN_DIR`` after a crash or a kill; it continues after the last
 finished phase. Started by ``torchrun --nproc_per_node=K -m comlrl_lab.cli run SPEC`` (or the ``comlrl-lab``
 script under torchrun), ``run`` becomes data parallel: rank 0 owns the run directory and the store, every rank
@@ -33,18 +34,28 @@ from comlrl_lab.store.export import (
 )
 from comlrl_lab.store.importer import import_replay_dir
 from comlrl_lab.trainers.preference.distributed import DistContext
+from comlrl_lab.trainers.preference.fields import parse_assignment
+
+
+def _load_spec(args: argparse.Namespace) -> ExperimentSpec | None:
+    """The spec of ``run``/``sweep``: the file, with ``--set`` and ``--rounds`` applied; None without a SPEC."""
+    if not args.spec:
+        return None
+    spec = ExperimentSpec.load(args.spec)
+    for text in args.set:
+        name, value = parse_assignment(spec.config_class, text)
+        spec.config[name] = value
+    if args.rounds is not None:
+        spec.config["num_iterations"] = args.rounds
+    return spec
 
 
 def _run_ranks(args: argparse.Namespace, dist: DistContext) -> int:
     """``run`` under torchrun: every rank steps the run in the foreground; rank 0 prints."""
-    spec = None
-    if not args.resume:
-        if not args.spec:
-            print("comlrl-lab run: give a SPEC file or --resume RUN_DIR", file=sys.stderr)
-            return 2
-        spec = ExperimentSpec.load(args.spec)
-        if args.rounds is not None:
-            spec.config["num_iterations"] = args.rounds
+    spec = None if args.resume else _load_spec(args)
+    if spec is None and not args.resume:
+        print("comlrl-lab run: give a SPEC file or --resume RUN_DIR", file=sys.stderr)
+        return 2
     quiet = args.quiet or not dist.is_main
     run = run_data_parallel(
         dist, spec=spec, resume=args.resume, runs_root=args.runs_root, log=(lambda _line: None) if quiet else print
@@ -64,12 +75,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.resume:
         run_id = manager.open(args.resume)
     else:
-        if not args.spec:
+        spec = _load_spec(args)
+        if spec is None:
             print("comlrl-lab run: give a SPEC file or --resume RUN_DIR", file=sys.stderr)
             return 2
-        spec = ExperimentSpec.load(args.spec)
-        if args.rounds is not None:
-            spec.config["num_iterations"] = args.rounds
         run_id = manager.create(spec)
     run = manager.run(run_id)
     print(f"run {run_id} in {run.run_dir}")
@@ -108,15 +117,13 @@ def _sweep(args: argparse.Namespace) -> int:
 
     try:
         if args.resume:
-            if args.spec or args.grid:
-                raise ValueError("--resume continues a sweep as it was made; give no SPEC or --grid with it")
+            if args.spec or args.grid or args.set:
+                raise ValueError("--resume continues a sweep as it was made; give no SPEC, --grid or --set with it")
             sweep = Sweep.open(args.resume)
         else:
-            if not args.spec:
+            spec = _load_spec(args)
+            if spec is None:
                 raise ValueError("give a SPEC file or --resume SWEEP_DIR")
-            spec = ExperimentSpec.load(args.spec)
-            if args.rounds is not None:
-                spec.config["num_iterations"] = args.rounds
             grid = parse_grid(spec.config_class, args.grid)
             sweep = Sweep.create(spec, grid, seeds=args.seeds, runs_root=args.runs_root, parallel=args.parallel or 1)
     except (ValueError, FileNotFoundError) as error:
@@ -179,6 +186,9 @@ def _import(args: argparse.Namespace) -> int:
     return 0 if report.imported_files or not report.skipped else 1
 
 
+SET_HELP = "override a config field of the spec (repeatable); VALUE is the field's text, as in the URL or a grid: 1e-3, true, none"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="comlrl-lab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -188,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", metavar="RUN_DIR", help="continue a run directory after its last finished phase")
     run.add_argument("--runs-root", default="runs", help="where new run directories are created (default: runs)")
     run.add_argument("--rounds", type=int, help="override num_iterations")
+    run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help=SET_HELP)
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--verbose", action="store_true", help="print the traceback on error")
     run.set_defaults(func=_run)
@@ -202,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--resume", metavar="SWEEP_DIR", help="finish the unfinished cells of a sweep")
     sweep.add_argument("--runs-root", default="runs", help="where cell run directories are created (default: runs)")
     sweep.add_argument("--rounds", type=int, help="override num_iterations")
+    sweep.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help=SET_HELP)
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     sweep.set_defaults(func=_sweep)
 

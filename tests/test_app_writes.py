@@ -11,7 +11,7 @@ from workbench_fixtures import user_task_spec
 
 from comlrl_lab.engine import RunManager
 from comlrl_lab.engine.run import Run
-from comlrl_lab.engine.spec_checks import inside_run_dir
+from comlrl_lab.engine.spec import inside_run_dir
 from comlrl_lab.store.schema import SchemaVersionError
 from comlrl_lab.trainers.preference import checkpoint as ckpt
 from comlrl_lab.trainers.preference.replay import RUN_MARKER

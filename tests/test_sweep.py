@@ -60,7 +60,7 @@ def test_grid_commas_inside_json_brackets_stay_in_one_value():
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        ("learning_rate=1e-4", "Unknown MADPOIterConfig fields: learning_rate."),
+        ("learning_rate=1e-4", "MADPOIterConfig has no field 'learning_rate'; did you mean 'agent_learning_rate'?"),
         ("num_train_epochs=1,two", "grid field num_train_epochs: 'two' is not an int"),
         ("score_final_token=maybe", "grid field score_final_token: 'maybe' is not a bool"),
         ("seed=1,2", "seed is swept with --seeds N"),
@@ -111,7 +111,7 @@ def test_cli_sweep_refuses_an_unknown_field_with_exit_2(model_dir, tmp_path, cap
     tiny_spec(model_dir).save(spec_path)
     code = main(["sweep", str(spec_path), "--grid", "beta=0.1,0.2", "--runs-root", str(tmp_path / "runs")])
     assert code == 2
-    assert "Unknown MADPOIterConfig fields: beta." in capsys.readouterr().err
+    assert "MADPOIterConfig has no field 'beta'; did you mean 'dpo_beta'?" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -68,13 +68,18 @@ def test_table_gives_medians_ranges_and_the_ratio_of_medians():
     assert bench.summarise([4.0, 1.0, 3.0, 2.0]) == bench.Summary(2.5, 1.0, 4.0)
 
 
-def test_ours_fields_are_parsed_as_json_values_or_words():
+def test_ours_fields_are_read_by_the_field_codec():
     bench = load_benchmark()
-    assert bench.parse_field("concurrent_cpu_agents=true") == ("concurrent_cpu_agents", True)
-    assert bench.parse_field("scoring_batch_size=16") == ("scoring_batch_size", 16)
-    assert bench.parse_field("adamw_implementation=for_loop") == ("adamw_implementation", "for_loop")
+    parse = bench.field_arg(bench.MARLHFIterConfig)
+    assert parse("concurrent_cpu_agents=true") == ("concurrent_cpu_agents", True)
+    assert parse("scoring_batch_size=16") == ("scoring_batch_size", 16)
+    assert parse("adamw_implementation=loop") == ("adamw_implementation", "for_loop")  # the alias, resolved
     with pytest.raises(argparse.ArgumentTypeError, match="FIELD=VALUE"):
-        bench.parse_field("concurrent_cpu_agents")
+        parse("concurrent_cpu_agents")
+    with pytest.raises(argparse.ArgumentTypeError, match="'sixteen' is not an int"):
+        parse("scoring_batch_size=sixteen")
+    with pytest.raises(argparse.ArgumentTypeError, match="did you mean 'concurrent_cpu_agents'"):
+        parse("concurent_cpu_agents=true")
 
 
 def test_the_llama_config_has_86m_parameters():

@@ -17,6 +17,7 @@ ranks ``attach`` to the run directory and step the same trainer without one (``r
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 import traceback
@@ -25,7 +26,7 @@ from typing import Any
 
 from comlrl_lab.data.phases import InvalidTransition
 from comlrl_lab.data.run_ids import new_run_id
-from comlrl_lab.engine import spec_checks
+from comlrl_lab.engine.preflight import preflight
 from comlrl_lab.engine.spec import ExperimentSpec, build_trainer
 from comlrl_lab.store import RunStore, snapshot_parquet
 from comlrl_lab.trainers.preference.replay import drop_round_files
@@ -114,13 +115,14 @@ class Run:
     # Construction ------------------------------------------------------------------------------------------
     @classmethod
     def create(cls, spec: ExperimentSpec, runs_root: str | Path) -> Run:
-        spec_checks.preflight(spec)  # config, task, data files, models and devices, before anything is written
+        config = spec.build_config()  # the one validation of the config on the way to a run
+        preflight(spec, config)  # task, data files, models and devices, before anything is written
         run_id = new_run_id(spec.name or spec.algorithm)
         run_dir = Path(runs_root) / run_id
         run_dir.mkdir(parents=True, exist_ok=False)  # a new run never reuses another run's directory
         spec.save(run_dir / SPEC_FILE)
         store = RunStore(run_dir / STORE_FILE)
-        store.create_run(run_id, trainer=spec.algorithm, config=spec.to_dict())
+        store.create_run(run_id, trainer=spec.algorithm, config=config.to_dict(), num_agents=config.num_agents)
         return cls(run_dir, spec, run_id, store)
 
     @classmethod
@@ -133,6 +135,12 @@ class Run:
             spec.config.update(secrets)
         store = RunStore(run_dir / STORE_FILE)
         run_id = store.first_run_id() or run_dir.name
+        # The settings pages read (every config value, defaults filled in) as this code resumes the run; a run
+        # stored before the store kept them gets them now.
+        settings = spec.build_config().to_dict()
+        info = store.run(run_id)
+        if info is not None and json.loads(info["config_json"] or "null") != settings:
+            store.create_run(run_id, config=settings, status=info["status"], source=info["source"])
         run = cls(run_dir, spec, run_id, store)
         run.reconcile_files()
         return run

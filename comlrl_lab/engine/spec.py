@@ -1,12 +1,18 @@
-"""An experiment as data: algorithm, agents, task and config overrides; and the trainer built from it.
+"""An experiment as data: algorithm, agents, task and config overrides; how it is read; the trainer built from it.
 
 The same spec drives the workbench, the CLI (``comlrl-lab run spec.yaml``) and notebooks, and it is saved as
 ``spec.json`` in the run directory so a past run can be reopened. It never holds an API key, a literal header
 value or a URL credential (``credentials.py``): only names of the environment variables that have them.
+
+``ExperimentSpec.read`` is the one reader of spec files, for the CLI and the Setup page alike: a syntax error, an
+unknown key or field (with the closest name), a value the field codec cannot read or the config refuses, each is
+one ``SpecError`` line at the place in the file it is about. The config fields a spec sets keep their own names
+everywhere, and the config built from it is what checks them.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -16,11 +22,12 @@ from typing import Any
 from comlrl_lab.data.credentials import public_config
 from comlrl_lab.data.tasks import get_task
 from comlrl_lab.data.user_tasks import load_user_task
-from comlrl_lab.engine import spec_checks
+from comlrl_lab.engine.spec_file import SpecError, located, parse_spec_text
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
 from comlrl_lab.trainers import preference
 from comlrl_lab.trainers.preference.algorithms import ALGORITHM_TABLE, algorithm
-from comlrl_lab.trainers.preference.config import SECRET_FIELDS
+from comlrl_lab.trainers.preference.config import SECRET_FIELDS, ConfigError, check_field_names
+from comlrl_lab.trainers.preference.fields import decode_strings
 
 
 class _AlgorithmClasses(Mapping):
@@ -67,25 +74,25 @@ class ExperimentSpec:
     def __post_init__(self) -> None:
         algorithm(self.algorithm)
         if not isinstance(self.tags, list) or not all(isinstance(t, str) and t for t in self.tags):
-            raise ValueError(f"tags must be a list of non-empty strings, got {self.tags!r}.")
+            raise ConfigError(f"tags must be a list of non-empty strings, got {self.tags!r}.", field="tags")
         if not self.agent_models:
-            raise ValueError("agent_models must name at least one model.")
+            raise ConfigError("agent_models must name at least one model.", field="agent_models")
         for name in ("max_train_items", "max_eval_items"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name} must be an integer >= 1 or null, got {value!r}.")
+                raise ConfigError(f"{name} must be an integer >= 1 or null, got {value!r}.", field=name, value=value)
 
     @property
     def config_class(self) -> type:
         return algorithm(self.algorithm).config_class
 
     def build_config(self) -> Any:
-        values = dict(self.config)
-        values.setdefault("num_agents", len(self.agent_models))
-        unknown = spec_checks.unknown_config_fields(self.config_class, values)
-        if unknown:
-            raise ValueError(f"config: {unknown}")
-        return self.config_class(**values)
+        """The validated config: unknown fields refused with the closest name, then the config's own checks."""
+        try:
+            check_field_names(self.config_class, self.config)
+        except ConfigError as error:
+            raise ConfigError(f"config: {error}", field=error.field, suggestion=error.suggestion) from None
+        return self.config_class(**{"num_agents": len(self.agent_models), **self.config})
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -93,30 +100,53 @@ class ExperimentSpec:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ExperimentSpec:
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown experiment spec keys: {', '.join(unknown)}")
-        return cls(**data)
+    def from_dict(cls, data: Mapping[str, Any]) -> ExperimentSpec:
+        """A spec from a mapping (``to_dict`` output, a parsed file): unknown keys are refused with the closest
+        name, and config values written as text (YAML reads ``1e-3`` as text) are read by the field codec."""
+        keys = list(cls.__dataclass_fields__)
+        for key in data:
+            if key not in keys:
+                close = difflib.get_close_matches(str(key), keys, n=1, cutoff=0.6)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(
+                    f"unknown spec key {key!r}{hint}", field=str(key), suggestion=close[0] if close else None
+                )
+        values = dict(data)
+        config = values.get("config")
+        if config is not None and not isinstance(config, Mapping):
+            raise ConfigError("config must be a mapping of config fields", field="config", value=config)
+        if config:
+            values["config"] = decode_strings(algorithm(values.get("algorithm", cls.algorithm)).config_class, config)
+        return cls(**values)
+
+    @staticmethod
+    def holds_spec_keys(data: Mapping[str, Any]) -> bool:
+        """Whether a parsed file is a spec (it has a spec key) rather than a bare config of CoMLRL field names."""
+        return any(key in ExperimentSpec.__dataclass_fields__ for key in data)
 
     @classmethod
-    def load(cls, path: str | Path) -> ExperimentSpec:
-        """Read and validate a spec file; every mistake is a ``SpecError`` naming the file, line and field."""
-        path = Path(path)
-        data, text = spec_checks.read_spec_file(path)
-        try:
-            config_class = algorithm(data.get("algorithm", cls.algorithm)).config_class
-        except ValueError as error:
-            raise spec_checks.locate(path, text, error, ["algorithm"]) from None
-        data = spec_checks.check_spec_data(path, text, data, cls.__dataclass_fields__, config_class)
+    def read(cls, text: str, source: str, *, bare_config_of: str | None = None) -> ExperimentSpec:
+        """Read and validate spec text (YAML when ``source`` ends in .yaml/.yml, else JSON); every mistake is one
+        ``SpecError`` naming ``source``, the line and the field. With ``bare_config_of``, a file of config fields
+        alone (a CoMLRL config) is read as that algorithm's config."""
+        data = parse_spec_text(text, source)
+        if bare_config_of is not None and not cls.holds_spec_keys(data):
+            data = {"algorithm": bare_config_of, "config": data}
         try:
             spec = cls.from_dict(data)
             spec.build_config()
-        except (ValueError, TypeError) as error:
-            names = [*cls.__dataclass_fields__, *(data.get("config") or {})]
-            raise spec_checks.locate(path, text, error, names) from None
+        except ConfigError as error:
+            raise located(source, text, error, fallback_key="config") from None
         return spec
+
+    @classmethod
+    def load(cls, path: str | Path) -> ExperimentSpec:
+        """``read`` the spec file at ``path``."""
+        path = Path(path)
+        if not path.is_file():
+            what = "is a directory, not a spec file" if path.is_dir() else "no such spec file"
+            raise SpecError(f"{path}: {what}")
+        return cls.read(path.read_text(encoding="utf-8"), str(path))
 
     def save(self, path: str | Path) -> None:
         path = Path(path)
@@ -135,7 +165,7 @@ def build_trainer(spec: ExperimentSpec, *, output_dir: str | Path, run_id: str, 
     """Validate the config (CoMLRL's messages), load the task and models, and construct the trainer."""
     config = spec.build_config()
     config.output_dir = str(output_dir)
-    spec_checks.inside_run_dir(config, output_dir)
+    inside_run_dir(config, output_dir)
     trainer_class = ALGORITHMS[spec.algorithm][1]
     task = resolve_task(spec)
     models = list(spec.agent_models)
@@ -166,3 +196,29 @@ def build_trainer(spec: ExperimentSpec, *, output_dir: str | Path, run_id: str, 
         run_id=run_id,
         **kwargs,
     )
+
+
+#: Config fields naming folders the trainer writes to; the engine keeps them inside the run directory.
+RUN_DIR_FIELDS = ("preference_replay_dir", "policy_checkpoint_dir")
+
+
+def inside_run_dir(config: Any, run_dir: str | Path | None = None) -> None:
+    """Refuse a folder field that would write outside the run directory; with ``run_dir``, anchor it there.
+
+    A relative path is taken inside the run directory; an absolute path or one that climbs out (``..``) is
+    refused, so a spec from the app can write nowhere but its own run.
+    """
+    for name in RUN_DIR_FIELDS:
+        value = getattr(config, name, None)
+        if value is None:
+            continue
+        relative = Path(str(value))
+        if relative.is_absolute() or ".." in relative.parts or str(value).startswith("~"):
+            raise ConfigError(
+                f"{name} must be a folder inside the run directory, given relative to it (such as "
+                f"'replay_b'), got {str(value)!r}",
+                field=name,
+                value=value,
+            )
+        if run_dir is not None:
+            setattr(config, name, str(Path(run_dir) / relative))

@@ -17,8 +17,6 @@ import itertools
 import json
 import threading
 import time
-import types
-import typing
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -28,13 +26,11 @@ from comlrl_lab.data.run_ids import new_run_id
 from comlrl_lab.engine.manager import RunManager
 from comlrl_lab.engine.spec import ExperimentSpec
 from comlrl_lab.trainers.preference.algorithms import algorithm
+from comlrl_lab.trainers.preference.config import ConfigError, check_field_names
+from comlrl_lab.trainers.preference.fields import decode, field_specs
 
 SWEEPS_DIR = "_sweeps"
 MANIFEST_FILE = "sweep.json"
-
-_TRUE = {"true", "yes", "on", "1"}
-_FALSE = {"false", "no", "off", "0"}
-_NONE = {"none", "null"}
 
 
 # Grid parsing ----------------------------------------------------------------------------------------------------
@@ -53,83 +49,27 @@ def split_values(text: str) -> list[str]:
     return values
 
 
-def _coerce(annotation: Any, text: str) -> Any:
-    """``text`` as a value of ``annotation`` (a config field's type); ValueError when it is not one."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        arms = typing.get_args(annotation)
-        if type(None) in arms and text.strip().lower() in _NONE:
-            return None
-        # Narrow types first, so "3" is an int for ``int | str`` and "[1]" a list for ``str | list[str]``.
-        order = (bool, int, float, list, dict, str)
-        ranked = sorted(
-            (a for a in arms if a is not type(None)),
-            key=lambda a: order.index(typing.get_origin(a) or a) if (typing.get_origin(a) or a) in order else 99,
-        )
-        for arm in ranked:
-            try:
-                return _coerce(arm, text)
-            except ValueError:
-                continue
-        raise ValueError(f"{text!r} is none of {annotation}")
-    base = origin or annotation
-    stripped = text.strip()
-    if base is bool:
-        if stripped.lower() in _TRUE:
-            return True
-        if stripped.lower() in _FALSE:
-            return False
-        raise ValueError(f"{text!r} is not a bool (true or false)")
-    if base is int:
-        try:
-            return int(stripped)
-        except ValueError:
-            raise ValueError(f"{text!r} is not an int") from None
-    if base is float:
-        try:
-            return float(stripped)
-        except ValueError:
-            raise ValueError(f"{text!r} is not a float") from None
-    if base in (list, dict):
-        try:
-            value = json.loads(stripped)
-        except json.JSONDecodeError:
-            raise ValueError(f"{text!r} is not a JSON {base.__name__}") from None
-        if not isinstance(value, base):
-            raise ValueError(f"{text!r} is not a JSON {base.__name__}")
-        return value
-    if base is str:
-        return text
-    # typing.Any and anything else: JSON when it parses (numbers, lists), the text otherwise.
-    try:
-        return json.loads(stripped)
-    except json.JSONDecodeError:
-        return text
-
-
 def parse_grid(config_class: type, entries: list[str]) -> dict[str, list[Any]]:
-    """``["dpo_beta=0.1,0.5", ...]`` -> ``{"dpo_beta": [0.1, 0.5], ...}``, each value typed by the config field.
+    """``["dpo_beta=0.1,0.5", ...]`` -> ``{"dpo_beta": [0.1, 0.5], ...}``, each value read by the field's codec.
 
-    Unknown fields and unparsable values raise ``ValueError`` naming the field, as the configs do.
+    Unknown fields (with the closest name) and unreadable values raise ``ValueError`` naming the field.
     """
-    hints = typing.get_type_hints(config_class)
-    known = {f.name for f in fields(config_class)}
     grid: dict[str, list[Any]] = {}
     for entry in entries:
         name, sep, raw = entry.partition("=")
-        name = name.strip()
-        if not sep or not name or not raw.strip():
+        if not sep or not name.strip() or not raw.strip():
             raise ValueError(f"a grid entry must read FIELD=V1,V2,..., got {entry!r}")
-        if name not in known:
-            raise ValueError(f"Unknown {config_class.__name__} fields: {name}.")
+        name = name.strip()
+        check_field_names(config_class, [name])
         if name == "seed":
             raise ValueError("seed is swept with --seeds N, not in the grid")
         if name in grid:
             raise ValueError(f"grid field {name} is given twice")
+        spec = field_specs(config_class)[name]
         try:
-            values = [_coerce(hints[name], text) for text in split_values(raw)]
-        except ValueError as error:
-            raise ValueError(f"grid field {name}: {error}") from None
+            values = [decode(spec, text) for text in split_values(raw)]
+        except ConfigError as error:
+            raise ConfigError(f"grid field {name}: {error}", field=name, value=error.value) from None
         if len(set(map(json.dumps, values))) != len(values):
             raise ValueError(f"grid field {name} repeats a value: {raw}")
         grid[name] = values

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from comlrl_lab.trainers.preference.config import (
+    ConfigError,
     MADPOConfig,
     MADPOIterConfig,
     MARLHFConfig,
@@ -42,9 +43,11 @@ FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(row.family for row in ALGORITHM_
 
 
 def algorithm(name: str) -> Algorithm:
-    """The row of ``name``; ``ValueError`` listing the known names otherwise."""
+    """The row of ``name``; a ``ConfigError`` about the spec's ``algorithm`` listing the known names otherwise."""
     if name not in ALGORITHM_TABLE:
-        raise ValueError(f"algorithm must be one of: {', '.join(ALGORITHM_TABLE)}; got {name!r}")
+        raise ConfigError(
+            f"algorithm must be one of: {', '.join(ALGORITHM_TABLE)}; got {name!r}", field="algorithm", value=name
+        )
     return ALGORITHM_TABLE[name]
 
 
