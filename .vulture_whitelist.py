@@ -40,12 +40,11 @@ MADPOConfig.early_termination_threshold
 MADPOConfig.external_prompt_passthrough
 MADPOConfig.log_reward_distribution
 
-# Read by name through get("comparator_api_...") in ApiComparatorSettings.from_config.
-MADPOConfig.comparator_api_format
-MADPOConfig.comparator_api_headers
-MADPOConfig.comparator_api_response_field
-MADPOConfig.comparator_api_extra_body
-MADPOConfig.comparator_api_key_header
+# Read by name: the replay buffer and the Replay page take the replay fields as REPLAY_FIELDS (the mode and the
+# fields whose applies_when names it), under their config names.
+MADPOConfig.preference_replay_k
+MADPOConfig.preference_replay_lambda
+MADPOConfig.preference_replay_sample_size
 
 # DeviceLayout's roles are read through getattr over ROLES; as_strings is that readout, used by the layout tests.
 DeviceLayout.current_copy

@@ -21,11 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from http_stub import HttpStub, anthropic_messages, with_delay  # noqa: E402
 
-from comlrl_lab.trainers.preference.comparators.api import (  # noqa: E402
-    ApiComparatorClient,
-    ApiComparatorSettings,
-    ApiRequest,
-)
+from comlrl_lab.trainers.preference import MADPOIterConfig  # noqa: E402
+from comlrl_lab.trainers.preference.comparators.api import ApiComparatorClient, ApiRequest  # noqa: E402
 
 
 def measure(num_candidates: int = 64, latency: float = 0.2, max_concurrency: int = 8, num_prompts: int = 8) -> dict:
@@ -33,14 +30,15 @@ def measure(num_candidates: int = 64, latency: float = 0.2, max_concurrency: int
     per_prompt = [num_candidates // num_prompts + (i < num_candidates % num_prompts) for i in range(num_prompts)]
     with HttpStub() as stub:
         stub.route("/v1/messages", with_delay(anthropic_messages(), latency))
-        settings = ApiComparatorSettings(
-            url=stub.url("/v1/messages"),
-            api_format="anthropic",
-            model="bench",
-            api_key="bench-key",
-            max_concurrency=max_concurrency,
+        config = MADPOIterConfig(
+            comparator_policy="api",
+            comparator_api_url=stub.url("/v1/messages"),
+            comparator_api_format="anthropic",
+            comparator_api_model="bench",
+            comparator_api_key="bench-key",
+            comparator_api_max_concurrency=max_concurrency,
         )
-        client = ApiComparatorClient(settings, rng=random.Random(0))
+        client = ApiComparatorClient(config, rng=random.Random(0))
         requests = [ApiRequest(f"prompt {i}", i % 2, {}, count) for i, count in enumerate(per_prompt)]
         start = time.perf_counter()
         out = client.complete_many(requests)

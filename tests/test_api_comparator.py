@@ -11,7 +11,6 @@ import random
 import socket
 import threading
 import time
-from types import SimpleNamespace
 
 import pytest
 from http_stub import (
@@ -29,22 +28,25 @@ from repo_scripts import load_repo_script
 
 from comlrl_lab.data import credentials
 from comlrl_lab.data.credentials import MissingCredentialError
+from comlrl_lab.trainers.preference import MADPOIterConfig
 from comlrl_lab.trainers.preference.comparators.api import (
     ApiComparatorClient,
-    ApiComparatorSettings,
     ApiRequest,
     ComparatorApiError,
     ComparatorApiKeyError,
     backoff_delay,
+    build_body,
     extract_anthropic,
     extract_generic,
     extract_openai_chat,
     extract_responses,
     jsonable,
-    normalize_api_format,
+    key_env_name,
     openai_max_n,
+    resolve_key,
     retry_after_seconds,
 )
+from comlrl_lab.trainers.preference.config import ConfigError
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -64,14 +66,15 @@ def stub():
         yield server
 
 
-def make_settings(url: str, **overrides) -> ApiComparatorSettings:
-    values = {"backoff_base": 0.01, "max_retries": 3, "timeout": 5.0}
-    values.update(overrides)
-    return ApiComparatorSettings(url=url, **values)
+def api_config(url: str, **fields) -> MADPOIterConfig:
+    """An api-comparator config for ``url`` with quick retries; ``fields`` by their config names."""
+    values = {"comparator_api_backoff_base": 0.01, "comparator_api_max_retries": 3, "comparator_api_timeout": 5.0}
+    values.update(fields)
+    return MADPOIterConfig(comparator_policy="api", comparator_api_url=url, **values)
 
 
-def client_for(url: str, **overrides) -> ApiComparatorClient:
-    return ApiComparatorClient(make_settings(url, **overrides), rng=random.Random(7))
+def client_for(url: str, **fields) -> ApiComparatorClient:
+    return ApiComparatorClient(api_config(url, **fields), rng=random.Random(7))
 
 
 class FakeScalar:
@@ -87,28 +90,26 @@ class FakeScalar:
 # -- formats: exact bodies and headers -------------------------------------------------------------------
 
 
-def test_format_aliases_normalise_and_unknown_names_are_an_error():
-    assert [normalize_api_format(x) for x in ("openai", " Chat ", "openai_chat")] == ["openai"] * 3
-    assert [normalize_api_format(x) for x in ("anthropic", "MESSAGES", "anthropic_messages")] == ["anthropic"] * 3
-    assert [normalize_api_format(x) for x in ("openai_responses", "responses", "codex")] == ["openai_responses"] * 3
-    assert normalize_api_format(None) == normalize_api_format("generic") == "generic"
-    # CoMLRL sends an unknown format as generic; here it is the config's error (tests/test_vocabulary.py checks they
-    # agree), raised before any request is built.
-    with pytest.raises(ValueError, match="did you mean 'anthropic'"):
-        normalize_api_format("antropic")
-    with pytest.raises(ValueError, match="did you mean 'openai'"):
-        ApiComparatorSettings(url="http://localhost/x", api_format="opneai")
+def test_the_format_comes_resolved_from_the_config(stub):
+    # The config resolves aliases once; the client reads the canonical name. CoMLRL sends an unknown format as
+    # generic; here it is the config's error, raised before any client or request exists.
+    assert [client_for(stub.url("/x"), comparator_api_format=x, comparator_api_key="k").config.comparator_api_format
+            for x in (" Chat ", "MESSAGES", "codex", "generic")] == ["openai", "anthropic", "openai_responses", "generic"]  # fmt: skip
+    with pytest.raises(ConfigError, match="did you mean 'openai'") as error:
+        client_for(stub.url("/x"), comparator_api_format="opneai")
+    assert error.value.field == "comparator_api_format" and error.value.suggestion == "openai"
+    assert stub.requests == []
 
 
 def test_generic_body_and_headers_are_exact(stub):
     stub.route("/gen", generic())
     client = client_for(
         stub.url("/gen"),
-        model="m-1",
+        comparator_api_model="m-1",
         top_k=None,
-        headers={"X-Team": "lab"},
-        extra_body={"temperature": 0.9, "stop": ["\n"]},
-        api_key=SECRET,
+        comparator_api_headers={"X-Team": "lab"},
+        comparator_api_extra_body={"temperature": 0.9, "stop": ["\n"]},
+        comparator_api_key=SECRET,
         max_new_tokens=32,
     )
     item = {"id": FakeScalar(3), "tags": ("a", "b"), "nested": {"x": FakeScalar(1.5)}, "obj": object}
@@ -144,7 +145,9 @@ def test_generic_endpoint_without_key_sends_no_auth_header(stub):
 def test_openai_body_and_headers_are_exact(stub, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     stub.route("/v1/chat/completions", openai_chat())
-    client = client_for(stub.url("/v1/chat/completions"), api_format="openai", model="gpt-x", top_k=7)
+    client = client_for(
+        stub.url("/v1/chat/completions"), comparator_api_format="openai", comparator_api_model="gpt-x", top_k=7
+    )
     out = client.complete_many([ApiRequest("Q?", 0, {"a": 1}, 3)])
     assert out == [["Q?|n3|0", "Q?|n3|1", "Q?|n3|2"]]
     (request,) = stub.requests
@@ -164,7 +167,12 @@ def test_openai_body_and_headers_are_exact(stub, monkeypatch):
 def test_anthropic_one_request_per_candidate_with_x_api_key(stub, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
     stub.route("/v1/messages", anthropic_messages())
-    client = client_for(stub.url("/v1/messages"), api_format="anthropic", model="claude-x", extra_body={"top_k": 5})
+    client = client_for(
+        stub.url("/v1/messages"),
+        comparator_api_format="anthropic",
+        comparator_api_model="claude-x",
+        comparator_api_extra_body={"top_k": 5},
+    )
     out = client.complete_many([ApiRequest("Hello", 0, {}, 3)])
     assert out == [["Hello|a"] * 3]  # only the first text block of each answer
     assert len(stub.requests) == 3
@@ -184,7 +192,11 @@ def test_anthropic_one_request_per_candidate_with_x_api_key(stub, monkeypatch):
 def test_anthropic_keeps_a_configured_version_header(stub, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
     stub.route("/v1/messages", anthropic_messages())
-    client = client_for(stub.url("/v1/messages"), api_format="messages", headers={"Anthropic-Version": "2099-01-01"})
+    client = client_for(
+        stub.url("/v1/messages"),
+        comparator_api_format="messages",
+        comparator_api_headers={"Anthropic-Version": "2099-01-01"},
+    )
     client.complete_many([ApiRequest("x", 0, {}, 1)])
     assert stub.requests[0].headers["anthropic-version"] == "2099-01-01"
 
@@ -193,7 +205,9 @@ def test_anthropic_keeps_a_configured_version_header(stub, monkeypatch):
 def test_responses_one_request_per_candidate(stub, monkeypatch, alias):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     stub.route("/v1/responses", openai_responses())
-    client = client_for(stub.url("/v1/responses"), api_format=alias, model="gpt-r", max_new_tokens=16)
+    client = client_for(
+        stub.url("/v1/responses"), comparator_api_format=alias, comparator_api_model="gpt-r", max_new_tokens=16
+    )
     out = client.complete_many([ApiRequest("Why?", 2, {}, 2)])
     assert out == [["Why?|r", "Why?|r"]]
     assert len(stub.requests) == 2
@@ -209,9 +223,12 @@ def test_responses_one_request_per_candidate(stub, monkeypatch, alias):
 def test_key_header_and_prefix(stub, monkeypatch, header, prefix, expected_name, expected_value):
     monkeypatch.setenv("MY_COMPARATOR_KEY", SECRET)
     stub.route("/gen", generic())
-    client_for(stub.url("/gen"), key_env="MY_COMPARATOR_KEY", key_header=header, key_prefix=prefix).complete_many(
-        [ApiRequest("p", 0, {}, 1)]
-    )
+    client_for(
+        stub.url("/gen"),
+        comparator_api_key_env="MY_COMPARATOR_KEY",
+        comparator_api_key_header=header,
+        comparator_api_key_prefix=prefix,
+    ).complete_many([ApiRequest("p", 0, {}, 1)])
     assert stub.requests[0].headers[expected_name] == expected_value
 
 
@@ -221,7 +238,7 @@ def test_key_header_and_prefix(stub, monkeypatch, header, prefix, expected_name,
 def test_openai_n_loop_with_a_server_capped_at_two_choices(stub, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     stub.route("/v1/chat/completions", openai_chat(max_choices=2))
-    client = client_for(stub.url("/v1/chat/completions"), api_format="openai", model="gpt-x")
+    client = client_for(stub.url("/v1/chat/completions"), comparator_api_format="openai", comparator_api_model="gpt-x")
     out = client.complete_many([ApiRequest("q", 0, {}, 5)])
     assert [r.json["n"] for r in stub.requests] == [5, 3, 1]
     assert out == [["q|n5|0", "q|n5|1", "q|n3|0", "q|n3|1", "q|n1|0"]]
@@ -230,7 +247,9 @@ def test_openai_n_loop_with_a_server_capped_at_two_choices(stub, monkeypatch):
 def test_openai_configured_cap_splits_requests(stub, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     stub.route("/v1/chat/completions", openai_chat())
-    client = client_for(stub.url("/v1/chat/completions"), api_format="openai", max_n_per_request=2)
+    client = client_for(
+        stub.url("/v1/chat/completions"), comparator_api_format="openai", comparator_api_max_n_per_request=2
+    )
     out = client.complete_many([ApiRequest("q", 0, {}, 5)])
     assert sorted(r.json["n"] for r in stub.requests) == [1, 2, 2]
     assert out == [["q|n2|0", "q|n2|1", "q|n2|0", "q|n2|1", "q|n1|0"]]
@@ -239,18 +258,25 @@ def test_openai_configured_cap_splits_requests(stub, monkeypatch):
 def test_deepseek_gets_one_candidate_per_request(stub, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     stub.route("/chat/completions", openai_chat())
-    client = client_for(stub.url("/chat/completions"), api_format="openai", model="deepseek-chat")
+    client = client_for(
+        stub.url("/chat/completions"), comparator_api_format="openai", comparator_api_model="deepseek-chat"
+    )
     assert client.complete_many([ApiRequest("q", 0, {}, 3)]) == [["q|n1|0"] * 3]
     assert [r.json["n"] for r in stub.requests] == [1, 1, 1]
-    by_url = make_settings("https://api.deepseek.com/chat/completions", api_format="openai", model="x")
+    by_url = api_config(
+        "https://api.deepseek.com/chat/completions", comparator_api_format="openai", comparator_api_model="x"
+    )
     assert openai_max_n(by_url, 5) == 1
-    assert openai_max_n(make_settings("http://h/v1", api_format="openai", max_n_per_request=9), 5) == 5
-    assert openai_max_n(make_settings("http://h/v1", api_format="openai"), 5) == 5
+    assert (
+        openai_max_n(api_config("http://h/v1", comparator_api_format="openai", comparator_api_max_n_per_request=9), 5)
+        == 5
+    )
+    assert openai_max_n(api_config("http://h/v1", comparator_api_format="openai"), 5) == 5
 
 
 def test_generic_tops_up_short_answers(stub):
     stub.route("/gen", generic(field_name="data.texts", max_choices=2))
-    client = client_for(stub.url("/gen"), response_field="data.texts")
+    client = client_for(stub.url("/gen"), comparator_api_response_field="data.texts")
     out = client.complete_many([ApiRequest("p", 0, {}, 5)])
     assert [r.json["num_return_sequences"] for r in stub.requests] == [5, 3, 1]
     assert out == [["p#0", "p#1", "p#0", "p#1", "p#0"]]
@@ -287,7 +313,7 @@ def test_zero_candidates_and_no_requests_send_nothing(stub):
 
 def test_429_then_success_honours_retry_after(stub):
     stub.route("/gen", sequence([Reply(status=429, body="slow down", headers={"Retry-After": "0.3"})], then=generic()))
-    client = client_for(stub.url("/gen"), backoff_base=0.0)
+    client = client_for(stub.url("/gen"), comparator_api_backoff_base=1e-6)  # the wait is the server's
     start = time.perf_counter()
     assert client.complete_many([ApiRequest("p", 0, {}, 1)]) == [["p#0"]]
     assert time.perf_counter() - start >= 0.3
@@ -296,7 +322,7 @@ def test_429_then_success_honours_retry_after(stub):
 
 def test_500_three_times_then_a_clear_error(stub):
     stub.route("/v1/gen", Reply(status=500, body="upstream exploded " + "x" * 1000))
-    client = client_for(stub.url("/v1/gen?api-version=2024&token=abc"), max_retries=2)
+    client = client_for(stub.url("/v1/gen?api-version=2024&token=abc"), comparator_api_max_retries=2)
     with pytest.raises(ComparatorApiError) as info:
         client.complete_many([ApiRequest("p", 0, {}, 1)])
     error = info.value
@@ -311,13 +337,15 @@ def test_500_three_times_then_a_clear_error(stub):
 
 def test_5xx_recovers_within_the_retry_budget(stub):
     stub.route("/gen", sequence([Reply(status=502), Reply(status=503)], then=generic()))
-    assert client_for(stub.url("/gen"), max_retries=2).complete_many([ApiRequest("p", 0, {}, 1)]) == [["p#0"]]
+    assert client_for(stub.url("/gen"), comparator_api_max_retries=2).complete_many([ApiRequest("p", 0, {}, 1)]) == [
+        ["p#0"]
+    ]
     assert len(stub.requests) == 3
 
 
 def test_a_hanging_server_hits_the_timeout(stub):
     stub.route("/gen", Reply(delay=30.0, json={"completions": ["late"]}))
-    client = client_for(stub.url("/gen"), timeout=0.3, max_retries=1)
+    client = client_for(stub.url("/gen"), comparator_api_timeout=0.3, comparator_api_max_retries=1)
     start = time.perf_counter()
     with pytest.raises(ComparatorApiError, match=r"timed out after 0.3 s") as info:
         client.complete_many([ApiRequest("p", 0, {}, 1)])
@@ -330,7 +358,7 @@ def test_connection_refused_is_retried_then_reported():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    client = client_for(f"http://127.0.0.1:{port}/gen", max_retries=1)
+    client = client_for(f"http://127.0.0.1:{port}/gen", comparator_api_max_retries=1)
     with pytest.raises(ComparatorApiError, match="connection failed") as info:
         client.complete_many([ApiRequest("p", 0, {}, 1)])
     assert info.value.endpoint == f"http://127.0.0.1:{port}/gen"
@@ -364,7 +392,7 @@ def test_402_says_insufficient_balance_without_retrying(stub):
 def test_other_client_errors_are_not_retried_and_401_names_the_variable(stub, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     stub.route("/v1/chat/completions", Reply(status=401, json={"error": "bad key"}))
-    client = client_for(stub.url("/v1/chat/completions"), api_format="openai")
+    client = client_for(stub.url("/v1/chat/completions"), comparator_api_format="openai")
     with pytest.raises(ComparatorApiError, match="HTTP 401. Check the API key \\(OPENAI_API_KEY\\)"):
         client.complete_many([ApiRequest("p", 0, {}, 1)])
     assert len(stub.requests) == 1
@@ -393,20 +421,21 @@ def test_first_failure_cancels_the_other_requests(stub):
 def test_missing_key_fails_before_any_request(stub, api_format, variable):
     stub.route("/x", generic())
     with pytest.raises(ComparatorApiKeyError, match=variable):
-        client_for(stub.url("/x"), api_format=api_format)
+        client_for(stub.url("/x"), comparator_api_format=api_format)
     with pytest.raises(ComparatorApiKeyError, match="MY_COMPARATOR_KEY"):
-        client_for(stub.url("/x"), api_format=api_format, key_env="MY_COMPARATOR_KEY")
+        client_for(stub.url("/x"), comparator_api_format=api_format, comparator_api_key_env="MY_COMPARATOR_KEY")
     assert stub.requests == []
 
 
 def test_key_sources(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "from-env")
-    assert make_settings("http://h/x", api_format="openai").resolve_key() == "from-env"
-    assert make_settings("http://h/x", api_format="openai", api_key=SECRET).resolve_key() == SECRET
-    assert make_settings("http://h/x", api_format="openai", key_env="").resolve_key() is None  # local servers
-    assert make_settings("http://h/x").resolve_key() is None  # generic: no default variable
+    assert resolve_key(api_config("http://h/x", comparator_api_format="openai")) == "from-env"
+    assert resolve_key(api_config("http://h/x", comparator_api_format="openai", comparator_api_key=SECRET)) == SECRET
+    local = api_config("http://h/x", comparator_api_format="openai", comparator_api_key_env="")
+    assert resolve_key(local) is None  # local servers
+    assert resolve_key(api_config("http://h/x")) is None  # generic: no default variable
     with pytest.raises(ComparatorApiKeyError, match="MY_COMPARATOR_KEY"):  # a named variable must be set
-        make_settings("http://h/x", key_env="MY_COMPARATOR_KEY").resolve_key()
+        resolve_key(api_config("http://h/x", comparator_api_key_env="MY_COMPARATOR_KEY"))
 
 
 def test_the_key_never_appears_in_messages_logs_reprs_or_pickles(stub, monkeypatch, caplog):
@@ -414,8 +443,13 @@ def test_the_key_never_appears_in_messages_logs_reprs_or_pickles(stub, monkeypat
         return Reply(status=503, body=f"headers were {request.headers}")
 
     stub.route("/echo", echo)
-    settings = make_settings(stub.url("/echo"), api_key=SECRET, headers={"X-Api-Key": "hdr-" + SECRET}, max_retries=1)
-    client = ApiComparatorClient(settings, rng=random.Random(0))
+    config = api_config(
+        stub.url("/echo"),
+        comparator_api_key=SECRET,
+        comparator_api_headers={"X-Api-Key": "hdr-" + SECRET},
+        comparator_api_max_retries=1,
+    )
+    client = ApiComparatorClient(config, rng=random.Random(0))
     with caplog.at_level(logging.DEBUG), pytest.raises(ComparatorApiError) as info:
         client.complete_many([ApiRequest("p", 0, {}, 1)])
     assert SECRET in str(stub.requests[0].headers)  # the server really got it ...
@@ -423,70 +457,51 @@ def test_the_key_never_appears_in_messages_logs_reprs_or_pickles(stub, monkeypat
         str(info.value),
         info.value.body_excerpt,
         caplog.text,
-        repr(settings),
+        repr(config),
         repr(client),
-        str(settings.to_dict()),
+        str(config.to_dict()),
     ]
     assert all(SECRET not in text for text in seen)  # ... but nothing of ours shows it
     assert "***" in str(info.value)
-    literal = make_settings(stub.url("/echo"), api_key=SECRET)
+    literal = api_config(stub.url("/echo"), comparator_api_key=SECRET)
     assert SECRET.encode() not in pickle.dumps(literal)  # a literal key is never written
     restored = pickle.loads(pickle.dumps(literal))
-    assert restored.api_key is None and restored.url == literal.url
+    assert restored.comparator_api_key is None and restored.comparator_api_url == literal.comparator_api_url
 
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    openai_client = ApiComparatorClient(make_settings(stub.url("/echo"), api_format="openai"))
+    openai_client = ApiComparatorClient(api_config(stub.url("/echo"), comparator_api_format="openai"))
     assert SECRET.encode() not in pickle.dumps(openai_client)
     assert pickle.loads(pickle.dumps(openai_client))._headers["Authorization"] == f"Bearer {SECRET}"
 
 
-# -- settings -----------------------------------------------------------------------------------------------------
+# -- reading the config --------------------------------------------------------------------------------------------
 
 
-def test_from_config_reads_the_comparator_fields():
-    config = SimpleNamespace(
+def test_the_client_reads_the_configs_fields_under_their_names(monkeypatch):
+    config = MADPOIterConfig(
+        comparator_policy="api",
         comparator_api_url="https://example.test/v1/messages?x=1",
         comparator_api_format="Anthropic_Messages",
         comparator_api_model="claude",
-        comparator_api_max_n_per_request=None,
         comparator_api_timeout=12.0,
-        comparator_api_headers=None,
         comparator_api_key=SECRET,
-        comparator_api_key_env=None,
-        comparator_api_key_header="Authorization",
-        comparator_api_key_prefix="Bearer",
-        comparator_api_response_field="completions",
         comparator_api_extra_body={"metadata": {"run": 1}},
         max_new_tokens=64,
         temperature=0.7,
         top_p=0.9,
         top_k=None,
     )
-    settings = ApiComparatorSettings.from_config(config)
-    assert settings.api_format == "anthropic" and settings.model == "claude" and settings.timeout == 12.0
-    assert settings.headers == {} and settings.extra_body == {"metadata": {"run": 1}}
-    assert (settings.max_concurrency, settings.max_retries, settings.backoff_base) == (8, 3, 0.5)
-    assert (settings.max_new_tokens, settings.temperature, settings.top_p, settings.top_k) == (64, 0.7, 0.9, None)
-    assert settings.endpoint == "https://example.test/v1/messages"
-    assert settings.key_env_name == "ANTHROPIC_API_KEY" and settings.resolve_key() == SECRET
-    with pytest.raises(ValueError, match="comparator_api_url is required when comparator_policy='api'."):
-        ApiComparatorSettings.from_config(SimpleNamespace(comparator_api_url=None))
-
-
-@pytest.mark.parametrize(
-    ("overrides", "pattern"),
-    [
-        ({"url": "ftp://x/y"}, "http\\(s\\) URL"),
-        ({"timeout": 0}, "comparator_api_timeout"),
-        ({"max_n_per_request": 0}, "comparator_api_max_n_per_request"),
-        ({"max_concurrency": 0}, "comparator_api_max_concurrency"),
-        ({"max_retries": -1}, "comparator_api_max_retries"),
-    ],
-)
-def test_settings_validation(overrides, pattern):
-    values = {"url": "http://127.0.0.1:1/x", **overrides}
-    with pytest.raises(ValueError, match=pattern):
-        ApiComparatorSettings(**values)
+    client = ApiComparatorClient(config)
+    assert client.endpoint == "https://example.test/v1/messages"
+    assert key_env_name(config) == "ANTHROPIC_API_KEY" and resolve_key(config) == SECRET
+    assert client._headers["x-api-key"] == SECRET and client._headers["anthropic-version"] == "2023-06-01"
+    assert build_body(config, ApiRequest("p", 0, {}, 1), 1) == {
+        "model": "claude",
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": "p"}],
+        "temperature": 0.7,
+        "metadata": {"run": 1},
+    }
 
 
 # -- pure helpers ---------------------------------------------------------------------------------------------------
@@ -547,7 +562,7 @@ def test_backoff_is_seeded_full_jitter_capped_and_honours_retry_after():
 
 def test_concurrency_is_bounded(stub):
     stub.route("/gen", with_delay(generic(), 0.1))
-    client = client_for(stub.url("/gen"), max_concurrency=3)
+    client = client_for(stub.url("/gen"), comparator_api_max_concurrency=3)
     done: list[tuple[int, int]] = []
     out = client.complete_many(
         [ApiRequest(f"p{i}", 0, {}, 1) for i in range(12)], progress=lambda d, t: done.append((d, t))
@@ -591,26 +606,26 @@ def test_custom_header_values_and_url_credentials_are_masked_in_errors_and_logs(
     monkeypatch.setenv("COMLRL_TEST_TRACE", "envtoken-7f3a91")
     url = stub.url("/echo").replace("http://", "http://bob:pw-52e8c1@") + "?access_token=qtok-0d94b2&region=eu"
     headers = {"X-Custom-Auth": "custom-1b7e40", "X-Trace": "${COMLRL_TEST_TRACE}"}
-    settings = make_settings(url, headers=headers, max_retries=0)
-    client = ApiComparatorClient(settings, rng=random.Random(0))
+    config = api_config(url, comparator_api_headers=headers, comparator_api_max_retries=0)
+    client = ApiComparatorClient(config, rng=random.Random(0))
     with caplog.at_level(logging.DEBUG), pytest.raises(ComparatorApiError) as info:
         client.complete_many([ApiRequest("p", 0, {}, 1)])
     assert stub.requests[0].headers["x-trace"] == "envtoken-7f3a91"
-    seen = "\n".join([str(info.value), info.value.body_excerpt, caplog.text, repr(settings), repr(client)])
+    seen = "\n".join([str(info.value), info.value.body_excerpt, caplog.text, repr(config), repr(client)])
     for secret in ("custom-1b7e40", "envtoken-7f3a91", "pw-52e8c1", "qtok-0d94b2"):
         assert secret not in seen
-    assert "region=eu" in repr(settings) and "${COMLRL_TEST_TRACE}" in repr(settings)
+    assert "region=eu" in repr(config) and "${COMLRL_TEST_TRACE}" in repr(config)
 
 
 def test_env_reference_must_be_set_and_masked_values_are_refused(stub, monkeypatch):
     monkeypatch.delenv("COMLRL_TEST_UNSET", raising=False)
     with pytest.raises(MissingCredentialError, match=r"comparator_api_headers\['X-T'\].*COMLRL_TEST_UNSET"):
-        client_for(stub.url("/x"), headers={"X-T": "${COMLRL_TEST_UNSET}"})
+        client_for(stub.url("/x"), comparator_api_headers={"X-T": "${COMLRL_TEST_UNSET}"})
     # What spec.json holds after a save: a resumed run must be given the credential again, not send ***.
     with pytest.raises(MissingCredentialError, match=r"comparator_api_headers\['X-T'\] was not saved"):
-        make_settings(stub.url("/x"), headers={"X-T": "***"})
+        client_for(stub.url("/x"), comparator_api_headers={"X-T": "***"})
     with pytest.raises(MissingCredentialError, match="comparator_api_url lost its credentials"):
-        make_settings(stub.url("/x") + "?api_key=***")
+        client_for(stub.url("/x") + "?api_key=***")
     assert stub.requests == []
 
 
@@ -632,7 +647,7 @@ def test_public_url_masks_userinfo_and_key_like_parameters(url, public):
 
 def test_a_long_retry_after_fails_at_once_naming_the_cap(stub):
     stub.route("/gen", Reply(status=429, body="later", headers={"Retry-After": "3600"}))
-    client = client_for(stub.url("/gen"), max_retries=3, retry_after_max=60.0)
+    client = client_for(stub.url("/gen"), comparator_api_max_retries=3, comparator_api_retry_after_max=60.0)
     start = time.monotonic()
     with pytest.raises(ComparatorApiError, match=r"asked to wait 3600 s .*comparator_api_retry_after_max = 60 s"):
         client.complete_many([ApiRequest("p", 0, {}, 1)])
@@ -641,7 +656,9 @@ def test_a_long_retry_after_fails_at_once_naming_the_cap(stub):
 
 def test_every_failed_task_is_collected_after_a_401(stub, caplog):
     stub.route("/gen", Reply(status=401, body="bad key"))
-    client = client_for(stub.url("/gen"), api_format="anthropic", api_key="k", max_concurrency=8)
+    client = client_for(
+        stub.url("/gen"), comparator_api_format="anthropic", comparator_api_key="k", comparator_api_max_concurrency=8
+    )
     with caplog.at_level(logging.ERROR, logger="asyncio"), pytest.raises(ComparatorApiError, match="HTTP 401"):
         client.complete_many([ApiRequest(f"p{i}", 0, {}, 4) for i in range(4)])
     gc.collect()  # asyncio reports unread task exceptions when the task is collected

@@ -272,6 +272,7 @@ MADPO_ERRORS = [
     ({"scoring_batch_size": 0}, "scoring_batch_size must be >= 1."),
     ({"max_grad_norm": 0.0}, "max_grad_norm must be > 0."),
     ({"madpo_reference": "final"}, "madpo_reference must be one of: none, initial."),
+    ({"adamw_implementation": "adam"}, "adamw_implementation must be one of: fused, foreach, for_loop."),
     ({"madpo_length_normalize": "yes"}, "madpo_length_normalize must be true or false, got 'yes'."),
     ({"madpo_nll_weight": -0.1}, "madpo_nll_weight must be a finite number >= 0."),
     ({"madpo_nll_weight": float("inf")}, "madpo_nll_weight must be a finite number >= 0."),

@@ -11,7 +11,9 @@ import pytest
 from comlrl_lab.data.records import PreferencePair, round_file_payload
 from comlrl_lab.seeding import RandomStreams
 from comlrl_lab.store.importer import parse_pair_file
+from comlrl_lab.trainers.preference import MADPOIterConfig
 from comlrl_lab.trainers.preference.replay import (
+    REPLAY_FIELDS,
     RUN_MARKER,
     ReplayBuffer,
     default_sample_size,
@@ -46,6 +48,22 @@ def make_pairs(round_index: int, count: int) -> list[PreferencePair]:
     ]
 
 
+def replay_config(mode: str, k=None, lam=None, sample_size=None) -> MADPOIterConfig:
+    """A validated config with these replay settings: what the buffer and the weights are given."""
+    return MADPOIterConfig(
+        preference_replay_mode=mode,
+        preference_replay_k=k,
+        preference_replay_lambda=lam,
+        preference_replay_sample_size=sample_size,
+    )
+
+
+def settings(mode: str, **kwargs) -> dict:
+    """The replay fields of ``replay_config``, as a run stores them."""
+    config = replay_config(mode, **kwargs)
+    return {name: getattr(config, name) for name in REPLAY_FIELDS}
+
+
 def tags(pairs):
     return [(p.round_index, p.item_index) for p in pairs]
 
@@ -58,8 +76,6 @@ def test_lambda_decay_known_answers():
     assert lambda_decay_weights(1, 0.3) == pytest.approx([1.0])
     assert lambda_decay_weights(0, 0.3) == []
     assert sum(lambda_decay_weights(7, 0.9)) == pytest.approx(1.0)
-    with pytest.raises(ValueError, match=r"preference_replay_lambda must be in \[0, 1\]\."):
-        lambda_decay_weights(3, 1.5)
 
 
 SIZES = {1: 3, 2: 0, 3: 2, 4: 5}
@@ -71,23 +87,20 @@ def flat(weights):
 
 
 def test_replay_weights_every_mode():
-    assert replay_weights("current", SIZES) == [(4, 1.0)]
-    assert replay_weights("current", SIZES, current_round=2) == []  # empty round: nothing to train on
-    assert replay_weights("nearest_k", SIZES, k=2) == [(3, 0.5), (4, 0.5)]  # the empty round 2 is skipped
-    rounds, weights = flat(replay_weights("nearest_k", SIZES, k=9))
+    assert replay_weights(settings("current"), SIZES) == [(4, 1.0)]
+    assert replay_weights(settings("current"), SIZES, current_round=2) == []  # empty round: nothing to train on
+    assert replay_weights(settings("nearest_k", k=2), SIZES) == [(3, 0.5), (4, 0.5)]  # the empty round 2 is skipped
+    rounds, weights = flat(replay_weights(settings("nearest_k", k=9), SIZES))
     assert rounds == [1, 3, 4] and weights == [1 / 3, 1 / 3, 1 / 3]
-    rounds, weights = flat(replay_weights("all_history", SIZES))
+    rounds, weights = flat(replay_weights(settings("all_history"), SIZES))
     assert rounds == [1, 3, 4] and weights == [1 / 3, 1 / 3, 1 / 3]
-    rounds, weights = flat(replay_weights("lambda_decay", SIZES, lam=0.5))
+    rounds, weights = flat(replay_weights(settings("lambda_decay", lam=0.5), SIZES))
     assert rounds == [1, 3, 4] and weights == [1 / 7, 2 / 7, 4 / 7]
-    assert replay_weights("lambda_decay", SIZES, lam=0.0) == [(1, 0.0), (3, 0.0), (4, 1.0)]
+    assert replay_weights(settings("lambda_decay", lam=0.0), SIZES) == [(1, 0.0), (3, 0.0), (4, 1.0)]
     # Rounds after current_round are not visible yet; the current round need not be non-empty.
-    assert replay_weights("all_history", SIZES, current_round=3) == [(1, 0.5), (3, 0.5)]
-    assert replay_weights("nearest_k", {1: 4, 2: 0}, k=1, current_round=2) == [(1, 1.0)]
-    with pytest.raises(ValueError, match="preference_replay_k is required"):
-        replay_weights("nearest_k", SIZES)
-    with pytest.raises(ValueError, match="preference_replay_mode must be one of"):
-        replay_weights("recent_k", SIZES, k=2)  # aliases are the config's job
+    assert replay_weights(settings("all_history"), SIZES, current_round=3) == [(1, 0.5), (3, 0.5)]
+    assert replay_weights(settings("nearest_k", k=1), {1: 4, 2: 0}, current_round=2) == [(1, 1.0)]
+    # A mode's alias, or its k or λ missing, never gets here: the config refuses or resolves them (test_config).
 
 
 def test_default_sample_size():
@@ -121,7 +134,7 @@ def test_draw_zero_weight_and_empty_cases():
 
 
 def filled_buffer(mode, tmp_path=None, **kwargs) -> ReplayBuffer:
-    buffer = ReplayBuffer(mode, replay_dir=tmp_path, num_agents=2, run_id="run-a", **kwargs)
+    buffer = ReplayBuffer(replay_config(mode, **kwargs), replay_dir=tmp_path, num_agents=2, run_id="run-a")
     for t, n in SIZES.items():
         buffer.add_round(t, make_pairs(t, n))
     return buffer
@@ -160,7 +173,7 @@ def test_select_default_size_and_shuffle():
     buffer = filled_buffer("all_history")
     assert len(buffer.select(4, random.Random(0)).pairs) == 5  # this round's count
     assert len(buffer.select(2, random.Random(0)).pairs) == 3  # empty round -> latest non-empty (round 1)
-    nothing = ReplayBuffer("all_history", run_id="x")
+    nothing = ReplayBuffer(replay_config("all_history"), run_id="x")
     nothing.add_round(1, [])
     assert nothing.select(1, random.Random(0)).pairs == []
 
@@ -173,15 +186,11 @@ def test_select_same_seed_same_sample():
     assert tags(a.pairs) != tags(buffer.select(4, RandomStreams(43).python("replay")).pairs)
 
 
-def test_buffer_validates_settings():
-    with pytest.raises(ValueError, match="preference_replay_k is required"):
-        ReplayBuffer("nearest_k", run_id="x")
-    with pytest.raises(ValueError, match=r"must be in \[0, 1\]"):
-        ReplayBuffer("lambda_decay", lam=-0.1, run_id="x")
+def test_buffer_refuses_a_run_id_that_is_not_one_folder_name_and_round_zero():
     with pytest.raises(ValueError, match="run_id"):
-        ReplayBuffer("current", run_id="../escape")
+        ReplayBuffer(replay_config("current"), run_id="../escape")
     with pytest.raises(ValueError, match="iteration"):
-        ReplayBuffer("current", run_id="x").add_round(0, [])
+        ReplayBuffer(replay_config("current"), run_id="x").add_round(0, [])
 
 
 # ---------------------------------------------------------------------------------------------------- files
@@ -214,22 +223,24 @@ def test_never_overwrites_another_run(tmp_path):
     first = filled_buffer("current", tmp_path)
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
 
-    second = ReplayBuffer("current", replay_dir=tmp_path, run_id="run-b")
+    second = ReplayBuffer(replay_config("current"), replay_dir=tmp_path, run_id="run-b")
     second.add_round(1, make_pairs(1, 1))
     assert second.replay_dir == tmp_path / "run-run-b"
     assert (second.replay_dir / "iteration_0001.json").exists()
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
 
-    resumed = ReplayBuffer("current", replay_dir=tmp_path, run_id="run-a")  # same run id: continues in place
+    resumed = ReplayBuffer(
+        replay_config("current"), replay_dir=tmp_path, run_id="run-a"
+    )  # same run id: continues in place
     assert resumed.replay_dir == first.replay_dir == tmp_path
-    resumed_b = ReplayBuffer("current", replay_dir=tmp_path, run_id="run-b")
+    resumed_b = ReplayBuffer(replay_config("current"), replay_dir=tmp_path, run_id="run-b")
     assert resumed_b.replay_dir == second.replay_dir
 
 
 def test_comlrl_directory_without_marker_is_left_alone(tmp_path):
     old = tmp_path / "iteration_0001.json"
     old.write_text('{"iteration": 1, "num_pairs": 0, "pairs": []}', encoding="utf-8")
-    buffer = ReplayBuffer("all_history", replay_dir=tmp_path, run_id="fresh")
+    buffer = ReplayBuffer(replay_config("all_history"), replay_dir=tmp_path, run_id="fresh")
     buffer.add_round(1, make_pairs(1, 2))
     assert buffer.replay_dir == tmp_path / "run-fresh"
     assert old.read_text(encoding="utf-8") == '{"iteration": 1, "num_pairs": 0, "pairs": []}'
@@ -238,9 +249,9 @@ def test_comlrl_directory_without_marker_is_left_alone(tmp_path):
 
 def test_empty_directory_without_marker_is_claimed(tmp_path):
     (tmp_path / "notes.txt").write_text("unrelated", encoding="utf-8")
-    buffer = ReplayBuffer("current", replay_dir=tmp_path / "new" / "replay", run_id="r1")
+    buffer = ReplayBuffer(replay_config("current"), replay_dir=tmp_path / "new" / "replay", run_id="r1")
     assert buffer.replay_dir == tmp_path / "new" / "replay" and buffer.replay_dir.is_dir()
-    assert ReplayBuffer("current", replay_dir=tmp_path, run_id="r2").replay_dir == tmp_path
+    assert ReplayBuffer(replay_config("current"), replay_dir=tmp_path, run_id="r2").replay_dir == tmp_path
 
 
 # ---------------------------------------------------------------------------------------------------- state
@@ -250,7 +261,9 @@ def test_state_round_trip_restores_index_and_data(tmp_path):
     for path in tmp_path.glob("iteration_000[34].json"):
         path.unlink()
 
-    restored = ReplayBuffer("lambda_decay", lam=0.5, sample_size=6, replay_dir=tmp_path, num_agents=2, run_id="run-a")
+    restored = ReplayBuffer(
+        replay_config("lambda_decay", lam=0.5, sample_size=6), replay_dir=tmp_path, num_agents=2, run_id="run-a"
+    )
     restored.load_state_dict(state)
     assert restored.round_sizes == buffer.round_sizes == {1: 3, 2: 0, 3: 2, 4: 5}
     for t in SIZES:
@@ -267,7 +280,7 @@ def test_state_round_trip_restores_index_and_data(tmp_path):
 def test_load_adopts_the_checkpointed_run_and_its_directory(tmp_path):
     original = filled_buffer("all_history", tmp_path)
     state = original.state_dict()
-    fresh = ReplayBuffer("all_history", replay_dir=tmp_path, num_agents=2, run_id="fresh-id")
+    fresh = ReplayBuffer(replay_config("all_history"), replay_dir=tmp_path, num_agents=2, run_id="fresh-id")
     assert fresh.replay_dir == tmp_path / "run-fresh-id"
     fresh.load_state_dict(state)
     assert fresh.run_id == "run-a" and fresh.replay_dir == tmp_path
@@ -277,13 +290,16 @@ def test_load_adopts_the_checkpointed_run_and_its_directory(tmp_path):
 
 
 def test_run_ids_may_be_any_single_path_component(tmp_path):
-    assert ReplayBuffer("current", replay_dir=tmp_path, run_id="実験-20250101-ab12").run_id == "実験-20250101-ab12"
+    assert (
+        ReplayBuffer(replay_config("current"), replay_dir=tmp_path, run_id="実験-20250101-ab12").run_id
+        == "実験-20250101-ab12"
+    )
     for bad in ("a/b", "..", "", "x\ny", "a\\b"):
         with pytest.raises(ValueError, match="run_id"):
-            ReplayBuffer("current", run_id=bad)
+            ReplayBuffer(replay_config("current"), run_id=bad)
 
 
 def test_load_rejects_unknown_state():
-    buffer = ReplayBuffer("current", run_id="x")
+    buffer = ReplayBuffer(replay_config("current"), run_id="x")
     with pytest.raises(ValueError, match="version"):
         buffer.load_state_dict({"version": 99, "rounds": []})

@@ -171,10 +171,7 @@ class ComparatorCollector(CurrentCollector):
             )
         )
         self.replay = ReplayBuffer(
-            mode=args.preference_replay_mode,
-            k=args.preference_replay_k,
-            lam=args.preference_replay_lambda,
-            sample_size=args.preference_replay_sample_size,
+            args,
             replay_dir=args.preference_replay_dir or str(host.output_dir / "preference_replay"),
             num_agents=host.num_agents,
             run_id=host.run_id,

@@ -18,9 +18,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from comlrl_lab.trainers.preference.config import MADPOConfig, field_choices
+
 #: Below this std a group or buffer counts as having no spread and is not rescaled.
 STD_EPS = 1e-6
-ADVANTAGE_MODES: tuple[str, ...] = ("mean", "raw", "max", "rloo")
+#: CoMLRL never checks advantage_mode (the config keeps any name), so the baselines refuse one they do not know.
+ADVANTAGE_MODES: tuple[str, ...] = field_choices(MADPOConfig, "advantage_mode")
 
 
 class NonFiniteLossError(FloatingPointError):

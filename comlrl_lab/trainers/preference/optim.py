@@ -12,17 +12,14 @@ from collections.abc import Iterable
 
 import torch
 
-ADAMW_IMPLEMENTATIONS = ("fused", "foreach", "for_loop")
-
 
 def build_adamw(params: Iterable[torch.nn.Parameter], lr: float, implementation: str = "fused") -> torch.optim.AdamW:
     """AdamW (torch defaults: weight decay 0.01, betas (0.9, 0.999), eps 1e-8) with the asked implementation.
 
     ``"fused"`` falls back to ``"foreach"`` where torch has no fused kernel for the parameters' device or
-    dtype; ``"for_loop"`` is CoMLRL's (and torch's CPU default) per-tensor loop.
+    dtype; ``"for_loop"`` is CoMLRL's (and torch's CPU default) per-tensor loop. ``implementation`` is the config's
+    ``adamw_implementation``, already resolved to one of its choices.
     """
-    if implementation not in ADAMW_IMPLEMENTATIONS:
-        raise ValueError(f"implementation must be one of {ADAMW_IMPLEMENTATIONS}, got {implementation!r}.")
     params = list(params)
     if implementation == "fused":
         try:

@@ -10,6 +10,8 @@ Two constructions, both per task item (reference section 2):
 Candidates that were not parsed (``parse_status != "ok"``) or have a NaN processed reward take part in no
 pair. The module does no sampling, scoring or tokenising and does not import torch; its only randomness is
 the ``random.Random`` handed in (``RandomStreams.python("pairs")``), used by ``pair_selection="random"``.
+``selection`` and ``cap`` come from a validated config (``pair_selection``, ``preference_pairs_per_sample``): they
+are not checked again here.
 """
 
 from __future__ import annotations
@@ -19,11 +21,6 @@ import random
 from collections.abc import Sequence
 
 from comlrl_lab.data.records import JointCandidate, PreferencePair
-
-#: Orderings accepted by ``base_pairs`` (the non-iterative configs' ``pair_selection``).
-BASE_SELECTIONS: tuple[str, ...] = ("reward_gap", "random", "all")
-#: Orderings accepted by ``iterative_pairs`` (the iterative configs add "comparator_reward").
-ITERATIVE_SELECTIONS: tuple[str, ...] = ("comparator_reward", "reward_gap", "random", "all")
 
 
 def base_pairs(
@@ -43,8 +40,6 @@ def base_pairs(
     Winner and loser texts and sampled token ids are copied from the candidates, so a pair trains on exactly
     what was sampled.
     """
-    _check_selection(selection, BASE_SELECTIONS)
-    _check_cap(cap)
     ordered = sorted(candidates, key=lambda c: c.candidate_index)
     scored = [c for c in ordered if _usable(c)]
     reward_mean = _mean([c.reward for c in scored])
@@ -89,8 +84,6 @@ def iterative_pairs(
     ``candidate_reward_mean`` is the mean over the item's parsed current *and* comparator rewards.
     Prompts and ``prompt_ids`` come from the current side; ``round_index`` is the 1-based iteration.
     """
-    _check_selection(selection, ITERATIVE_SELECTIONS)
-    _check_cap(cap)
     # N and M count every sampled candidate (parsed or not), as the comparison window does in CoMLRL.
     window = min(len(current), len(comparator))
     current_by_index = {c.candidate_index: c for c in current}
@@ -185,13 +178,3 @@ def _copy_ids(ids: list[list[int]] | None) -> list[list[int]] | None:
 
 def _mean(values: Sequence[float]) -> float:
     return math.fsum(float(v) for v in values) / len(values) if values else math.nan
-
-
-def _check_selection(selection: str, allowed: tuple[str, ...]) -> None:
-    if selection not in allowed:
-        raise ValueError(f"pair_selection must be one of: {', '.join(allowed)}. Got {selection!r}.")
-
-
-def _check_cap(cap: int | None) -> None:
-    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-        raise ValueError(f"preference_pairs_per_sample must be >= 1 or null. Got {cap!r}.")

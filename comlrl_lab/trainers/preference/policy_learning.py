@@ -84,10 +84,8 @@ RL_BACKENDS: dict[str, RLBackend] = {
 
 
 def resolve_backend(rl_algorithm: str) -> RLBackend:
-    try:
-        return RL_BACKENDS[rl_algorithm]
-    except KeyError:
-        raise ValueError("rl_algorithm must be one of: magrpo, mareinforce, maremax, marloo, maac, iac.") from None
+    """The backend of the config's ``rl_algorithm`` (canonical already: the config resolved its aliases)."""
+    return RL_BACKENDS[rl_algorithm]
 
 
 def uses_critic_models(backend: RLBackend, use_separate_critic: bool) -> bool:

@@ -7,10 +7,11 @@ datasets by ``preference_replay_mode`` and draws the training sample with the ``
 
 What it does not do: it never reads its own files back to train (the in-memory pairs, token ids included, are
 the training data), never imports another run's files into the index, and never overwrites them. It does not
-import torch and never calls the global ``random``.
+import torch, never calls the global ``random``, and never checks its settings: they come from a validated config
+(mode names canonical, k and λ present where the mode needs them), under the config's field names.
 
-Mode names must already be canonical (``current``, ``nearest_k``, ``all_history``, ``lambda_decay``); the
-config resolves CoMLRL's aliases, once.
+A replay mode is its metadata in the config (name, aliases, note, the fields that apply under it) and one entry in
+``REPLAY_MODES`` here.
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ from typing import Any, TypeVar
 
 from comlrl_lab.data.records import PreferencePair, round_file_payload
 from comlrl_lab.data.run_ids import random_hex
-from comlrl_lab.trainers.preference.config import MADPOIterConfig, field_choices
+from comlrl_lab.trainers.preference.config import MADPOIterConfig, dependents
 
-REPLAY_MODES: tuple[str, ...] = field_choices(MADPOIterConfig, "preference_replay_mode")
+#: The fields that say how a round's training set is drawn: the mode, and the fields that apply under some modes.
+REPLAY_FIELDS: tuple[str, ...] = ("preference_replay_mode", *dependents(MADPOIterConfig, "preference_replay_mode"))
 #: File in a replay directory naming the run that owns it.
 RUN_MARKER = ".comlrl_lab_run"
 STATE_VERSION = 1
@@ -51,8 +53,6 @@ def lambda_decay_weights(K: int, lam: float) -> list[float]:
     if isinstance(K, bool) or not isinstance(K, int) or K < 0:
         raise ValueError(f"K must be a non-negative integer, got {K!r}")
     lam = float(lam)
-    if not 0.0 <= lam <= 1.0:
-        raise ValueError("preference_replay_lambda must be in [0, 1].")
     if K == 0:
         return []
     if lam == 1.0:
@@ -61,39 +61,66 @@ def lambda_decay_weights(K: int, lam: float) -> list[float]:
     return [(1.0 - lam) * lam**age / norm for age in range(K - 1, -1, -1)]
 
 
-def replay_weights(
-    mode: str,
-    datasets_sizes_by_round: Mapping[int, int],
-    k: int | None = None,
-    lam: float | None = None,
-    *,
-    current_round: int | None = None,
-) -> list[tuple[int, float]]:
-    """The round datasets ``mode`` may draw from at ``current_round`` and their weights, oldest first.
+Weights = list[tuple[int, float]]
 
+
+def _equal(rounds: Sequence[int]) -> Weights:
+    return [(t, 1.0 / len(rounds)) for t in rounds]
+
+
+def _this_round(eligible: list[int], current_round: int, settings: Mapping[str, Any]) -> Weights:
+    return [(current_round, 1.0)] if current_round in eligible else []
+
+
+def _nearest_k(eligible: list[int], current_round: int, settings: Mapping[str, Any]) -> Weights:
+    return _equal(eligible[-settings["preference_replay_k"] :])
+
+
+def _all_history(eligible: list[int], current_round: int, settings: Mapping[str, Any]) -> Weights:
+    return _equal(eligible)
+
+
+def _lambda_decay(eligible: list[int], current_round: int, settings: Mapping[str, Any]) -> Weights:
+    return list(zip(eligible, lambda_decay_weights(len(eligible), settings["preference_replay_lambda"])))
+
+
+@dataclass(frozen=True)
+class ReplayMode:
+    """How one ``preference_replay_mode`` makes B^(ν): ``weights(eligible rounds, this round, settings)`` gives the
+    round datasets it uses with their weights, oldest first; ``draws=False`` trains on them as they are instead of
+    drawing a sample."""
+
+    weights: Callable[[list[int], int, Mapping[str, Any]], Weights]
+    draws: bool = True
+
+
+#: The one entry per replay mode (reference section 3.1).
+REPLAY_MODES: dict[str, ReplayMode] = {
+    "current": ReplayMode(_this_round, draws=False),
+    "nearest_k": ReplayMode(_nearest_k),
+    "all_history": ReplayMode(_all_history),
+    "lambda_decay": ReplayMode(_lambda_decay),
+}
+
+
+def replay_weights(
+    settings: Mapping[str, Any], datasets_sizes_by_round: Mapping[int, int], *, current_round: int | None = None
+) -> Weights:
+    """The round datasets the mode of ``settings`` may draw from at ``current_round`` and their weights, oldest first.
+
+    ``settings`` maps the ``REPLAY_FIELDS`` to their values (a validated config's, or a run's stored settings);
     ``datasets_sizes_by_round`` maps 1-based round -> pair count; rounds after ``current_round`` (default: the
     latest round given) are ignored and empty rounds are never eligible.
 
     * current: this round only, weight 1 (nothing when it has no pairs).
-    * nearest_k: the ``k`` most recent non-empty rounds, this one included; equal weights whatever their size.
+    * nearest_k: the k most recent non-empty rounds, this one included; equal weights whatever their size.
     * all_history: every non-empty round; equal weights.
-    * lambda_decay: every non-empty round; ``lambda_decay_weights(K, lam)``.
+    * lambda_decay: every non-empty round; ``lambda_decay_weights(K, λ)``.
     """
-    _check_mode(mode)
     if current_round is None:
         current_round = max(datasets_sizes_by_round, default=0)
     eligible = sorted(t for t, n in datasets_sizes_by_round.items() if t <= current_round and n > 0)
-    if mode == "current":
-        return [(current_round, 1.0)] if current_round in eligible else []
-    if mode == "nearest_k":
-        _check_k(k)
-        eligible = eligible[-k:]
-        return [(t, 1.0 / len(eligible)) for t in eligible]
-    if mode == "all_history":
-        return [(t, 1.0 / len(eligible)) for t in eligible]
-    if lam is None:
-        raise ValueError("preference_replay_lambda is required when preference_replay_mode='lambda_decay'.")
-    return list(zip(eligible, lambda_decay_weights(len(eligible), lam)))
+    return REPLAY_MODES[settings["preference_replay_mode"]].weights(eligible, current_round, settings)
 
 
 def default_sample_size(sample_size: int | None, current_count: int, latest_nonempty_count: int | None) -> int:
@@ -170,29 +197,15 @@ class ReplayBuffer:
 
     def __init__(
         self,
-        mode: str,
-        k: int | None = None,
-        lam: float | None = None,
-        sample_size: int | None = None,
+        config: Any,
         replay_dir: str | os.PathLike[str] | None = None,
         num_agents: int | None = None,
         *,
         run_id: str | None = None,
         write_files: bool = True,
     ):
-        _check_mode(mode)
-        if mode == "nearest_k":
-            _check_k(k)
-        if mode == "lambda_decay":
-            if lam is None:
-                raise ValueError("preference_replay_lambda is required when preference_replay_mode='lambda_decay'.")
-            lambda_decay_weights(1, lam)  # range check with CoMLRL's message
-        if sample_size is not None and (isinstance(sample_size, bool) or int(sample_size) < 1):
-            raise ValueError(f"preference_replay_sample_size must be >= 1 or null, got {sample_size!r}")
-        self.mode = mode
-        self.k = k
-        self.lam = lam
-        self.sample_size = sample_size
+        #: The config's replay fields, under their names (``REPLAY_FIELDS``).
+        self.settings: dict[str, Any] = {name: getattr(config, name) for name in REPLAY_FIELDS}
         self.num_agents = num_agents
         self.run_id = run_id if run_id is not None else random_hex(12)
         _check_run_id(self.run_id)
@@ -215,7 +228,7 @@ class ReplayBuffer:
     def weights(self, iteration: int) -> list[tuple[int, float]]:
         """The eligible rounds at ``iteration`` and their weights under this buffer's mode."""
         sizes = {t: n for t, n in self.round_sizes.items() if t <= iteration}
-        return replay_weights(self.mode, sizes, self.k, self.lam, current_round=iteration)
+        return replay_weights(self.settings, sizes, current_round=iteration)
 
     def add_round(self, iteration: int, pairs: Sequence[PreferencePair]) -> Path | None:
         """Record round ``iteration``'s pairs (an empty round is recorded but never eligible) and write its file.
@@ -233,17 +246,19 @@ class ReplayBuffer:
     def select(self, iteration: int, rng: random.Random) -> ReplaySelection:
         """Draw B^(ν) for round ``iteration`` (reference 3.2-3.3).
 
-        "current" returns this round's pairs as they are (no sampling, no shuffle). The other modes draw S
-        pairs (``default_sample_size``) across the eligible rounds with ``rng``; S = 0 or no eligible round
-        gives an empty selection.
+        A mode that does not draw ("current") returns its datasets' pairs as they are (no sampling, no shuffle).
+        The others draw S pairs (``default_sample_size``) across the eligible rounds with ``rng``; S = 0 or no
+        eligible round gives an empty selection.
         """
-        if self.mode == "current":
-            pairs = self.round_pairs(iteration)
-            return ReplaySelection(pairs, {iteration: 1.0} if pairs else {}, {iteration: len(pairs)} if pairs else {})
         weights = dict(self.weights(iteration))
+        if not REPLAY_MODES[self.settings["preference_replay_mode"]].draws:
+            pairs = [pair for t in weights for pair in self._rounds[t]]
+            return ReplaySelection(pairs, weights, {t: len(self._rounds[t]) for t in weights})
         sizes = self.round_sizes
         latest = [n for t, n in sizes.items() if t <= iteration and n > 0]
-        size = default_sample_size(self.sample_size, sizes.get(iteration, 0), latest[-1] if latest else None)
+        size = default_sample_size(
+            self.settings["preference_replay_sample_size"], sizes.get(iteration, 0), latest[-1] if latest else None
+        )
         pairs, drawn = draw_replay_sample(self._rounds, weights, size, rng)
         return ReplaySelection(pairs, weights, drawn)
 
@@ -252,10 +267,7 @@ class ReplayBuffer:
         """JSON-safe state: settings, run id, directory and every round's pairs (records, provenance, token ids)."""
         return {
             "version": STATE_VERSION,
-            "mode": self.mode,
-            "k": self.k,
-            "lam": self.lam,
-            "sample_size": self.sample_size,
+            "settings": dict(self.settings),
             "num_agents": self.num_agents,
             "run_id": self.run_id,
             "replay_dir": None if self.replay_dir is None else str(self.replay_dir),
@@ -399,18 +411,6 @@ def _pair_from_state(state: Mapping[str, Any]) -> PreferencePair:
     if unknown:
         raise ValueError(f"replay buffer state has unknown pair fields: {sorted(unknown)}")
     return PreferencePair(**state)
-
-
-def _check_mode(mode: str) -> None:
-    if mode not in REPLAY_MODES:
-        raise ValueError(f"preference_replay_mode must be one of: {', '.join(REPLAY_MODES)}. Got {mode!r}.")
-
-
-def _check_k(k: int | None) -> None:
-    if k is None:
-        raise ValueError("preference_replay_k is required when preference_replay_mode='nearest_k'.")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"preference_replay_k must be >= 1, got {k!r}")
 
 
 def _check_run_id(run_id: str) -> None:

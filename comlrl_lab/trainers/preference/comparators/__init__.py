@@ -33,12 +33,7 @@ COMPARATORS: dict[str, type[Comparator]] = {
 
 
 def build_comparator(context: ComparatorContext) -> Comparator:
-    policy = context.config.comparator_policy
-    try:
-        cls = COMPARATORS[policy]
-    except KeyError:
-        raise ValueError(f"comparator_policy must be one of: {', '.join(COMPARATORS)}; got {policy!r}") from None
-    return cls(context)
+    return COMPARATORS[context.config.comparator_policy](context)
 
 
 __all__ = [

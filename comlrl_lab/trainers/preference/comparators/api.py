@@ -11,6 +11,10 @@ bounded concurrency across candidates and items, retries with exponential backof
 and a body excerpt, and a key read from the environment that never appears in a message, a log, a repr
 or a pickle.
 
+Everything a request needs is read from the preference config it is given, under the config's field names
+(``comparator_api_*``, ``max_new_tokens``, ``temperature``, ``top_p``, ``top_k``); the config has checked them all
+and resolved the format's aliases, so nothing here checks or defaults them again.
+
 It does not build prompts, parse centralized joint texts into roles (``centralized.py`` does; here a
 centralized request is one more prompt whose completions come back as joint texts), score or pair. It
 imports no torch.
@@ -27,14 +31,13 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from comlrl_lab.data import credentials
-from comlrl_lab.trainers.preference.config import MADPOIterConfig, check_choice
 
 logger = logging.getLogger(__name__)
 
@@ -42,15 +45,6 @@ DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY",
 ANTHROPIC_VERSION = "2023-06-01"
 BODY_EXCERPT_CHARS = 300
 _GENERIC_FALLBACK_FIELDS = ("completions", "responses", "outputs", "choices")
-
-
-def normalize_api_format(value: str | None) -> str:
-    """Canonical format name for ``comparator_api_format``, resolved as the config resolves it (case-insensitive,
-    trimmed, aliases from the field's metadata); None means the default, generic; any other name is the config's
-    ``ValueError`` with its did-you-mean hint."""
-    if value is None:
-        return MADPOIterConfig.__dataclass_fields__["comparator_api_format"].default
-    return check_choice(MADPOIterConfig, "comparator_api_format", value)
 
 
 class ComparatorApiError(RuntimeError):
@@ -79,159 +73,61 @@ class ApiRequest:
     num_candidates: int = 1
 
 
-@dataclass(repr=False)
-class ApiComparatorSettings:
-    """Everything a comparator request needs; build it with ``from_config``.
+# -- the key and the headers -----------------------------------------------------------------------------
 
-    ``api_key`` is a literal key held in memory only: ``repr``, ``to_dict`` and pickling leave it out.
-    ``key_env`` None means the format's default variable (``DEFAULT_KEY_ENV``); ``""`` means "send no key"
-    (for local OpenAI-compatible servers).
-    """
 
-    url: str
-    api_format: str = "generic"
-    model: str | None = None
-    max_n_per_request: int | None = None
-    timeout: float = 120.0
-    headers: dict[str, str] = field(default_factory=dict)
-    api_key: str | None = None
-    key_env: str | None = None
-    key_header: str = "Authorization"
-    key_prefix: str = "Bearer"
-    response_field: str = "completions"
-    extra_body: dict[str, Any] = field(default_factory=dict)
-    max_concurrency: int = 8
-    max_retries: int = 3
-    backoff_base: float = 0.5
-    backoff_max: float = 60.0
-    retry_after_max: float = 60.0
-    max_new_tokens: int = 256
-    temperature: float = 0.6
-    top_p: float = 0.6
-    top_k: int | None = 50
+def key_env_name(config: Any) -> str | None:
+    """The environment variable the key is read from, or None when no key is expected: ``comparator_api_key_env``
+    (an empty name sends no key, for local OpenAI-compatible servers), else the format's (``DEFAULT_KEY_ENV``)."""
+    if config.comparator_api_key_env is not None:
+        return config.comparator_api_key_env.strip() or None
+    return DEFAULT_KEY_ENV.get(config.comparator_api_format)
 
-    def __post_init__(self) -> None:
-        self.api_format = normalize_api_format(self.api_format)
-        parts = urlsplit(str(self.url or ""))
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"comparator_api_url must be an http(s) URL; got {self.endpoint!r}.")
-        if not self.timeout or self.timeout <= 0:
-            raise ValueError(f"comparator_api_timeout must be > 0; got {self.timeout!r}.")
-        if self.max_n_per_request is not None and self.max_n_per_request < 1:
-            raise ValueError(f"comparator_api_max_n_per_request must be >= 1; got {self.max_n_per_request!r}.")
-        if self.max_concurrency < 1:
-            raise ValueError(f"comparator_api_max_concurrency must be >= 1; got {self.max_concurrency!r}.")
-        if self.max_retries < 0:
-            raise ValueError(f"comparator_api_max_retries must be >= 0; got {self.max_retries!r}.")
-        if self.backoff_base < 0 or self.backoff_max < 0:
-            raise ValueError("comparator_api_backoff_base and comparator_api_backoff_max must be >= 0.")
-        self.headers = {str(k): str(v) for k, v in dict(self.headers or {}).items()}
-        credentials.check_unmasked(self.headers, str(self.url))
-        self.extra_body = dict(self.extra_body or {})
 
-    @classmethod
-    def from_config(cls, config: Any) -> ApiComparatorSettings:
-        """Read the ``comparator_api_*`` and generation fields of a preference config (None -> default)."""
-
-        def get(name: str, default: Any) -> Any:
-            value = getattr(config, name, None)
-            return default if value is None else value
-
-        url = getattr(config, "comparator_api_url", None)
-        if not url:
-            raise ValueError("comparator_api_url is required when comparator_policy='api'.")
-        prefix = getattr(config, "comparator_api_key_prefix", "Bearer")
-        return cls(
-            url=url,
-            api_format=get("comparator_api_format", "generic"),
-            model=getattr(config, "comparator_api_model", None),
-            max_n_per_request=getattr(config, "comparator_api_max_n_per_request", None),
-            timeout=float(get("comparator_api_timeout", 120.0)),
-            headers=get("comparator_api_headers", {}),
-            api_key=getattr(config, "comparator_api_key", None) or None,
-            key_env=getattr(config, "comparator_api_key_env", None),
-            key_header=get("comparator_api_key_header", "Authorization"),
-            key_prefix="" if prefix is None else prefix,
-            response_field=get("comparator_api_response_field", "completions"),
-            extra_body=get("comparator_api_extra_body", {}),
-            max_concurrency=int(get("comparator_api_max_concurrency", 8)),
-            max_retries=int(get("comparator_api_max_retries", 3)),
-            backoff_base=float(get("comparator_api_backoff_base", 0.5)),
-            backoff_max=float(get("comparator_api_backoff_max", 60.0)),
-            retry_after_max=float(get("comparator_api_retry_after_max", 60.0)),
-            max_new_tokens=int(get("max_new_tokens", 256)),
-            temperature=float(get("temperature", 0.6)),
-            top_p=float(get("top_p", 0.6)),
-            top_k=getattr(config, "top_k", 50),
+def resolve_key(config: Any) -> str | None:
+    """The literal ``comparator_api_key`` (held in memory only), else the environment variable's value; raises
+    ``ComparatorApiKeyError`` when a variable is expected but unset or empty. A generic endpoint with no variable
+    named needs no key."""
+    literal = config.comparator_api_key
+    if literal and literal.strip():
+        return literal.strip()
+    env_name = key_env_name(config)
+    if env_name is None:
+        return None
+    value = os.environ.get(env_name, "").strip()
+    # Differs from CoMLRL: a missing key is reported here, before any request, not as an HTTP 401.
+    if not value:
+        raise ComparatorApiKeyError(
+            f"comparator_api_format={config.comparator_api_format!r} needs an API key: the environment variable "
+            f"{env_name} is not set (or is empty). Set it, or name another variable in "
+            "comparator_api_key_env (an empty string sends no key)."
         )
+    return value
 
-    # -- derived values ----------------------------------------------------------------------------------
-    @property
-    def endpoint(self) -> str:
-        """The URL without credentials, query string or fragment: what messages show."""
-        return _endpoint_of(self.url)
 
-    @property
-    def key_env_name(self) -> str | None:
-        """The environment variable the key is read from, or None when no key is expected."""
-        if self.key_env is not None:
-            return self.key_env.strip() or None
-        return DEFAULT_KEY_ENV.get(self.api_format)
+def configured_headers(config: Any) -> dict[str, str]:
+    """``comparator_api_headers`` as they will be sent, before ``${ENV}`` references are read."""
+    return {str(k): str(v) for k, v in (config.comparator_api_headers or {}).items()}
 
-    def resolve_key(self) -> str | None:
-        """The literal key, else the environment variable's value; raises ``ComparatorApiKeyError`` when a
-        variable is expected but unset or empty. A generic endpoint with no variable named needs no key."""
-        if self.api_key and self.api_key.strip():
-            return self.api_key.strip()
-        env_name = self.key_env_name
-        if env_name is None:
-            return None
-        value = os.environ.get(env_name, "").strip()
-        # Differs from CoMLRL: a missing key is reported here, before any request, not as an HTTP 401.
-        if not value:
-            raise ComparatorApiKeyError(
-                f"comparator_api_format={self.api_format!r} needs an API key: the environment variable "
-                f"{env_name} is not set (or is empty). Set it, or name another variable in "
-                "comparator_api_key_env (an empty string sends no key)."
-            )
-        return value
 
-    def request_headers(self, key: str | None) -> dict[str, str]:
-        """Content-Type, then the configured headers, then anthropic-version (anthropic), then the key."""
-        headers: dict[str, str] = {}
-        _set_header(headers, "Content-Type", "application/json")
-        for name, value in self.headers.items():
-            _set_header(headers, name, credentials.expand_env(value, f"comparator_api_headers[{name!r}]"))
-        is_anthropic = self.api_format == "anthropic"
-        if is_anthropic and not _has_header(headers, "anthropic-version"):
-            _set_header(headers, "anthropic-version", ANTHROPIC_VERSION)
-        if key:
-            name = self.key_header or "Authorization"
-            prefix = (self.key_prefix or "").strip()
-            if is_anthropic and name.lower() == "authorization":
-                name = "x-api-key"
-            if is_anthropic and prefix == "Bearer":
-                prefix = ""
-            _set_header(headers, name, f"{prefix} {key}" if prefix else key)
-        return headers
-
-    def to_dict(self) -> dict[str, Any]:
-        """Every field but ``api_key``; header values and URL credentials masked (``credentials.py``)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "api_key"}
-        out["headers"] = credentials.public_headers(self.headers)
-        out["url"] = credentials.public_url(self.url)
-        out["extra_body"] = dict(self.extra_body)
-        return out
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{name}={value!r}" for name, value in self.to_dict().items())
-        return f"ApiComparatorSettings({shown}, api_key={'<set>' if self.api_key else None})"
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Differs from CoMLRL: a literal key is accepted in memory but never written; pickles drop it.
-        state = dict(self.__dict__)
-        state["api_key"] = None
-        return state
+def request_headers(config: Any, key: str | None) -> dict[str, str]:
+    """Content-Type, then the configured headers, then anthropic-version (anthropic), then the key."""
+    headers: dict[str, str] = {}
+    _set_header(headers, "Content-Type", "application/json")
+    for name, value in configured_headers(config).items():
+        _set_header(headers, name, credentials.expand_env(value, f"comparator_api_headers[{name!r}]"))
+    is_anthropic = config.comparator_api_format == "anthropic"
+    if is_anthropic and not _has_header(headers, "anthropic-version"):
+        _set_header(headers, "anthropic-version", ANTHROPIC_VERSION)
+    if key:
+        name = config.comparator_api_key_header
+        prefix = (config.comparator_api_key_prefix or "").strip()
+        if is_anthropic and name.lower() == "authorization":
+            name = "x-api-key"
+        if is_anthropic and prefix == "Bearer":
+            prefix = ""
+        _set_header(headers, name, f"{prefix} {key}" if prefix else key)
+    return headers
 
 
 # -- pure helpers: bodies, parsing, backoff -------------------------------------------------------------
@@ -257,54 +153,54 @@ def jsonable(value: Any) -> Any:
     return str(value)
 
 
-def openai_max_n(settings: ApiComparatorSettings, num_candidates: int) -> int:
+def openai_max_n(config: Any, num_candidates: int) -> int:
     """``n`` cap per chat request: the configured cap clamped to [1, M]; else 1 for DeepSeek; else M."""
-    if settings.max_n_per_request is not None:
-        return max(1, min(int(settings.max_n_per_request), num_candidates))
-    model = (settings.model or "").lower()
-    if "api.deepseek.com" in settings.url.lower() or model.startswith("deepseek-"):
+    if config.comparator_api_max_n_per_request is not None:
+        return max(1, min(config.comparator_api_max_n_per_request, num_candidates))
+    model = (config.comparator_api_model or "").lower()
+    if "api.deepseek.com" in config.comparator_api_url.lower() or model.startswith("deepseek-"):
         return 1
     return max(1, num_candidates)
 
 
-def build_body(settings: ApiComparatorSettings, request: ApiRequest, count: int) -> dict[str, Any]:
+def build_body(config: Any, request: ApiRequest, count: int) -> dict[str, Any]:
     """The JSON body asking for ``count`` candidates (``count`` is 1 for anthropic and responses)."""
-    fmt = settings.api_format
+    fmt, model = config.comparator_api_format, config.comparator_api_model
     if fmt == "generic":
         body: dict[str, Any] = {
             "prompt": request.prompt,
             "agent_idx": request.agent_idx,
             "num_return_sequences": count,
-            "max_new_tokens": settings.max_new_tokens,
-            "temperature": settings.temperature,
-            "top_p": settings.top_p,
-            "top_k": settings.top_k,
+            "max_new_tokens": config.max_new_tokens,
+            "temperature": config.temperature,
+            "top_p": config.top_p,
+            "top_k": config.top_k,
             "batch_item": jsonable(dict(request.batch_item or {})),
         }
-        if settings.model:
-            body["model"] = settings.model
+        if model:
+            body["model"] = model
     else:
         messages = [{"role": "user", "content": request.prompt}]
         if fmt == "openai":
             body = {
-                "model": settings.model,
+                "model": model,
                 "messages": messages,
                 "n": count,
-                "max_tokens": settings.max_new_tokens,
-                "temperature": settings.temperature,
-                "top_p": settings.top_p,
+                "max_tokens": config.max_new_tokens,
+                "temperature": config.temperature,
+                "top_p": config.top_p,
             }
         elif fmt == "anthropic":
             body = {
-                "model": settings.model,
-                "max_tokens": settings.max_new_tokens,
+                "model": model,
+                "max_tokens": config.max_new_tokens,
                 "messages": messages,
-                "temperature": settings.temperature,
+                "temperature": config.temperature,
             }
         else:
-            body = {"model": settings.model, "input": request.prompt, "max_output_tokens": settings.max_new_tokens}
+            body = {"model": model, "input": request.prompt, "max_output_tokens": config.max_new_tokens}
         body = {k: v for k, v in body.items() if v is not None}
-    body.update(settings.extra_body)
+    body.update(config.comparator_api_extra_body or {})
     return body
 
 
@@ -437,22 +333,27 @@ class ApiComparatorClient:
     ``acomplete_many``).
     """
 
-    def __init__(self, settings: ApiComparatorSettings, *, rng: random.Random | None = None):
-        self.settings = settings
+    def __init__(self, config: Any, *, rng: random.Random | None = None):
+        self.config = config
         self._rng = rng if rng is not None else random.Random(0)
-        key = settings.resolve_key()
-        self._headers = settings.request_headers(key)
-        self._url = credentials.expand_env(settings.url, "comparator_api_url")
-        configured = {k: v for k, v in self._headers.items() if _has_header(settings.headers, k)}
-        self._secrets = credentials.secret_strings(configured, self._url, [key])
+        #: The URL without credentials, query string or fragment: what messages show.
+        self.endpoint = _endpoint_of(config.comparator_api_url)
+        configured = configured_headers(config)
+        credentials.check_unmasked(configured, config.comparator_api_url)
+        key = resolve_key(config)
+        self._headers = request_headers(config, key)
+        self._url = credentials.expand_env(config.comparator_api_url, "comparator_api_url")
+        sent = {k: v for k, v in self._headers.items() if _has_header(configured, k)}
+        self._secrets = credentials.secret_strings(sent, self._url, [key])
         _HTTP_LOG_FILTER.add(self._secrets)
 
     def __repr__(self) -> str:
-        return f"ApiComparatorClient({self.settings!r})"
+        return f"ApiComparatorClient({self.config.comparator_api_format} at {self.endpoint})"
 
     def __reduce__(self) -> tuple:
-        # Never pickle resolved headers (they hold the key); the copy re-reads the key from the environment.
-        return (_rebuild_client, (self.settings, self._rng))
+        # Never pickle resolved headers (they hold the key); the config pickles without its secrets, and the copy
+        # reads the key from the environment again.
+        return (_rebuild_client, (self.config, self._rng))
 
     def complete_many(
         self, requests: Sequence[ApiRequest], *, progress: Callable[[int, int], None] | None = None
@@ -474,7 +375,7 @@ class ApiComparatorClient:
         requests = list(requests)
         if not requests:
             return []
-        limit = self.settings.max_concurrency
+        limit = self.config.comparator_api_max_concurrency
         semaphore = asyncio.Semaphore(limit)
         done = 0
 
@@ -487,7 +388,7 @@ class ApiComparatorClient:
             return texts
 
         async with httpx.AsyncClient(
-            timeout=httpx.Timeout(self.settings.timeout),
+            timeout=httpx.Timeout(self.config.comparator_api_timeout),
             limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
             follow_redirects=False,
         ) as client:
@@ -500,10 +401,10 @@ class ApiComparatorClient:
         wanted = int(request.num_candidates)
         if wanted <= 0:
             return []
-        fmt = self.settings.api_format
+        fmt = self.config.comparator_api_format
         if fmt in ("anthropic", "openai_responses"):
             # No `n` in these APIs: one request per candidate, all in flight together.
-            body = build_body(self.settings, request, 1)
+            body = build_body(self.config, request, 1)
             results = await _all_or_cancel([self._ask(client, semaphore, body, request, 1) for _ in range(wanted)])
             return [texts[0] for texts in results]
         texts: list[str] = []
@@ -512,12 +413,12 @@ class ApiComparatorClient:
             if fmt == "openai":
                 # CoMLRL loops n = min(max_n, remaining) one request at a time; we send the chunks of a
                 # round together, which asks for the same n values whenever the server returns all of them.
-                cap = openai_max_n(self.settings, wanted)
+                cap = openai_max_n(self.config, wanted)
                 sizes = [min(cap, remaining - start) for start in range(0, remaining, cap)]
             else:
                 # Differs from CoMLRL: generic never topped up a short answer; we ask again for the rest.
                 sizes = [remaining]
-            bodies = [build_body(self.settings, request, size) for size in sizes]
+            bodies = [build_body(self.config, request, size) for size in sizes]
             rounds = await _all_or_cancel([self._ask(client, semaphore, b, request, s) for b, s in zip(bodies, sizes)])
             for got in rounds:
                 texts.extend(got)
@@ -529,21 +430,21 @@ class ApiComparatorClient:
         """One request (with retries), parsed; an answer with no completion is an error, which also bounds
         the top-up loops: every round either adds a text or raises."""
         payload, raw = await self._post(client, semaphore, body)
-        fmt = self.settings.api_format
+        fmt = self.config.comparator_api_format
         if fmt == "generic":
-            texts = extract_generic(payload, self.settings.response_field)
+            texts = extract_generic(payload, self.config.comparator_api_response_field)
         else:
             texts = _EXTRACTORS[fmt](payload)
         if not texts:
-            where = f"agent {request.agent_idx} (format {fmt!r}, asked for {count}) from {self.settings.endpoint}"
+            where = f"agent {request.agent_idx} (format {fmt!r}, asked for {count}) from {self.endpoint}"
             raise self._error(f"Comparator API returned no completions for {where}.", 200, raw)
         return texts[:count]
 
     async def _post(self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore, body: dict) -> tuple[Any, str]:
-        settings = self.settings
-        endpoint = settings.endpoint
+        config, endpoint = self.config, self.endpoint
+        timeout = config.comparator_api_timeout
         content = json.dumps(body, ensure_ascii=False).encode("utf-8")
-        attempts = settings.max_retries + 1
+        attempts = config.comparator_api_max_retries + 1
         for attempt in range(attempts):
             status: int | None = None
             raw = ""
@@ -553,10 +454,10 @@ class ApiComparatorClient:
                 async with semaphore:
                     # httpx's timeout is per socket operation; wait_for bounds the whole exchange.
                     response = await asyncio.wait_for(
-                        client.post(self._url, content=content, headers=self._headers), timeout=settings.timeout
+                        client.post(self._url, content=content, headers=self._headers), timeout=timeout
                     )
             except (httpx.TimeoutException, asyncio.TimeoutError):
-                failure = f"timed out after {settings.timeout:g} s"
+                failure = f"timed out after {timeout:g} s"
             except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
                 failure = f"connection failed ({type(exc).__name__}: {exc})"
             except httpx.HTTPError as exc:
@@ -575,39 +476,42 @@ class ApiComparatorClient:
                 if not _retryable(status):
                     hint = ""
                     if status in (401, 403):
-                        hint = f" Check the API key ({settings.key_env_name or 'comparator_api_key'})."
+                        hint = f" Check the API key ({key_env_name(config) or 'comparator_api_key'})."
                     raise self._error(
                         f"Comparator API request to {endpoint} failed with HTTP {status}.{hint}", status, raw
                     )
                 failure = f"HTTP {status}"
                 retry_after = retry_after_seconds(response.headers)
-                if retry_after is not None and retry_after > settings.retry_after_max:
+                cap = config.comparator_api_retry_after_max
+                if retry_after is not None and retry_after > cap:
                     # Differs from CoMLRL (which never retries): a long Retry-After fails now, not after the waits.
                     message = (
                         f"Comparator API at {endpoint} answered {failure} and asked to wait {retry_after:g} s "
-                        f"(Retry-After), more than comparator_api_retry_after_max = {settings.retry_after_max:g} s."
+                        f"(Retry-After), more than comparator_api_retry_after_max = {cap:g} s."
                     )
                     raise self._error(message, status, raw)
             if attempt + 1 >= attempts:
                 message = f"Comparator API request to {endpoint} failed after {attempts} attempt(s): {failure}."
                 raise self._error(message, status, raw)
             delay = backoff_delay(
-                attempt, base=settings.backoff_base, cap=settings.backoff_max, rng=self._rng, retry_after=retry_after
+                attempt,
+                base=config.comparator_api_backoff_base,
+                cap=config.comparator_api_backoff_max,
+                rng=self._rng,
+                retry_after=retry_after,
             )
-            retry = f"retry {attempt + 1} of {settings.max_retries} in {delay:.2f} s"
+            retry = f"retry {attempt + 1} of {config.comparator_api_max_retries} in {delay:.2f} s"
             logger.warning("Comparator API %s: %s; %s", endpoint, self._redact(failure), retry)
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _decode(self, raw: str, status: int) -> Any:
         if not raw.strip():
-            raise self._error(
-                f"Comparator API at {self.settings.endpoint} returned an empty body (HTTP {status}).", status, raw
-            )
+            raise self._error(f"Comparator API at {self.endpoint} returned an empty body (HTTP {status}).", status, raw)
         try:
             return json.loads(raw)
         except ValueError:
-            message = f"Comparator API at {self.settings.endpoint} returned a body that is not JSON (HTTP {status})."
+            message = f"Comparator API at {self.endpoint} returned a body that is not JSON (HTTP {status})."
             raise self._error(message, status, raw) from None
 
     def _redact(self, text: str) -> str:
@@ -619,7 +523,7 @@ class ApiComparatorClient:
             message = f"{message} Response body: {_excerpt(body)}"
         return ComparatorApiError(
             self._redact(message),
-            endpoint=self.settings.endpoint,
+            endpoint=self.endpoint,
             status=status,
             body_excerpt=self._redact(_excerpt(body)),
         )
@@ -649,8 +553,8 @@ for _name in ("httpx", "httpcore"):
     logging.getLogger(_name).addFilter(_HTTP_LOG_FILTER)
 
 
-def _rebuild_client(settings: ApiComparatorSettings, rng: random.Random) -> ApiComparatorClient:
-    return ApiComparatorClient(settings, rng=rng)
+def _rebuild_client(config: Any, rng: random.Random) -> ApiComparatorClient:
+    return ApiComparatorClient(config, rng=rng)
 
 
 async def _all_or_cancel(coros: Sequence[Awaitable[Any]]) -> list[Any]:

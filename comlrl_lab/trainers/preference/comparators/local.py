@@ -125,7 +125,7 @@ class HistoryComparator(Comparator):
 
     def __init__(self, context):
         super().__init__(context)
-        self.k = int(context.config.comparator_history_k or 1)
+        self.k = context.config.comparator_history_k
         self._loaded_from: Path | None = None
         self._models: list[Any] | None = None
         self._shared: set[int] = set()  # agents whose snapshot adapter sits in the live model

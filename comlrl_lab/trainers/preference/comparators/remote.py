@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from comlrl_lab.data.records import JointCandidate
-from comlrl_lab.trainers.preference.comparators.api import ApiComparatorClient, ApiComparatorSettings, ApiRequest
+from comlrl_lab.trainers.preference.comparators.api import ApiComparatorClient, ApiRequest
 from comlrl_lab.trainers.preference.comparators.base import Comparator
 
 
@@ -18,9 +18,8 @@ class RemoteApiComparator(Comparator):
 
     def __init__(self, context):
         super().__init__(context)
-        self.settings = ApiComparatorSettings.from_config(context.config)
         # The client resolves the key now, so a missing key fails before any request, naming the variable.
-        self.client = ApiComparatorClient(self.settings, rng=context.streams.python("comparator_api"))
+        self.client = ApiComparatorClient(context.config, rng=context.streams.python("comparator_api"))
 
     def generate(
         self, items: Sequence[dict], item_indices: Sequence[int], prompts: list[list[str]], num_candidates: int
