@@ -8,16 +8,12 @@ view = components.require_run("Create or open a run to see its replay buffer.")
 store, run_id = view.store, view.run_id
 
 st.title("Replay buffer")
-config = view.config()
-mode = getattr(config, "preference_replay_mode", None)
-k = getattr(config, "preference_replay_k", None)
-lam = getattr(config, "preference_replay_lambda", None)
-sample_size = getattr(config, "preference_replay_sample_size", None)
+settings = view.settings  # the run's stored config values, as the engine validated them: read once
+mode = settings.get("preference_replay_mode")
 if view.iterative:
-    setting = {"nearest_k": f"k = {k}", "lambda_decay": f"λ = {lam}"}.get(mode, "")
     st.caption(
-        f"Run `{run_id}` uses **{mode}**{' (' + setting + ')' if setting else ''}. Each round adds its pairs as one "
-        "dataset D_ν; the training sample B^(ν) is drawn from the datasets the mode allows, each picked by its weight."
+        f"Run `{run_id}` uses **{mode}**{frames.replay_setting(settings)}. Each round adds its pairs as one dataset "
+        "D_ν; the training sample B^(ν) is drawn from the datasets the mode allows, each picked by its weight."
     )
 elif view.spec is not None:
     st.caption(
@@ -90,21 +86,23 @@ def mode_comparison() -> None:
         "equally whatever its size; lambda_decay favours the newest."
     )
     k_col, lam_col = st.columns(2)
-    if state.REPLAY_K not in st.session_state:
-        st.session_state[state.REPLAY_K] = int(k or 2)
-    if state.REPLAY_LAMBDA not in st.session_state:
-        st.session_state[state.REPLAY_LAMBDA] = float(lam if lam is not None else 0.5)
-    k_value = k_col.number_input("k (nearest_k)", min_value=1, step=1, key=state.REPLAY_K)
+    # The view starts at the run's own k and λ, else at the values the Setup form suggests for them.
+    start = frames.replay_view_start(settings)
+    st.session_state.setdefault(state.REPLAY_K, start["preference_replay_k"])
+    st.session_state.setdefault(state.REPLAY_LAMBDA, start["preference_replay_lambda"])
+    labels = frames.replay_labels()
+    k_value = k_col.number_input(labels["preference_replay_k"], min_value=1, step=1, key=state.REPLAY_K)
     lam_value = lam_col.slider(
-        "λ (lambda_decay)",
+        labels["preference_replay_lambda"],
         min_value=0.0,
         max_value=1.0,
         step=0.01,
         key=state.REPLAY_LAMBDA,
         help="0 keeps only the newest dataset; 1 weights every dataset equally. The weights below follow as you move it.",
     )
+    view_settings = {"preference_replay_k": int(k_value), "preference_replay_lambda": float(lam_value)}
     st.dataframe(
-        frames.mode_weights(sizes, nu, k=int(k_value), lam=float(lam_value), run_mode=mode, run_k=k, run_lam=lam),
+        frames.mode_weights(sizes, nu, view=view_settings, run=settings),
         hide_index=True,
         width="stretch",
         key=state.REPLAY_MODE_WEIGHTS,
@@ -113,7 +111,11 @@ def mode_comparison() -> None:
     eligible = frames.eligible_rounds(sizes, nu)
     if eligible:
         table = frames.lambda_table(
-            eligible, float(lam_value), sample_size=int(drawn["drawn_count"].sum()) if len(drawn) else sample_size
+            eligible,
+            float(lam_value),
+            sample_size=int(drawn["drawn_count"].sum())
+            if len(drawn)
+            else settings.get("preference_replay_sample_size"),
         )
         left, right = st.columns([3, 2])
         left.plotly_chart(
@@ -130,7 +132,8 @@ def mode_comparison() -> None:
                 "source round"
             )
             st.table(shown.style.format({"weight": "{:.4f}", "expected pairs": "{:.1f}"}))
-            if mode == "lambda_decay" and lam is not None and abs(float(lam_value) - float(lam)) > 1e-9:
+            lam = settings.get("preference_replay_lambda")  # set only when the run's mode uses it
+            if lam is not None and abs(float(lam_value) - float(lam)) > 1e-9:
                 st.caption(f"The run itself used λ = {lam}; this view is what λ = {lam_value:g} would give.")
     else:
         st.caption("No non-empty round dataset up to this round.")

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 
 from comlrl_lab.data import metric_names
 from comlrl_lab.data.phases import PHASES
 from comlrl_lab.data.stats import t975
-from comlrl_lab.trainers.preference.replay import REPLAY_MODES, lambda_decay_weights, replay_weights
+from comlrl_lab.trainers.preference.config import MADPOIterConfig
+from comlrl_lab.trainers.preference.fields import FLOAT, applies, field_specs
+from comlrl_lab.trainers.preference.replay import REPLAY_FIELDS, REPLAY_MODES, lambda_decay_weights, replay_weights
 
 PHASE_LABELS = {"collect": "Collect", "select": "Select replay sample", "train": "Train", "evaluate": "Evaluate"}
 
@@ -254,34 +257,68 @@ def replay_round(replay: pd.DataFrame, sizes: Mapping[int, int], round_index: in
     )
 
 
-def _setting(mode: str, k: int | None, lam: float | None) -> str:
-    return {"nearest_k": f" (k = {k})", "lambda_decay": f" (λ = {lam:g})" if lam is not None else ""}.get(mode, "")
+def replay_setting(settings: Mapping[str, Any]) -> str:
+    """The values that apply under the mode of ``settings`` (config field names -> values), by the symbol their
+    field's metadata gives them: " (λ = 0.5)", " (k = 2)", or "" for a mode that takes none."""
+    specs = field_specs(MADPOIterConfig)
+    parts = [
+        f"{specs[name].symbol} = {settings[name]:g}"
+        for name in REPLAY_FIELDS
+        if "symbol" in specs[name].metadata and settings.get(name) is not None and applies(specs, name, settings)
+    ]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def _viewed_fields() -> list[str]:
+    """The replay fields the Replay page lets the user vary (the ones with a symbol: k and λ)."""
+    specs = field_specs(MADPOIterConfig)
+    return [name for name in REPLAY_FIELDS if "symbol" in specs[name].metadata]
+
+
+def replay_labels() -> dict[str, str]:
+    """Each varied field's label: its symbol and the modes it applies under, "λ (lambda_decay)"."""
+    specs = field_specs(MADPOIterConfig)
+    return {
+        name: f"{specs[name].symbol} ({', '.join(specs[name].applies_when['preference_replay_mode'])})"
+        for name in _viewed_fields()
+    }
+
+
+def replay_view_start(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Where the Replay page's k and λ start: a run's own values (its stored ``settings``), else the values the
+    Setup form suggests for them (their metadata), as int or float by the field's kind."""
+    specs = field_specs(MADPOIterConfig)
+    start = {}
+    for name in _viewed_fields():
+        value = settings.get(name)
+        value = specs[name].suggested if value is None else value
+        start[name] = float(value) if specs[name].kind == FLOAT else int(value)
+    return start
 
 
 def mode_weights(
     sizes: Mapping[int, int],
     round_index: int,
     *,
-    k: int,
-    lam: float,
-    run_mode: str | None = None,
-    run_k: int | None = None,
-    run_lam: float | None = None,
+    view: Mapping[str, Any],
+    run: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
     """For each replay mode, the weight it gives each round dataset at ``round_index`` (blank: not eligible).
 
-    The rows of the four modes use the view's ``k`` and ``lam``; with ``run_mode``, a first row shows the run's
-    own mode with the run's own k and λ, so moving the view's λ never relabels what the run did.
+    The rows of the modes use the values in ``view`` (k, λ: replay fields by their config names); with ``run`` (a
+    run's stored settings), a first row shows the run's own mode with the run's own values, so moving the view's λ
+    never relabels what the run did.
     """
     rounds = sorted(r for r in sizes if r <= round_index)
-    rows = [(f"{mode}{_setting(mode, k, lam)}", mode, k, lam) for mode in REPLAY_MODES]
-    if run_mode in REPLAY_MODES:
-        rows.insert(0, (f"this run: {run_mode}{_setting(run_mode, run_k, run_lam)}", run_mode, run_k, run_lam))
+    rows = []
+    for mode in REPLAY_MODES:
+        settings = {**view, "preference_replay_mode": mode}
+        rows.append((f"{mode}{replay_setting(settings)}", settings))
+    if run is not None and run.get("preference_replay_mode") in REPLAY_MODES:
+        rows.insert(0, (f"this run: {run['preference_replay_mode']}{replay_setting(run)}", run))
     records = []
-    for label, mode, mode_k, mode_lam in rows:
-        weights = dict(
-            replay_weights(mode, {r: sizes[r] for r in rounds}, k=mode_k, lam=mode_lam, current_round=round_index)
-        )
+    for label, settings in rows:
+        weights = dict(replay_weights(settings, {r: sizes[r] for r in rounds}, current_round=round_index))
         record: dict[str, object] = {"mode": label}
         for r in rounds:
             record[f"round {r} ({sizes[r]} pairs)"] = round(weights[r], 4) if r in weights else None

@@ -9,6 +9,7 @@ the store owns the SQL, the pages lay out.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -83,21 +84,18 @@ class RunView:
     def iterative(self) -> bool:
         return self.spec is not None and algorithm(self.spec.algorithm).iterative
 
-    def config(self) -> Any | None:
-        """The validated config object of an engine run (CoMLRL's defaults filled in)."""
-        if self.spec is None:
-            return None
-        try:
-            return self.spec.build_config()
-        except ValueError:
-            return None
+    @functools.cached_property
+    def settings(self) -> dict[str, Any]:
+        """The run's stored settings: every config value, defaults filled in, as the engine validated them (the
+        store's ``runs.config_json``), read once per view; {} for an imported pair set."""
+        info = self.store.run(self.run_id) if self.spec is not None else None
+        return json.loads(info["config_json"]) if info and info["config_json"] else {}
 
     @property
     def num_rounds(self) -> int | None:
-        config = self.config()
-        if config is None:
+        if self.spec is None:
             return None
-        return int(getattr(config, "num_iterations", 1)) if self.iterative else 1
+        return int(self.settings.get("num_iterations", 1)) if self.iterative else 1
 
 
 class Workspace:
