@@ -3,9 +3,8 @@
 import json
 
 import streamlit as st
-import yaml
 
-from comlrl_lab.ui import charts, components, forms, frames, services, state
+from comlrl_lab.ui import charts, components, draft, forms, frames, services, state
 
 ws = services.workspace()
 
@@ -16,7 +15,7 @@ st.caption(
     "Python API checks it."
 )
 
-started, draft_notes = forms.start_session() or (None, [])
+started, draft_notes = draft.start_session() or (None, [])
 if started == "preset":
     st.session_state[state.SETUP_NOTICE] = (
         "info",
@@ -76,25 +75,15 @@ def _load_file() -> None:
     if uploaded is None:
         st.session_state[state.SETUP_NOTICE] = ("warning", "Choose a config file first.")
         return
+    # A bare config (CoMLRL field names) is read for the algorithm chosen now.
+    algorithm = forms.algorithm_name(
+        st.session_state.get(state.SETUP_FAMILY, forms.base_setup_value(state.SETUP_FAMILY)),
+        st.session_state.get(state.SETUP_ITERATIVE, forms.base_setup_value(state.SETUP_ITERATIVE)),
+    )
     try:
-        text = uploaded.getvalue().decode("utf-8")
-        data = yaml.safe_load(text) if uploaded.name.lower().endswith((".yaml", ".yml")) else json.loads(text)
-        if not isinstance(data, dict):
-            raise ValueError("a config file must hold a mapping")
-        if "algorithm" in data or "agent_models" in data:
-            spec = services.ExperimentSpec.from_dict(data)
-            notes = forms.load_spec_into_state(spec)
-        else:  # a bare config (CoMLRL field names) for the algorithm chosen now
-            algorithm = forms.algorithm_name(
-                st.session_state.get(state.SETUP_FAMILY, forms.FAMILIES[0]),
-                st.session_state.get(state.SETUP_ITERATIVE, True),
-            )
-            notes = forms.load_config_into_state(algorithm, data)
-    except Exception as error:
-        st.session_state[state.SETUP_NOTICE] = (
-            "error",
-            f"Could not load {uploaded.name}: {components.format_exception(error)}",
-        )
+        notes = forms.load_file_into_state(uploaded.name, uploaded.getvalue().decode("utf-8"), algorithm)
+    except ValueError as error:  # the spec reader's one line, as the CLI prints it: file, line, field
+        st.session_state[state.SETUP_NOTICE] = ("error", f"Nothing was loaded: {error}")
         return
     st.session_state[state.SETUP_NOTICE] = (
         "success",
@@ -248,72 +237,41 @@ config, config_errors = forms.validate(algorithm, forms.overrides(algorithm, val
 errors = parse_errors + [e for e in config_errors if e.field not in {p.field for p in parse_errors}]
 iterative = forms.algorithm_row(algorithm).iterative
 st.caption(config_class.__doc__.strip().splitlines()[0] if config_class.__doc__ else "")
-forms.render_fields(algorithm, forms.ESSENTIALS, errors, columns=5)
+forms.render_fields(algorithm, forms.ESSENTIALS, values, errors, columns=5)
 
-# -- comparator ------------------------------------------------------------------------------------------------
-
-POLICY_NOTES = {
-    "current": "The current agents themselves, sampled with a separate random stream.",
-    "current_copy": "A copy of the current weights on comparator_devices, refreshed each collection phase.",
-    "model": "A fixed model: comparator_model_name for every agent, or one per agent in comparator_agents.",
-    "history": "The agents as they were comparator_history_k rounds back (checkpoints are saved automatically).",
-    "api": "A remote endpoint. The key is read from the environment variable named in comparator_api_key_env; it is never typed here or saved.",
-}
-POLICY_FIELDS = {
-    "current": [],
-    "current_copy": ["comparator_devices"],
-    "model": ["comparator_model_name", "comparator_agents", "comparator_devices"],
-    "history": ["comparator_history_k", "policy_checkpoint_dir"],
-    "api": ["comparator_api_format", "comparator_api_url", "comparator_api_model", "comparator_api_key_env"],
-}
+# -- comparator: the policy and what it needs, then the rest -------------------------------------------------
 
 if iterative:
     st.header("Comparator", divider="gray")
-    policy = values.get("comparator_policy", "current")
-    primary = ["comparator_policy", "comparator_num_candidates", "comparator_generation_mode"]
-    if values.get("comparator_generation_mode") == "centralized":
-        primary.append("comparator_centralized_agent_index")
-    primary += POLICY_FIELDS.get(policy, [])
-    st.caption(POLICY_NOTES.get(policy, ""))
-    forms.render_fields(algorithm, primary, errors)
-    rest = [n for n in forms.COMPARATOR_FIELDS if n not in primary]
-    api_rest = [n for n in forms.API_FIELDS if n not in primary]
+    st.caption(forms.choice_note(algorithm, "comparator_policy", values))
+    lead = forms.featured(algorithm, ["comparator_policy", "comparator_num_candidates", "comparator_generation_mode"])
+    shown = forms.render_fields(algorithm, lead, values, errors)
+    rest = [n for n in forms.COMPARATOR_FIELDS if n not in shown]
     with st.expander("More comparator fields", expanded=forms.field_names_in(rest, errors)):
-        forms.render_fields(algorithm, rest, errors)
-    with st.expander("API comparator settings", expanded=policy == "api" or forms.field_names_in(api_rest, errors)):
-        st.caption(
-            "Used when comparator_policy = api. Retries with backoff on 429/5xx and timeouts; bounded concurrency."
-        )
-        forms.render_fields(algorithm, api_rest, errors)
+        forms.render_fields(algorithm, rest, values, errors)
+    api = forms.applying(algorithm, forms.API_FIELDS, values)
+    if api:
+        with st.expander("API comparator settings", expanded=True):
+            st.caption("Retries with backoff on 429/5xx and timeouts; bounded concurrency.")
+            forms.render_fields(algorithm, api, values, errors)
 
-    # -- replay buffer -----------------------------------------------------------------------------------------
+    # -- replay buffer: the mode and what it needs -------------------------------------------------------------
     st.header("Replay buffer", divider="gray")
-    mode = values.get("preference_replay_mode", "current")
-    replay_primary = ["preference_replay_mode"]
-    if mode == "nearest_k":
-        replay_primary.append("preference_replay_k")
-    if mode == "lambda_decay":
-        replay_primary.append("preference_replay_lambda")
-    if mode != "current":
-        replay_primary.append("preference_replay_sample_size")
     left, right = st.columns([3, 2])
     with left:
-        st.caption(
-            {
-                "current": "Train on this round's pairs only.",
-                "nearest_k": "Draw from the k most recent non-empty round datasets, equal weights.",
-                "all_history": "Draw from every non-empty round dataset, equal weights.",
-                "lambda_decay": "Draw from every round dataset with weight (1-λ)λ^age / (1-λ^K); newest has age 0.",
-            }.get(mode, "")
+        st.caption(forms.choice_note(algorithm, "preference_replay_mode", values))
+        shown = forms.render_fields(
+            algorithm, forms.featured(algorithm, ["preference_replay_mode"]), values, errors, columns=2
         )
-        forms.render_fields(algorithm, replay_primary, errors, columns=2)
-        replay_rest = [n for n in forms.REPLAY_FIELDS if n not in replay_primary]
+        replay_rest = [n for n in forms.REPLAY_FIELDS if n not in shown]
         with st.expander("More replay fields", expanded=forms.field_names_in(replay_rest, errors)):
-            forms.render_fields(algorithm, replay_rest, errors, columns=2)
+            forms.render_fields(algorithm, replay_rest, values, errors, columns=2)
     with right:
-        lam = values.get("preference_replay_lambda")
+        lam_field = "preference_replay_lambda"
+        lam = values.get(lam_field)
         rounds = int(values.get("num_iterations") or 1)
-        if mode == "lambda_decay" and isinstance(lam, (int, float)) and 0 <= lam <= 1:
+        # The config's verdict on λ decides the preview; the page checks nothing itself.
+        if lam_field in shown and lam is not None and not forms.field_names_in([lam_field], errors):
             weights = frames.lambda_table(list(range(1, rounds + 1)), float(lam))["weight"].tolist()
             fig = charts.lambda_weights(
                 list(range(1, rounds + 1)),
@@ -323,7 +281,7 @@ if iterative:
             )
             fig.update_layout(height=260)
             st.plotly_chart(fig, key=state.SETUP_LAMBDA_PREVIEW)
-        elif mode != "lambda_decay":
+        elif lam_field not in shown:
             st.caption("Choose lambda_decay to preview its weights here; the Replay page shows them for a run.")
 
 # -- the rest of the fields ---------------------------------------------------------------------------------
@@ -335,7 +293,7 @@ st.caption(
 for title, caption, names in forms.grouped_fields(algorithm):
     with st.expander(f"{title} ({len(names)})", expanded=forms.field_names_in(names, errors)):
         st.caption(caption)
-        forms.render_fields(algorithm, names, errors)
+        forms.render_fields(algorithm, names, values, errors)
 
 # -- check, create, save ------------------------------------------------------------------------------------
 
@@ -343,7 +301,7 @@ st.header("Create the run", divider="gray")
 problems = agent_problems + task_problems
 for error in errors:
     where = f" (field `{error.field}`)" if error.field else ""
-    st.error(f"**{config_class.__name__} is invalid{where}:** {error.message}", icon=":material/error:")
+    st.error(f"**{config_class.__name__} is invalid{where}:** {error}", icon=":material/error:")
 for problem in problems:
     st.warning(problem, icon=":material/warning:")
 if not errors and not problems:
@@ -399,4 +357,4 @@ st.caption(
     f"Runs are stored in `{ws.root}` (set COMLRL_LAB_RUNS_DIR to change it). Models load when the first phase starts."
 )
 
-forms.write_draft_to_url()
+draft.write_draft_to_url()

@@ -23,7 +23,7 @@ from streamlit.testing.v1 import AppTest
 from workbench_fixtures import agent_model, seed_run
 
 from comlrl_lab.store import schema
-from comlrl_lab.trainers.preference import MADPOIterConfig
+from comlrl_lab.trainers.preference import MADPOIterConfig, fields
 from comlrl_lab.trainers.preference.config import CONFIG_CLASSES
 from comlrl_lab.trainers.preference.replay import lambda_decay_weights
 from comlrl_lab.ui import forms, services, state
@@ -150,7 +150,7 @@ def test_setup_shows_every_field_with_its_help_and_the_api_message_next_to_the_f
         specs = forms.field_specs(CONFIG_CLASSES[algorithm])
         defaults = {name: spec.default for name, spec in specs.items()}
         for name, help_text in CONFIG_CLASSES[algorithm].field_help().items():
-            if name in forms.HIDDEN_FIELDS or not forms.applies(algorithm, specs[name], defaults):
+            if name in forms.HIDDEN_FIELDS or not fields.applies(specs, name, defaults):
                 continue  # fields of other modes are drawn once their mode is chosen (tests/test_setup_form.py)
             widget = at.get_by_key(state.config_field_key(algorithm, name))
             assert widget.label == name
@@ -230,6 +230,32 @@ def test_setup_saves_a_config_file_and_loads_it_back(open_app, downloads):
     assert fresh.number_input(key=state.config_field_key("MADPOIter", "dpo_beta")).value == 0.25
     assert fresh.multiselect(key=state.config_field_key("MADPOIter", "report_to")).value == ["tensorboard"]
     assert fresh.text_input(key=state.SETUP_RUN_NAME).value == "roundtrip"
+
+
+def test_setup_reads_a_file_as_the_cli_does_and_a_mistake_loads_nothing(open_app, tmp_path, capsys):
+    from comlrl_lab import cli
+
+    text = "algorithm: MADPOIter\nconfig:\n  num_iterations: 2\n  dpo_bta: 0.5\n"
+    expected = "spec.yaml:4: config: MADPOIterConfig has no field 'dpo_bta'; did you mean 'dpo_beta'?"
+    (tmp_path / "spec.yaml").write_text(text)
+    assert cli.main(["run", str(tmp_path / "spec.yaml"), "--runs-root", str(tmp_path / "runs")]) == 2
+    where = str(tmp_path / "spec.yaml")  # the CLI names the path it was given; the app the upload's name
+    assert capsys.readouterr().err.strip() == f"comlrl-lab run: {where}{expected.removeprefix('spec.yaml')}"
+
+    at = open_app(run_id=None)
+    at.get_by_key(state.SETUP_LOAD_FILE).set_value(("spec.yaml", text.encode(), "application/x-yaml"))
+    at.button(key=state.SETUP_APPLY_FILE).click().run()
+    assert [e.value for e in at.error if "Nothing was loaded" in e.value] == [f"Nothing was loaded: {expected}"]
+    assert at.number_input(key=state.config_field_key("MADPOIter", "num_iterations")).value == 6  # untouched
+
+    # A bare config (CoMLRL field names alone) is read for the algorithm chosen now, strings by the field codec.
+    bare = b"num_iterations: 2\nagent_learning_rate: 1e-3\npreference_replay_mode: lambda\npreference_replay_lambda: 0.25\n"
+    at.get_by_key(state.SETUP_LOAD_FILE).set_value(("bare.yaml", bare, "application/x-yaml"))
+    at.button(key=state.SETUP_APPLY_FILE).click().run()
+    assert any("Loaded bare.yaml" in s.value for s in at.success)
+    assert at.number_input(key=state.config_field_key("MADPOIter", "agent_learning_rate")).value == 0.001
+    assert at.selectbox(key=state.config_field_key("MADPOIter", "preference_replay_mode")).value == "lambda_decay"
+    assert at.number_input(key=state.config_field_key("MADPOIter", "preference_replay_lambda")).value == 0.25
 
 
 def test_setup_takes_a_user_task_module_and_checks_it(open_app):
