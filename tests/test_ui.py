@@ -1,106 +1,13 @@
-"""The ui package's conventions: every session-state and widget key is named in ``comlrl_lab.ui.state``."""
+"""The ui package's pieces outside any one page: shared pair filters, tables, figures and diffs.
+
+Session-state keys are named in ``comlrl_lab.ui.state``: tests/test_architecture.py checks every page and ui module.
+"""
 
 from __future__ import annotations
 
-import ast
 import json
-import re
-from pathlib import Path
-
-import pytest
 
 from comlrl_lab.ui import state
-
-ROOT = Path(__file__).resolve().parents[1]
-STATE_FILE = ROOT / "comlrl_lab" / "ui" / "state.py"
-UI_FILES = sorted([ROOT / "app.py", *(ROOT / "pages").glob("*.py"), *(ROOT / "comlrl_lab" / "ui").glob("*.py")])
-KEY_PATTERN = re.compile(r"^[a-z]+(\.[A-Za-z0-9_]+)+$")  # a varying part may be a name such as MADPOIter
-
-
-def _is_session_state(node: ast.AST) -> bool:
-    return isinstance(node, ast.Attribute) and node.attr == "session_state"
-
-
-def _spelled_out(node: ast.AST | None) -> bool:
-    """A key written in place: a string literal, an f-string, or a literal glued to something else."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return True
-    if isinstance(node, ast.JoinedStr):
-        return True
-    return isinstance(node, ast.BinOp) and (_spelled_out(node.left) or _spelled_out(node.right))
-
-
-def literal_keys(source: str) -> list[tuple[int, str]]:
-    """(line, code) of every key spelled out in ``source`` instead of taken from ``comlrl_lab.ui.state``.
-
-    Looks at ``key=`` arguments, ``st.session_state[...]``, ``st.session_state.get/pop/setdefault(...)`` and
-    ``... in st.session_state``.
-    """
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        candidates: list[ast.AST | None] = []
-        if isinstance(node, ast.Call):
-            candidates += [kw.value for kw in node.keywords if kw.arg == "key"]
-            func = node.func
-            if (
-                isinstance(func, ast.Attribute)
-                and func.attr in ("get", "pop", "setdefault")
-                and _is_session_state(func.value)
-            ):
-                candidates += node.args[:1]
-        elif isinstance(node, ast.Subscript) and _is_session_state(node.value):
-            candidates.append(node.slice)
-        elif isinstance(node, ast.Compare) and any(_is_session_state(c) for c in node.comparators):
-            candidates.append(node.left)
-        found += [(c.lineno, ast.unparse(c)) for c in candidates if _spelled_out(c)]
-    return found
-
-
-def test_the_scan_finds_every_way_of_spelling_a_key_in_place():
-    source = """
-st.button("Go", key="go")
-st.container(key=f"box-{i}")
-st.session_state["run_id"] = 1
-st.session_state.get("a.b")
-st.session_state.pop("x" + suffix, None)
-if "seen" in st.session_state: pass
-st.button("Go", key=state.SETUP_CREATE)
-st.session_state[state.RUN_ID] = 1
-st.session_state.get(state.agent_model_key(0))
-"""
-    assert [line for line, _ in literal_keys(source)] == [2, 3, 4, 5, 6, 7]
-
-
-@pytest.mark.parametrize("path", [p for p in UI_FILES if p != STATE_FILE], ids=lambda p: str(p.relative_to(ROOT)))
-def test_pages_and_ui_modules_take_every_key_from_ui_state(path):
-    found = literal_keys(path.read_text(encoding="utf-8"))
-    assert not found, f"{path.relative_to(ROOT)} spells keys in place; name them in comlrl_lab/ui/state.py: {found}"
-
-
-def test_ui_state_keys_follow_one_convention_and_never_collide():
-    keys = {name: value for name, value in vars(state).items() if name.isupper() and isinstance(value, str)}
-    keys.update(
-        {
-            "config_field_key": state.config_field_key("MADPOIter", "dpo_beta"),
-            "agent_source_key": state.agent_source_key(0),
-            "agent_model_key": state.agent_model_key(0),
-            "agent_tiny_key": state.agent_tiny_key(0),
-            "upload_key": state.upload_key(state.SETUP_USER_TRAIN),
-            "phase_button_key": state.phase_button_key("collect"),
-            "learning_chart_key": state.learning_chart_key("loss"),
-            "pair_agent_key": state.pair_agent_key(0),
-            "pair_agent_key winner": state.pair_agent_key(0, "winner"),
-        }
-    )
-    for filters in (state.PAIRS_FILTERS, state.EXPORT_FILTERS):
-        keys[f"{filters.box} box"] = filters.box
-    bad = {name: value for name, value in keys.items() if not KEY_PATTERN.match(value)}
-    assert not bad, f"keys must be '<area>.<name>': {bad}"
-    by_value: dict[str, list[str]] = {}
-    for name, value in keys.items():
-        by_value.setdefault(value, []).append(name)
-    assert not {v: n for v, n in by_value.items() if len(n) > 1}, "two names for one key"
-
 
 # -- the shared pair filters ----------------------------------------------------------------------------------
 
