@@ -186,8 +186,9 @@ def render() -> str:
         "it is keyword-only (CoMLRL's positional order is unchanged) and its default keeps CoMLRL's behaviour or",
         "only changes things no result depends on, such as speed.",
         "",
-        "All validation runs in `__post_init__` and raises `ValueError` with CoMLRL's messages. Name aliases",
-        '(for example `preference_replay_mode="lambda"`) are resolved to the canonical value listed here.',
+        "All validation runs in `__post_init__` and raises `ConfigError` (a `ValueError` naming its field) with",
+        'CoMLRL\'s messages. Name aliases (for example `preference_replay_mode="lambda"`) are resolved to the',
+        "canonical value listed here.",
     ]
     for declarer, title, note in SECTIONS:
         lines += [
