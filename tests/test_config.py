@@ -442,6 +442,14 @@ def test_validation_message(cls, kwargs, message):
         assert error.value == kwargs[error.field]
 
 
+def test_a_config_error_keeps_its_field_value_and_suggestion_through_pickle():
+    with pytest.raises(ConfigError) as raised:
+        MADPOIterConfig(comparator_api_format="antropic")
+    again = pickle.loads(pickle.dumps(raised.value))  # what a worker process hands back
+    assert isinstance(again, ValueError) and str(again) == str(raised.value)
+    assert (again.field, again.value, again.suggestion) == ("comparator_api_format", "antropic", "anthropic")
+
+
 def test_preference_scoring_reward_message():
     with pytest.raises(ValueError, match=re.escape("preference_scoring_reward must be one of: task, reward_model.")):
         MARLHFIterConfig(preference_scoring_reward="judge")
