@@ -282,7 +282,7 @@ if iterative:
             fig.update_layout(height=260)
             st.plotly_chart(fig, key=state.SETUP_LAMBDA_PREVIEW)
         elif lam_field not in shown:
-            st.caption("Choose lambda_decay to preview its weights here; the Replay page shows them for a run.")
+            st.caption("A mode that uses λ previews its weights here; the Replay page shows them for a run.")
 
 # -- the rest of the fields ---------------------------------------------------------------------------------
 
