@@ -2,7 +2,7 @@
 
 The session holds the open run id and view choices, nothing else. Everything durable (runs, pairs, metrics,
 progress) lives in the engine and the store, so a closed tab loses nothing; the URL carries the open run
-(``URL_RUN``) and the Setup draft (its widgets' keys, ``forms.write_draft_to_url``), so a reload or a shared link
+(``URL_RUN``) and the Setup draft (its widgets' keys, ``draft.write_draft_to_url``), so a reload or a shared link
 opens the same view. Every key is ``<area>.<name>``: the page or panel it belongs to, a dot, then a lower-case
 name (a part that varies, such as an algorithm or an agent index, is another dotted part). A keyed element's
 container carries the CSS class ``st-key-<key>`` with dots written as hyphens, which the browser tests select on.
