@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 from field_args import parse_field
 
-from comlrl_lab.data.stats import ci95_half_width
 from comlrl_lab.engine.presets import QUICKSTART_CONFIG, QUICKSTART_TRAIN_ITEMS
+from comlrl_lab.ui.stats import ci95_half_width
 
 _STABILISERS = ("madpo_reference", "madpo_length_normalize", "madpo_nll_weight")
 #: Opt-in MADPO stabilisers per setting name; "seed" is CoMLRL's loss, "combined" the quickstart preset's.
@@ -84,9 +84,9 @@ def run_curve(
     (with ``--by FIELD``) the mean reward per value of the eval items' FIELD at round 0 and the last round."""
     import torch
 
-    from comlrl_lab.data import metric_names
     from comlrl_lab.data.tasks import get_task
     from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
+    from comlrl_lab.names import metric_names
     from comlrl_lab.trainers.preference import MADPOIterConfig, MADPOIterTrainer
 
     torch.set_num_threads(1)

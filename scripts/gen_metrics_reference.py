@@ -1,4 +1,4 @@
-"""Write docs/metrics.md: every metric the trainers record, from ``comlrl_lab.data.metric_names.METRICS``.
+"""Write docs/metrics.md: every metric the trainers record, from ``comlrl_lab.names.metric_names.METRICS``.
 
 The trainers write metrics under those names and the Learning page groups them by kind, so this page, the code
 and the charts cannot disagree.
@@ -18,7 +18,7 @@ OUTPUT = ROOT / "docs" / "metrics.md"
 
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-from comlrl_lab.data import metric_names  # noqa: E402
+from comlrl_lab.names import metric_names  # noqa: E402
 
 TRAINERS = {
     "all": "all four",

@@ -27,8 +27,7 @@ from http_stub import (
 )
 from repo_scripts import load_repo_script
 
-from comlrl_lab.data import credentials
-from comlrl_lab.data.credentials import MissingCredentialError
+from comlrl_lab.trainers.preference import credentials
 from comlrl_lab.trainers.preference.comparators.api import (
     ApiComparatorClient,
     ApiComparatorSettings,
@@ -45,6 +44,7 @@ from comlrl_lab.trainers.preference.comparators.api import (
     openai_max_n,
     retry_after_seconds,
 )
+from comlrl_lab.trainers.preference.credentials import MissingCredentialError
 
 pytestmark = pytest.mark.timeout(60)
 

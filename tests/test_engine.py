@@ -69,8 +69,8 @@ def test_manager_runs_a_round_in_the_background_and_commits_each_phase(model_dir
 
 
 def test_several_eval_samples_per_item_reach_the_store_and_the_learning_pages_band(model_dir, tmp_path):
-    from comlrl_lab.data.stats import t975
     from comlrl_lab.ui.frames import eval_interval
+    from comlrl_lab.ui.stats import t975
 
     manager = RunManager(tmp_path / "runs")
     run_id = manager.create(small_spec(model_dir, eval_samples_per_item=3))

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from comlrl_lab.data.phases import InvalidTransition
 from comlrl_lab.data.records import PreferencePair
 from comlrl_lab.data.rewards import batched_reward
 from comlrl_lab.data.tasks.length_ratio import length_ratio_reward
+from comlrl_lab.names.phases import InvalidTransition
 from comlrl_lab.trainers.preference import MADPOConfig, MADPOIterConfig, MADPOIterTrainer, MADPOTrainer
 from comlrl_lab.trainers.preference.losses import NonFiniteLossError
 from comlrl_lab.trainers.preference.sink import MemorySink

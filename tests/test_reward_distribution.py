@@ -8,10 +8,10 @@ import duckdb
 import pytest
 
 from comlrl_lab import cli
-from comlrl_lab.data import metric_names as M
 from comlrl_lab.data.reward_distribution import distribution_payload, distribution_rows
 from comlrl_lab.data.tasks.length_ratio import length_ratio_reward
 from comlrl_lab.engine.run import STORE_FILE
+from comlrl_lab.names import metric_names as M
 from comlrl_lab.store import RunStore, export_reward_distribution_files
 from comlrl_lab.store.schema import SCHEMA_VERSION
 from comlrl_lab.trainers.preference import MADPOIterConfig, MADPOIterTrainer

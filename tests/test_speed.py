@@ -631,7 +631,7 @@ def test_a_background_write_in_flight_is_never_pruned(model_dir, tmp_path, monke
 
 @pytest.mark.parametrize("background", [False, True])
 def test_each_checkpoint_adds_its_cost_to_its_phase(model_dir, tmp_path, background):
-    from comlrl_lab.data import metric_names as M
+    from comlrl_lab.names import metric_names as M
     from comlrl_lab.trainers.preference import checkpoint as ckpt
     from comlrl_lab.trainers.preference.sink import MemorySink
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from comlrl_lab.data import metric_names as M
 from comlrl_lab.data.tasks.length_ratio import length_ratio_reward
+from comlrl_lab.names import metric_names as M
 from comlrl_lab.trainers.preference import MADPOConfig, MADPOIterConfig, MADPOIterTrainer, MADPOTrainer, tracking
 from comlrl_lab.trainers.preference.sink import MemorySink
 

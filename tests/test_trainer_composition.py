@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from comlrl_lab.data import metric_names
 from comlrl_lab.data.tasks.length_ratio import length_ratio_reward
+from comlrl_lab.names import metric_names
 from comlrl_lab.trainers.preference import (
     MADPOConfig,
     MADPOIterConfig,

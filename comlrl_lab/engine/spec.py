@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from comlrl_lab.data.credentials import public_config
 from comlrl_lab.data.tasks import get_task
 from comlrl_lab.data.user_tasks import load_user_task
 from comlrl_lab.engine import spec_checks
@@ -21,6 +20,7 @@ from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
 from comlrl_lab.trainers import preference
 from comlrl_lab.trainers.preference.algorithms import ALGORITHM_TABLE, algorithm
 from comlrl_lab.trainers.preference.config import SECRET_FIELDS
+from comlrl_lab.trainers.preference.credentials import public_config
 
 
 class _AlgorithmClasses(Mapping):

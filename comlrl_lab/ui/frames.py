@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from comlrl_lab.data import metric_names
-from comlrl_lab.data.phases import PHASES
-from comlrl_lab.data.stats import t975
+from comlrl_lab.names import metric_names
+from comlrl_lab.names.phases import PHASES
 from comlrl_lab.trainers.preference.replay import REPLAY_MODES, lambda_decay_weights, replay_weights
+from comlrl_lab.ui.stats import t975
 
 PHASE_LABELS = {"collect": "Collect", "select": "Select replay sample", "train": "Train", "evaluate": "Evaluate"}
 

@@ -17,12 +17,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from comlrl_lab.data import metric_names as M
 from comlrl_lab.data.datasets import load_items
 from comlrl_lab.data.formatters import resolve_formatters
-from comlrl_lab.data.phases import check_next_phase
 from comlrl_lab.data.records import JointCandidate, PreferencePair
-from comlrl_lab.data.run_ids import new_run_id
 from comlrl_lab.models.generation import SamplingSettings
 from comlrl_lab.models.loading import load_agents
 from comlrl_lab.models.lora import (
@@ -33,6 +30,9 @@ from comlrl_lab.models.lora import (
     trainable_state_dict,
 )
 from comlrl_lab.models.scoring import disable_dropout
+from comlrl_lab.names import metric_names as M
+from comlrl_lab.names.phases import check_next_phase
+from comlrl_lab.names.run_ids import new_run_id
 from comlrl_lab.seeding import RandomStreams
 from comlrl_lab.trainers.preference import checkpoint as ckpt
 from comlrl_lab.trainers.preference.collection import (

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from comlrl_lab.data import metric_names as M
 from comlrl_lab.data.records import JointCandidate, PreferencePair
 from comlrl_lab.data.reward_distribution import (
     DISTRIBUTION_DIR,
@@ -32,6 +31,7 @@ from comlrl_lab.data.reward_distribution import (
     distribution_rows,
     write_distribution_file,
 )
+from comlrl_lab.names import metric_names as M
 from comlrl_lab.trainers.preference.collection import (
     ScoreFn,
     agent_prompts,

@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from comlrl_lab.data import metric_names as M
 from comlrl_lab.data.records import PreferencePair
 from comlrl_lab.models.reference import frozen_references
 from comlrl_lab.models.scoring import pair_logps, scored_token_counts, set_mode
+from comlrl_lab.names import metric_names as M
 from comlrl_lab.trainers.preference.base import PreferenceTrainerBase, finite_mean
 from comlrl_lab.trainers.preference.collection import map_agents
 from comlrl_lab.trainers.preference.collectors import ComparatorCollector, CurrentCollector

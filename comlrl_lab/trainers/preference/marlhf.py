@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from comlrl_lab.data import metric_names as M
 from comlrl_lab.data.records import JointCandidate, PreferencePair
 from comlrl_lab.models.loading import load_model, load_tokenizer
+from comlrl_lab.names import metric_names as M
 from comlrl_lab.trainers.preference.base import PreferenceTrainerBase, finite_mean
 from comlrl_lab.trainers.preference.collection import ScoreFn
 from comlrl_lab.trainers.preference.collectors import ComparatorCollector, CurrentCollector

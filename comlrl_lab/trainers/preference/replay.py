@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from comlrl_lab.data.records import PreferencePair, round_file_payload
-from comlrl_lab.data.run_ids import random_hex
+from comlrl_lab.names.run_ids import random_hex
 from comlrl_lab.trainers.preference.config import MADPOIterConfig, field_choices
 
 REPLAY_MODES: tuple[str, ...] = field_choices(MADPOIterConfig, "preference_replay_mode")

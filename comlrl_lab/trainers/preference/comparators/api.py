@@ -33,7 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from comlrl_lab.data import credentials
+from comlrl_lab.trainers.preference import credentials
 from comlrl_lab.trainers.preference.config import MADPOIterConfig, check_choice
 
 logger = logging.getLogger(__name__)
