@@ -14,7 +14,7 @@ comparisons of round t+1 (the task reward labels round 1): the learner offers it
 ``labeling_scorer``. It is the only case where a fitted reward model outlives its train phase, and then it is
 part of the checkpoint.
 
-Metrics (names and meanings in ``data/metric_names.py``; CoMLRL logs none of the Bradley-Terry ones): ``bt/...``
+Metrics (names and meanings in ``names/metric_names.py``; CoMLRL logs none of the Bradley-Terry ones): ``bt/...``
 per Bradley-Terry epoch (their step is the running count of BT epochs); ``rl/...`` and ``turn_1/...`` per rollout
 buffer and update (step = ``updates_seen``).
 """
