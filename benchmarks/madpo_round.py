@@ -68,11 +68,11 @@ def build_trainer(args, output_dir: str) -> MADPOIterTrainer:
         # The saving off: what the learner did before, a train()/eval() walk of every agent around each update.
         plain_update = trainer.learner._update
 
-        def switching_update(batch):
+        def switching_update(batch, step):
             for model in trainer.agents:
-                model.train(trainer.train_mode_for_updates)
+                model.train(trainer.context.train_mode_for_updates)
             try:
-                return plain_update(batch)
+                return plain_update(batch, step)
             finally:
                 for model in trainer.agents:
                     model.eval()
@@ -80,10 +80,10 @@ def build_trainer(args, output_dir: str) -> MADPOIterTrainer:
         trainer.learner._update = switching_update
     switched_off = sampler_savings_off(args)
     if switched_off:
-        plain = trainer.sampling_settings
-        trainer.sampling_settings = lambda **overrides: plain(**{**switched_off, **overrides})
+        plain = trainer.context.sampling_settings
+        trainer.context.sampling_settings = lambda **overrides: plain(**{**switched_off, **overrides})
         # The comparator took its settings at construction: both sides sample alike.
-        trainer.collector.comparator.context.sampling = trainer.sampling_settings()
+        trainer.collector.comparator.context.sampling = trainer.context.sampling_settings()
     return trainer
 
 
@@ -99,7 +99,7 @@ def raw_batches(trainer, batches):
                     rows.append(pair.prompt_ids[i] + completion)
                     masks.append([0] * len(pair.prompt_ids[i]) + [1] * len(completion))
             width = max(len(r) for r in rows)
-            pad = trainer.pad_token_id(i)
+            pad = trainer.context.pad_token_id(i)
             ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
             attention = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
             target = torch.tensor([m + [0] * (width - len(m)) for m in masks], dtype=torch.bool)
@@ -171,7 +171,7 @@ def main() -> None:
         trainer.wait_for_checkpoint()  # a background write still counts against the round
         round_seconds = time.perf_counter() - round_started
 
-        pairs = [trainer.ensure_token_ids(p) for p in trainer.collector.replay.round_pairs(1)]
+        pairs = [trainer.context.ensure_token_ids(p) for p in trainer.collector.replay.round_pairs(1)]
         if not pairs:
             raise SystemExit("the round produced no pairs; raise --candidates")
         batches = [pairs[i : i + args.batch_size] for i in range(0, len(pairs), args.batch_size)]

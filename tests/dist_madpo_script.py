@@ -102,7 +102,7 @@ def run(model_dir: str, out_dir: Path, *, resume: Path | None = None, copy_check
     if resume is not None:
         trainer.load_checkpoint(resume)
     local_rows: dict[int, list] = {}
-    gather = trainer.gather_rows
+    gather = trainer.context.gather_rows
 
     def recording(rows):
         if trainer.next_phase == "collect":
@@ -113,7 +113,7 @@ def run(model_dir: str, out_dir: Path, *, resume: Path | None = None, copy_check
             local_rows.setdefault(trainer.round_index, []).extend(flat)
         return gather(rows)
 
-    trainer.gather_rows = recording
+    trainer.context.gather_rows = recording
     dump: dict = {
         "rank": trainer.dist.rank,
         "world_size": trainer.dist.world_size,

@@ -64,7 +64,7 @@ def test_centralized_collaboration_messages(model_dir, tmp_path):
 
 def test_one_actor_writes_the_joint_text_and_the_reward_sees_roles(model_dir, tmp_path):
     trainer = make(model_dir, tmp_path)
-    assert trainer.num_agents == 1 and trainer.num_roles == 2
+    assert trainer.num_agents == 1 and trainer.context.roles.count == 2
     prompt = trainer.formatters[0](ITEMS[0])
     assert "Agent 0 original prompt:\ndescribe red" in prompt and "<agent_1>" in prompt
 
@@ -87,7 +87,7 @@ def test_one_actor_writes_the_joint_text_and_the_reward_sees_roles(model_dir, tm
         prompt_ids=[[1]],
     )
     SEEN.clear()
-    trainer.score_task([tagged, untagged], {0: ITEMS[0]})
+    trainer.context.score_task([tagged, untagged], {0: ITEMS[0]})
     assert SEEN == [(["red cat"], ["a big red dog"]), ([""], [""])]
     assert tagged.reward == 2.0 and untagged.reward == 0.0
 

@@ -156,7 +156,7 @@ def test_reward_exception_stops_the_run_with_traceback_and_state_intact(model_di
     def broken(*args, **kwargs):
         raise RuntimeError("reward server down")
 
-    monkeypatch.setattr(trainer, "score_task", broken)
+    monkeypatch.setattr(trainer.context, "score_task", broken)
     manager.start(run_id, phases=1)  # select: fine
     manager.wait(run_id, timeout=300)
     manager.start(run_id, phases=3)  # train, evaluate (score_task fails here), ...

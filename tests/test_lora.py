@@ -23,7 +23,7 @@ def logps(model, trainer, pairs, agent):
             model,
             [p.prompt_ids[agent] for p in pairs] * 2,
             [p.winner_ids[agent] for p in pairs] + [p.loser_ids[agent] for p in pairs],
-            pad_token_id=trainer.pad_token_id(agent),
+            pad_token_id=trainer.context.pad_token_id(agent),
             score_final_token=True,
             micro_batch_size=16,
         )
@@ -150,7 +150,7 @@ def test_madpo_reference_with_lora_is_the_frozen_base_at_no_copy(model_dir, tmp_
             base,
             [p.prompt_ids[0] for p in pairs],
             [p.winner_ids[0] for p in pairs],
-            pad_token_id=trainer.pad_token_id(0),
+            pad_token_id=trainer.context.pad_token_id(0),
             micro_batch_size=16,
         )
     assert [p.reference_winner_logps[0] for p in pairs] == pytest.approx(expected.tolist(), abs=1e-5)

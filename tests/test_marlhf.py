@@ -294,7 +294,7 @@ def test_row_seeded_rollouts_draw_each_item_alike_in_any_buffer_and_leave_the_st
         args=config(num_generations=3, max_new_tokens=6),
     )
     learner = trainer.learner.policy
-    seeds = [trainer.row_seeds("rl/0", [0, 1, 2], i) for i in range(2)]
+    seeds = [trainer.context.row_seeds("rl/0", [0, 1, 2], i, 1) for i in range(2)]
 
     def tokens(rollout):
         return [[c.completion_ids for c in row] for row in rollout.candidates]
@@ -309,7 +309,7 @@ def test_row_seeded_rollouts_draw_each_item_alike_in_any_buffer_and_leave_the_st
     # The three generations of an item differ (their own seeds), and the next epoch's names draw afresh.
     assert len({tuple(map(tuple, c.completion_ids)) for c in whole.candidates[0]}) > 1
     again = learner.rollout(ITEMS, [0, 1, 2], lambda c: [0.0] * len(c), seeds)
-    later = [trainer.row_seeds("rl/1", [0, 1, 2], i) for i in range(2)]
+    later = [trainer.context.row_seeds("rl/1", [0, 1, 2], i, 1) for i in range(2)]
     assert tokens(again) == tokens(whole)
     assert tokens(learner.rollout(ITEMS, [0, 1, 2], lambda c: [0.0] * len(c), later)) != tokens(whole)
 

@@ -138,9 +138,9 @@ def test_train_phase_switches_modes_once_not_per_update(model_dir, tmp_path, dis
     seen = []
     plain_update = trainer.learner._update
 
-    def watched(batch):
+    def watched(batch, step):
         seen.append([model.training for model in trainer.agents])
-        return plain_update(batch)
+        return plain_update(batch, step)
 
     trainer.learner._update = watched
     trainer.step("train")
@@ -254,9 +254,9 @@ def test_current_comparison_samples_both_sides_in_one_pass_with_the_same_pairs(m
                 seed=3,
             ),
         )
-        plain = trainer.sampling_settings
-        trainer.sampling_settings = lambda **overrides: plain(**{"sides_in_one_pass": one_pass, **overrides})
-        trainer.collector.comparator.context.sampling = trainer.sampling_settings()
+        plain = trainer.context.sampling_settings
+        trainer.context.sampling_settings = lambda **overrides: plain(**{"sides_in_one_pass": one_pass, **overrides})
+        trainer.collector.comparator.context.sampling = trainer.context.sampling_settings()
         assert trainer.collector.sides_in_one_pass() is one_pass
         pairs = []
         while not trainer.finished:

@@ -81,7 +81,7 @@ def test_each_trainer_is_one_collector_and_one_learner(trainer_class, config_cla
     trainer = build(trainer_class, small(config_class, tmp_path), model_dir)
     collector, learner = COMPOSITION[trainer_class]
     assert type(trainer.collector) is collector and type(trainer.learner) is learner
-    assert trainer.collector.host is trainer and trainer.learner.host is trainer
+    assert trainer.collector.context is trainer.context and trainer.learner.context is trainer.context
 
 
 def _forbid(monkeypatch, owner, what):
