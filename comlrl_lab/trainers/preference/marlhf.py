@@ -269,7 +269,33 @@ def _frozen(model: JointRewardModel) -> JointRewardModel:
 
 
 class MARLHFTrainer(PreferenceTrainerBase):
-    """Collect pairs once, fit the joint reward model, then learn the policies against it."""
+    """Collect pairs once, fit the joint reward model, then learn the policies against it.
+
+    Example, with a critic per agent (``rl_algorithm="iac"``; ``tests/test_docs.py`` runs it)::
+
+        >>> import tempfile
+        >>> from comlrl_lab.data.tasks import get_task
+        >>> from comlrl_lab.trainers.preference import MARLHFConfig, MARLHFTrainer
+        >>> task = get_task("length_ratio")
+        >>> trainer = MARLHFTrainer(
+        ...     agent_model="comlrl-lab/tiny",
+        ...     num_agents=task.num_agents,
+        ...     train_dataset=task.train_items()[:4],
+        ...     reward_func=task.reward_func,
+        ...     formatters=task.formatters,
+        ...     args=MARLHFConfig(
+        ...         rl_algorithm="iac",
+        ...         preference_num_candidates=4,
+        ...         num_train_epochs=1,
+        ...         num_generations=2,
+        ...         max_new_tokens=12,
+        ...         output_dir=tempfile.mkdtemp(),
+        ...     ),
+        ... )
+        >>> trainer.train()
+        >>> trainer.learner.reward_model is not None  # MARLHF ends with the reward model it fitted
+        True
+    """
 
     config_class = MARLHFConfig
     algorithm_name = "MARLHF"
@@ -290,7 +316,35 @@ class MARLHFTrainer(PreferenceTrainerBase):
 
 class MARLHFIterTrainer(PreferenceTrainerBase):
     """``num_iterations`` rounds of: current agents vs a comparator, replay sample, a fresh reward model fitted
-    on it, policy learning."""
+    on it, policy learning.
+
+    Example, where the reward model fitted in a round labels the next round's comparisons
+    (``tests/test_docs.py`` runs it)::
+
+        >>> import tempfile
+        >>> from comlrl_lab.data.tasks import get_task
+        >>> from comlrl_lab.trainers.preference import MARLHFIterConfig, MARLHFIterTrainer
+        >>> task = get_task("length_ratio")
+        >>> trainer = MARLHFIterTrainer(
+        ...     agent_model="comlrl-lab/tiny",
+        ...     num_agents=task.num_agents,
+        ...     train_dataset=task.train_items()[:4],
+        ...     reward_func=task.reward_func,
+        ...     formatters=task.formatters,
+        ...     args=MARLHFIterConfig(
+        ...         num_iterations=2,
+        ...         preference_num_candidates=4,
+        ...         preference_scoring_reward="reward_model",
+        ...         num_train_epochs=1,
+        ...         num_generations=2,
+        ...         max_new_tokens=12,
+        ...         output_dir=tempfile.mkdtemp(),
+        ...     ),
+        ... )
+        >>> trainer.train()
+        >>> trainer.round_index, trainer.finished  # rounds are 1-based: the cursor stops after the last one
+        (3, True)
+    """
 
     config_class = MARLHFIterConfig
     algorithm_name = "MARLHFIter"
