@@ -11,6 +11,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from trainer_fixtures import small_config
 from workbench_fixtures import custom_task_spec
 
 from comlrl_lab.engine import ExperimentSpec, InvalidTransition, RunManager
@@ -22,21 +23,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def small_spec(model_dir, **config) -> ExperimentSpec:
-    values = dict(
-        num_iterations=2,
-        preference_num_candidates=3,
-        preference_pairs_per_sample=2,
-        max_new_tokens=5,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=None,
-        eval_num_samples=2,
-        agent_learning_rate=1e-3,
-        agent_devices="cpu",
-        seed=3,
+    """Two MADPOIter rounds of the small trainer settings on the example user task."""
+    return custom_task_spec(
+        model_dir,
+        small_config("MADPOIter", **{"num_iterations": 2, "preference_pairs_per_sample": 2, "seed": 3, **config}),
     )
-    values.update(config)
-    return custom_task_spec(model_dir, values)
 
 
 def test_engine_control_publishes_counts_through_the_function_it_is_given():

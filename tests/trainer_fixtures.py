@@ -3,15 +3,18 @@
 ``kind`` is an algorithm name from the one table (``MADPO``, ``MADPOIter``, ``MARLHF``, ``MARLHFIter``). A trainer
 starts from small settings that run in seconds on the random tiny model (``conftest.model_dir``): two agents on the
 CPU, the six ``ITEMS`` (the first three for evaluation), ``length_ratio_reward``, one prompt formatter per agent,
-three candidates of five tokens, one epoch and one round (``small_config``). Every keyword overrides one of them: a
-config field by its name, anything else as the trainer's argument of that name (``sink``, ``run_id``, ``control``,
-``reward_func``, ``train_dataset``, ``formatters``, ``agent_model``, ``agents``, ...; ``None`` is the trainer's own
-``None``: ``eval_dataset=None`` evaluates nothing, ``formatters=None`` prompts with ``item["prompt"]``). Dicts
-passed before the keywords apply first, in order: a module's own settings, then a test's keywords on top.
+three candidates of five tokens, one epoch and one round (``small_config``).
 
-Tests take the ``make_trainer`` fixture (``conftest.py``), which binds the model: ``make_trainer("MADPOIter",
-tmp_path, num_iterations=3, sink=sink)``, or ``make_trainer("MADPOIter", tmp_path, MODULE_SETTINGS, seed=2)``. The torchrun scripts (``dist_*_script.py``) call ``build_trainer``
-directly, and spec-level tests (engine, sweeps) start their configs from ``small_config``.
+Every keyword overrides one of them: a config field by its name, anything else as the trainer's argument of that
+name (``sink``, ``run_id``, ``control``, ``reward_func``, ``train_dataset``, ``formatters``, ``agent_model``,
+``agents``, ``num_agents``, ...). ``None`` is the trainer's own ``None``: ``eval_dataset=None`` evaluates nothing,
+``formatters=None`` prompts with ``item["prompt"]``. Dicts passed before the keywords apply first, in order: a
+module's own settings, then a test's keywords on top.
+
+Tests take the ``make_trainer`` fixture (``conftest.py``), which binds the model:
+``make_trainer("MADPOIter", tmp_path, num_iterations=3, sink=sink)`` or
+``make_trainer("MADPOIter", tmp_path, MODULE_SETTINGS, seed=2)``. The torchrun scripts (``dist_*_script.py``) call
+``build_trainer`` directly, and spec-level tests (engine, sweeps) start their configs from ``small_config``.
 """
 
 from __future__ import annotations
@@ -67,7 +70,8 @@ def build_trainer(kind: str, model_dir: str, out_dir: str | Path, *settings: dic
     """A ``kind`` trainer of the small settings, writing under ``out_dir / "out"``; see the module docstring."""
     overrides = {name: value for layer in (*settings, overrides) for name, value in layer.items()}
     row = algorithm(kind)
-    field_names = {f.name for f in fields(row.config_class)}
+    # num_agents is a config field too (the role count of centralized collaboration); here it is the trainer's.
+    field_names = {f.name for f in fields(row.config_class)} - {"num_agents"}
     config = {name: value for name, value in overrides.items() if name in field_names}
     arguments = dict(
         agent_model=model_dir,
