@@ -29,39 +29,37 @@ import torch
 from sampler_switches import add_sampler_switches, sampler_savings_off
 
 from comlrl_lab.data.tasks import get_task
+from comlrl_lab.engine import ExperimentSpec, build_trainer
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
-from comlrl_lab.trainers.preference import MADPOIterConfig, MADPOIterTrainer
+from comlrl_lab.names.run_ids import new_run_id
 
 
-def build_trainer(args, output_dir: str) -> MADPOIterTrainer:
-    task = get_task(args.task)
-    config = MADPOIterConfig(
-        num_iterations=2,
-        preference_num_candidates=args.candidates,
-        preference_pairs_per_sample=args.candidates,
-        max_new_tokens=args.max_new_tokens,
-        train_batch_size=args.batch_size,
-        scoring_batch_size=args.batch_size,
-        eval_num_samples=16,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        agent_devices="cpu",
-        output_dir=output_dir,
-        seed=0,
-        adamw_implementation=args.adamw_implementation,
-        pack_pair_scoring=args.pack_pair_scoring,
-        save_strategy=args.save_strategy,
-        save_in_background=args.save_in_background,
+def build(args, output_dir: str):
+    """The MADPOIter trainer the engine builds for this run, with the savings ``args`` switches off undone."""
+    spec = ExperimentSpec(
+        algorithm="MADPOIter",
+        agent_models=[TINY_MODEL_NAME] * get_task(args.task).num_agents,
+        task=args.task,
+        config=dict(
+            num_iterations=2,
+            preference_num_candidates=args.candidates,
+            preference_pairs_per_sample=args.candidates,
+            max_new_tokens=args.max_new_tokens,
+            train_batch_size=args.batch_size,
+            scoring_batch_size=args.batch_size,
+            eval_num_samples=16,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            agent_devices="cpu",
+            seed=0,
+            adamw_implementation=args.adamw_implementation,
+            pack_pair_scoring=args.pack_pair_scoring,
+            save_strategy=args.save_strategy,
+            save_in_background=args.save_in_background,
+        ),
+        max_train_items=args.items,
     )
-    trainer = MADPOIterTrainer(
-        agent_model=TINY_MODEL_NAME,
-        num_agents=task.num_agents,
-        train_dataset=task.train_items()[: args.items],
-        eval_dataset=task.eval_items(),
-        reward_func=task.reward_func,
-        formatters=list(task.formatters),
-        args=config,
-    )
+    trainer = build_trainer(spec, output_dir=output_dir, run_id=new_run_id("madpo-round"))
     if args.checkpoint:
         trainer.checkpoint_dir = Path(output_dir) / "checkpoint"
     if args.per_update_mode_switch:
@@ -161,7 +159,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = build_trainer(args, tmp)
+        trainer = build(args, tmp)
         round_started = time.perf_counter()
         phase_seconds = {}
         for phase in ("collect", "select", "train", "evaluate"):
