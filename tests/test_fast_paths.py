@@ -17,8 +17,19 @@ def _reward(completions1, completions2, **_):
     return [float(len(a) - len(b)) for a, b in zip(completions1, completions2)]
 
 
-#: The trainers here: four items, no evaluation, a reward that compares the answers' lengths.
-SETTINGS = dict(train_dataset=ITEMS[:4], eval_dataset=None, eval_num_samples=0, reward_func=_reward, seed=3)
+_DEFAULTS = MADPOConfig()
+#: The trainers here: four items, no evaluation, a reward that compares the answers' lengths, and the configs'
+#: default temperature, top_p and top_k, so that sampling runs its top-k and top-p filters.
+SETTINGS = dict(
+    train_dataset=ITEMS[:4],
+    eval_dataset=None,
+    eval_num_samples=0,
+    reward_func=_reward,
+    temperature=_DEFAULTS.temperature,
+    top_p=_DEFAULTS.top_p,
+    top_k=_DEFAULTS.top_k,
+    seed=3,
+)
 
 
 def _adamw_steps(implementation: str) -> list[torch.Tensor]:
