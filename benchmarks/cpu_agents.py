@@ -6,7 +6,8 @@ with ``concurrent_cpu_agents`` off and on, interleaved (off-on, then on-off, ...
 intra-op threads (off: every agent uses them all in turn; on: each agent's thread gets threads / 2). It prints
 the medians, their ratio (off / on: above 1 means the threads are faster), whether both gave the same pairs
 and the largest weight difference after the round (0 at one thread; a few ulps when the split changes how
-torch sums). Usage::
+torch sums). The engine builds each trainer from an ``ExperimentSpec`` whose user task is this module: its
+``ITEMS`` (written to a JSONL file), ``formatters`` and ``reward_func``. Usage::
 
     python benchmarks/cpu_agents.py [--size tiny|small] [--threads N] [--repeats 5]
 """
@@ -23,11 +24,26 @@ from pathlib import Path
 import torch
 
 from comlrl_lab.data.tasks.length_ratio import length_ratio_reward
-from comlrl_lab.trainers.preference import MADPOIterConfig, MADPOIterTrainer
+from comlrl_lab.engine import ExperimentSpec, build_trainer
+from comlrl_lab.names.run_ids import new_run_id
 from comlrl_lab.trainers.preference.sink import MemorySink
 
 SIZES = {"tiny": (32, 64, 2, 4, 2), "small": (256, 688, 4, 8, 4)}
 ITEMS = [{"prompt": f"the {w} cat"} for w in ("red", "blue", "green", "big", "small", "fast", "slow", "old")]
+
+# This module is the runs' user task (the engine loads it by path): the reward and the agents' prompts.
+reward_func = length_ratio_reward
+
+
+def first_prompt(item: dict) -> str:
+    return item["prompt"] + " one"
+
+
+def second_prompt(item: dict) -> str:
+    return item["prompt"] + " two"
+
+
+formatters = [first_prompt, second_prompt]
 
 
 def build_model(directory: Path, size: str) -> str:
@@ -72,27 +88,27 @@ def build_model(directory: Path, size: str) -> str:
     return str(directory)
 
 
-def one_round(model: str, concurrent: bool) -> tuple[float, list, list[torch.Tensor]]:
-    sink = MemorySink()
-    trainer = MADPOIterTrainer(
-        agent_model=model,
-        num_agents=2,
-        train_dataset=ITEMS,
-        eval_dataset=ITEMS[:4],
-        reward_func=length_ratio_reward,
-        formatters=[lambda x: x["prompt"] + " one", lambda x: x["prompt"] + " two"],
-        args=MADPOIterConfig(
+def one_round(model: str, items_file: Path, concurrent: bool) -> tuple[float, list, list[torch.Tensor]]:
+    spec = ExperimentSpec(
+        algorithm="MADPOIter",
+        agent_models=[model, model],
+        task=None,
+        user_task=__file__,
+        user_train_data=str(items_file),
+        user_eval_data=str(items_file),
+        max_eval_items=4,
+        config=dict(
             num_iterations=1,
             preference_num_candidates=4,
             max_new_tokens=16,
             eval_num_samples=4,
             agent_devices="cpu",
-            output_dir=tempfile.mkdtemp(),
             seed=7,
             concurrent_cpu_agents=concurrent,
         ),
-        sink=sink,
     )
+    sink = MemorySink()
+    trainer = build_trainer(spec, output_dir=tempfile.mkdtemp(), run_id=new_run_id("cpu-agents"), sink=sink)
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
@@ -107,12 +123,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    model = build_model(Path(tempfile.mkdtemp()) / "model", args.size)
+    workdir = Path(tempfile.mkdtemp())
+    model = build_model(workdir / "model", args.size)
+    items_file = workdir / "items.jsonl"
+    items_file.write_text("".join(json.dumps(item) + "\n" for item in ITEMS), encoding="utf-8")
     times: dict[bool, list[float]] = {False: [], True: []}
     first: dict[bool, tuple[list, list[torch.Tensor]]] = {}
     for repeat in range(args.repeats):
         for concurrent in (False, True) if repeat % 2 == 0 else (True, False):
-            seconds, pairs, weights = one_round(model, concurrent)
+            seconds, pairs, weights = one_round(model, items_file, concurrent)
             times[concurrent].append(seconds)
             first.setdefault(concurrent, (pairs, weights))
     off, on = statistics.median(times[False]), statistics.median(times[True])

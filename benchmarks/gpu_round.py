@@ -30,15 +30,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from comlrl_lab.data.tasks import get_task  # noqa: E402
+from comlrl_lab.engine import ExperimentSpec, build_trainer  # noqa: E402
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME  # noqa: E402
-from comlrl_lab.trainers.preference import MADPOIterConfig, MADPOIterTrainer  # noqa: E402
-from comlrl_lab.trainers.preference.config import MARLHFIterConfig  # noqa: E402
+from comlrl_lab.names.run_ids import new_run_id  # noqa: E402
 from comlrl_lab.trainers.preference.sink import MemorySink  # noqa: E402
-
-try:  # MARLHF lands separately; the benchmark runs what is importable.
-    from comlrl_lab.trainers.preference.marlhf import MARLHFIterTrainer  # noqa: E402
-except ImportError:  # pragma: no cover - depends on the build
-    MARLHFIterTrainer = None  # type: ignore[assignment,misc]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -60,7 +55,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def common_config(args, output_dir: str) -> dict:
+def common_config(args) -> dict:
     return dict(
         num_iterations=1,
         num_train_epochs=1,
@@ -74,7 +69,6 @@ def common_config(args, output_dir: str) -> dict:
         temperature=1.0,
         top_p=1.0,
         agent_learning_rate=1e-4,
-        output_dir=output_dir,
         lora_r=args.lora,
         gradient_checkpointing=args.gradient_checkpointing,
         seed=0,
@@ -82,26 +76,21 @@ def common_config(args, output_dir: str) -> dict:
 
 
 def build(algorithm: str, args, output_dir: str, sink: MemorySink):
-    task = get_task(args.task)
-    values = common_config(args, output_dir)
+    """The trainer the engine builds for this experiment: ``args.items`` train items, every eval item."""
+    values = common_config(args)
     if args.cpu_smoke:
         values["agent_devices"] = "cpu"
-    if algorithm == "MADPOIter":
-        trainer_class, config = MADPOIterTrainer, MADPOIterConfig(**values)
-    else:
+    if algorithm == "MARLHFIter":
         values.update(num_generations=4, rollout_buffer_size=8, reward_train_batch_size=8, reward_num_train_epochs=1)
-        trainer_class, config = MARLHFIterTrainer, MARLHFIterConfig(**values)
-    return trainer_class(
-        agent_model=args.model,
-        num_agents=task.num_agents,
-        train_dataset=task.train_items()[: args.items],
-        eval_dataset=task.eval_items(),
-        reward_func=task.reward_func,
-        formatters=list(task.formatters),
+    spec = ExperimentSpec(
+        algorithm=algorithm,
+        agent_models=[args.model] * get_task(args.task).num_agents,
+        task=args.task,
+        config=values,
         model_config={"dtype": "fp32" if args.cpu_smoke else "bf16"},
-        args=config,
-        sink=sink,
+        max_train_items=args.items,
     )
+    return build_trainer(spec, output_dir=output_dir, run_id=new_run_id("gpu-round"), sink=sink)
 
 
 def _sync(cuda: bool) -> None:
@@ -169,12 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available() and not args.cpu_smoke:
         print("skipped: no CUDA device on this host; benchmarks/gpu_round.py checks the CUDA path only")
         return 2 if args.require_cuda else 0
-    results = []
-    for algorithm in args.algorithms:
-        if algorithm == "MARLHFIter" and MARLHFIterTrainer is None:
-            results.append({"algorithm": algorithm, "skipped": "MARLHF trainers are not importable in this build"})
-            continue
-        results.append(run_round(algorithm, args))
+    results = [run_round(algorithm, args) for algorithm in args.algorithms]
     where = (
         "CPU smoke test (fp32)" if args.cpu_smoke else f"{torch.cuda.get_device_name(0)} x{torch.cuda.device_count()}"
     )
@@ -183,9 +167,6 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"{where}, model {args.model}, lora={args.lora}")
         for result in results:
-            if "skipped" in result:
-                print(f"  {result['algorithm']}: skipped ({result['skipped']})")
-                continue
             print(
                 f"  {result['algorithm']} on {result['devices']} ({', '.join(result['weight_dtypes'])}), "
                 f"{result['pairs']} pairs, weights moved: {result['weights_moved']}, "
@@ -195,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
                 rate = f"{values['tokens_per_s']:.0f} tokens/s" if values["tokens_per_s"] else ""
                 print(f"    {phase:<9} {values['seconds']:>8.2f} s  {rate}")
             print(f"    peak memory {result['peak_memory_gib']} GiB")
-    failed = [r for r in results if "skipped" not in r and not (r["weights_moved"] and r["losses_finite"])]
+    failed = [r for r in results if not (r["weights_moved"] and r["losses_finite"])]
     return 1 if failed else 0
 
 

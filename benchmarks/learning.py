@@ -21,13 +21,13 @@ import statistics
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from field_args import field_arg
 
-from comlrl_lab.data.stats import ci95_half_width
-from comlrl_lab.engine.presets import QUICKSTART_CONFIG, QUICKSTART_TRAIN_ITEMS
+from comlrl_lab.engine.presets import QUICKSTART_CONFIG, QUICKSTART_TRAIN_ITEMS, quickstart_spec
 from comlrl_lab.trainers.preference import MADPOIterConfig
+from comlrl_lab.ui.stats import ci95_half_width
 
 _STABILISERS = ("madpo_reference", "madpo_length_normalize", "madpo_nll_weight")
 #: Opt-in MADPO stabilisers per setting name; "seed" is CoMLRL's loss, "combined" the quickstart preset's.
@@ -85,14 +85,13 @@ def run_curve(
     (with ``--by FIELD``) the mean reward per value of the eval items' FIELD at round 0 and the last round."""
     import torch
 
-    from comlrl_lab.data import metric_names
     from comlrl_lab.data.tasks import get_task
-    from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
-    from comlrl_lab.trainers.preference import MADPOIterTrainer
+    from comlrl_lab.engine import build_trainer
+    from comlrl_lab.names import metric_names
+    from comlrl_lab.names.run_ids import new_run_id
 
     torch.set_num_threads(1)
-    task = get_task(task_name)
-    eval_items = task.eval_items()[: args.eval_items]
+    eval_items = get_task(task_name).eval_items()[: args.eval_items]
     values = {name: value for name, value in QUICKSTART_CONFIG.items() if name not in _STABILISERS}
     values.update(
         num_iterations=args.rounds,
@@ -104,19 +103,15 @@ def run_curve(
         eval_num_samples=len(eval_items),
         eval_samples_per_item=args.eval_samples_per_item,
         seed=seed,
-        output_dir=tempfile.mkdtemp(prefix="learning-"),
         **SETTINGS[setting],
     )
     values.update(args.fields)
-    config = MADPOIterConfig(**values)
-    trainer = MADPOIterTrainer(
-        agent_model=TINY_MODEL_NAME,
-        num_agents=task.num_agents,
-        train_dataset=task.train_items()[: args.items],
-        eval_dataset=eval_items,
-        reward_func=task.reward_func,
-        formatters=list(task.formatters),
-        args=config,
+    # The quickstart preset's spec (task, agents), sized by the arguments; the engine builds its trainer.
+    spec = replace(
+        quickstart_spec(task_name), config=values, max_train_items=args.items, max_eval_items=args.eval_items
+    )
+    trainer = build_trainer(
+        spec, output_dir=tempfile.mkdtemp(prefix="learning-"), run_id=new_run_id(f"{task_name}-{setting}-{seed}")
     )
     first = trainer.evaluate()
     curve, sems = [first[metric_names.EVAL_REWARD_MEAN]], [first[metric_names.EVAL_REWARD_SEM]]

@@ -29,50 +29,48 @@ import torch
 from sampler_switches import add_sampler_switches, sampler_savings_off
 
 from comlrl_lab.data.tasks import get_task
+from comlrl_lab.engine import ExperimentSpec, build_trainer
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
-from comlrl_lab.trainers.preference import MADPOIterConfig, MADPOIterTrainer
+from comlrl_lab.names.run_ids import new_run_id
 
 
-def build_trainer(args, output_dir: str) -> MADPOIterTrainer:
-    task = get_task(args.task)
-    config = MADPOIterConfig(
-        num_iterations=2,
-        preference_num_candidates=args.candidates,
-        preference_pairs_per_sample=args.candidates,
-        max_new_tokens=args.max_new_tokens,
-        train_batch_size=args.batch_size,
-        scoring_batch_size=args.batch_size,
-        eval_num_samples=16,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        agent_devices="cpu",
-        output_dir=output_dir,
-        seed=0,
-        adamw_implementation=args.adamw_implementation,
-        pack_pair_scoring=args.pack_pair_scoring,
-        save_strategy=args.save_strategy,
-        save_in_background=args.save_in_background,
+def build(args, output_dir: str):
+    """The MADPOIter trainer the engine builds for this run, with the savings ``args`` switches off undone."""
+    spec = ExperimentSpec(
+        algorithm="MADPOIter",
+        agent_models=[TINY_MODEL_NAME] * get_task(args.task).num_agents,
+        task=args.task,
+        config=dict(
+            num_iterations=2,
+            preference_num_candidates=args.candidates,
+            preference_pairs_per_sample=args.candidates,
+            max_new_tokens=args.max_new_tokens,
+            train_batch_size=args.batch_size,
+            scoring_batch_size=args.batch_size,
+            eval_num_samples=16,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            agent_devices="cpu",
+            seed=0,
+            adamw_implementation=args.adamw_implementation,
+            pack_pair_scoring=args.pack_pair_scoring,
+            save_strategy=args.save_strategy,
+            save_in_background=args.save_in_background,
+        ),
+        max_train_items=args.items,
     )
-    trainer = MADPOIterTrainer(
-        agent_model=TINY_MODEL_NAME,
-        num_agents=task.num_agents,
-        train_dataset=task.train_items()[: args.items],
-        eval_dataset=task.eval_items(),
-        reward_func=task.reward_func,
-        formatters=list(task.formatters),
-        args=config,
-    )
+    trainer = build_trainer(spec, output_dir=output_dir, run_id=new_run_id("madpo-round"))
     if args.checkpoint:
         trainer.checkpoint_dir = Path(output_dir) / "checkpoint"
     if args.per_update_mode_switch:
         # The saving off: what the learner did before, a train()/eval() walk of every agent around each update.
         plain_update = trainer.learner._update
 
-        def switching_update(batch):
+        def switching_update(batch, step):
             for model in trainer.agents:
-                model.train(trainer.train_mode_for_updates)
+                model.train(trainer.context.train_mode_for_updates)
             try:
-                return plain_update(batch)
+                return plain_update(batch, step)
             finally:
                 for model in trainer.agents:
                     model.eval()
@@ -80,10 +78,10 @@ def build_trainer(args, output_dir: str) -> MADPOIterTrainer:
         trainer.learner._update = switching_update
     switched_off = sampler_savings_off(args)
     if switched_off:
-        plain = trainer.sampling_settings
-        trainer.sampling_settings = lambda **overrides: plain(**{**switched_off, **overrides})
+        plain = trainer.context.sampling_settings
+        trainer.context.sampling_settings = lambda **overrides: plain(**{**switched_off, **overrides})
         # The comparator took its settings at construction: both sides sample alike.
-        trainer.collector.comparator.context.sampling = trainer.sampling_settings()
+        trainer.collector.comparator.context.sampling = trainer.context.sampling_settings()
     return trainer
 
 
@@ -99,7 +97,7 @@ def raw_batches(trainer, batches):
                     rows.append(pair.prompt_ids[i] + completion)
                     masks.append([0] * len(pair.prompt_ids[i]) + [1] * len(completion))
             width = max(len(r) for r in rows)
-            pad = trainer.pad_token_id(i)
+            pad = trainer.context.pad_token_id(i)
             ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
             attention = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
             target = torch.tensor([m + [0] * (width - len(m)) for m in masks], dtype=torch.bool)
@@ -161,7 +159,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = build_trainer(args, tmp)
+        trainer = build(args, tmp)
         round_started = time.perf_counter()
         phase_seconds = {}
         for phase in ("collect", "select", "train", "evaluate"):
@@ -171,7 +169,7 @@ def main() -> None:
         trainer.wait_for_checkpoint()  # a background write still counts against the round
         round_seconds = time.perf_counter() - round_started
 
-        pairs = [trainer.ensure_token_ids(p) for p in trainer.collector.replay.round_pairs(1)]
+        pairs = [trainer.context.ensure_token_ids(p) for p in trainer.collector.replay.round_pairs(1)]
         if not pairs:
             raise SystemExit("the round produced no pairs; raise --candidates")
         batches = [pairs[i : i + args.batch_size] for i in range(0, len(pairs), args.batch_size)]

@@ -3,7 +3,9 @@
 The same file runs under CoMLRL 1.4.3 (``comlrl``, in its own venv) and under ours (``comlrl_lab``): it builds
 the config from the same fields, loads two agents and their tokenizer with ``AutoModelForCausalLM`` /
 ``AutoTokenizer`` from one model directory, takes a built-in task's items, formatters and reward, and times
-``trainer.train()``. One thread unless the spec says otherwise, W&B off. Usage (the driver calls it)::
+``trainer.train()``. One thread unless the spec says otherwise, W&B off. It is the one benchmark that builds its
+trainer by hand rather than through ``comlrl_lab.engine.build_trainer``: the same file must run under CoMLRL, which
+has no engine. Usage (the driver calls it)::
 
     python benchmarks/vs_comlrl_worker.py SPEC.json
 

@@ -907,8 +907,8 @@ COMPARE_REPLAY = [
         import duckdb
         import pandas as pd
 
-        from comlrl_lab.data import metric_names
-        from comlrl_lab.data.stats import ci95_half_width
+        from comlrl_lab.names import metric_names
+        from comlrl_lab.ui.stats import ci95_half_width
 
         con = duckdb.connect()
         con.register(

@@ -2,7 +2,7 @@
 
 Usage: ``python scripts/madpo_curve.py [--task length_ratio] [--rounds 5]``. Each round prints the mean task
 reward of the collected candidates, the pairs, the DPO loss and accuracy, and the eval task reward (fresh
-samples on the eval split, never a learned model). The run directory keeps the replay files and a DuckDB store.
+samples on the eval split, never a learned model). The run directory keeps the replay files.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import time
 import torch
 
 from comlrl_lab.data.tasks import get_task
+from comlrl_lab.engine import ExperimentSpec, build_trainer
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
-from comlrl_lab.trainers.preference import MADPOIterConfig, MADPOIterTrainer
+from comlrl_lab.names.run_ids import new_run_id
 from comlrl_lab.trainers.preference.sink import MemorySink
 
 
@@ -40,7 +41,7 @@ def main() -> None:
     replay = {"preference_replay_mode": args.replay}
     if args.replay == "lambda_decay":
         replay["preference_replay_lambda"] = 0.5
-    config = MADPOIterConfig(
+    config = dict(
         num_iterations=args.rounds,
         preference_num_candidates=args.candidates,
         preference_pairs_per_sample=4,
@@ -55,20 +56,18 @@ def main() -> None:
         comparator_policy=args.comparator,
         agent_devices="cpu",
         seed=args.seed,
-        output_dir=args.output_dir or tempfile.mkdtemp(prefix="madpo-curve-"),
         **replay,
     )
-    sink = MemorySink()
-    trainer = MADPOIterTrainer(
-        agent_model=TINY_MODEL_NAME,
-        num_agents=task.num_agents,
-        train_dataset=task.train_items()[: args.items],
-        eval_dataset=task.eval_items(),
-        reward_func=task.reward_func,
-        formatters=list(task.formatters),
-        args=config,
-        sink=sink,
+    spec = ExperimentSpec(
+        algorithm="MADPOIter",
+        agent_models=[TINY_MODEL_NAME] * task.num_agents,
+        task=args.task,
+        config=config,
+        max_train_items=args.items,
     )
+    sink = MemorySink()
+    output_dir = args.output_dir or tempfile.mkdtemp(prefix="madpo-curve-")
+    trainer = build_trainer(spec, output_dir=output_dir, run_id=new_run_id("madpo-curve"), sink=sink)
     baseline = trainer.evaluate()["eval/turn_1/reward_mean"]
     print(
         f"task={args.task} rounds={args.rounds} items={args.items} N={args.candidates} lr={args.lr} "
@@ -92,7 +91,7 @@ def main() -> None:
             f"eval reward {values.get('eval/turn_1/reward_mean', math.nan):.3f}",
             flush=True,
         )
-    print(f"wall time {time.perf_counter() - started:.1f} s; run directory {config.output_dir}")
+    print(f"wall time {time.perf_counter() - started:.1f} s; run directory {output_dir}")
 
 
 if __name__ == "__main__":

@@ -21,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from comlrl_lab.data.tasks import get_task, list_tasks  # noqa: E402
-from comlrl_lab.trainers.preference.config import MARLHFIterConfig  # noqa: E402
-from comlrl_lab.trainers.preference.marlhf import MARLHFIterTrainer  # noqa: E402
+from comlrl_lab.engine import ExperimentSpec, build_trainer  # noqa: E402
+from comlrl_lab.names.run_ids import new_run_id  # noqa: E402
 from comlrl_lab.trainers.preference.sink import MemorySink  # noqa: E402
 
 
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
     args = parse_args(argv)
     task = get_task(args.task)
     output_dir = args.output_dir or tempfile.mkdtemp(prefix="marlhf_curve_")
-    config = MARLHFIterConfig(
+    config = dict(
         rl_algorithm=args.algorithm,
         num_iterations=args.rounds,
         num_generations=args.generations,
@@ -84,19 +84,17 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
         agent_devices=args.device,
         bt_validation_fraction=0.25,
         seed=args.seed,
-        output_dir=output_dir,
+    )
+    spec = ExperimentSpec(
+        algorithm="MARLHFIter",
+        agent_models=[args.model] * task.num_agents,
+        task=args.task,
+        config=config,
+        max_train_items=args.train_items,
     )
     sink = MemorySink()
     started = time.monotonic()
-    trainer = MARLHFIterTrainer(
-        agent_model=args.model,
-        train_dataset=task.train_items()[: args.train_items],
-        eval_dataset=task.eval_items(),
-        reward_func=task.reward_func,
-        formatters=list(task.formatters),
-        args=config,
-        sink=sink,
-    )
+    trainer = build_trainer(spec, output_dir=output_dir, run_id=new_run_id("marlhf-curve"), sink=sink)
     curve: dict[str, list[float]] = {"bt_val_accuracy": [math.nan], "eval_reward": []}
     curve["eval_reward"].append(trainer.evaluate()["eval/turn_1/reward_mean"])
     print(

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from comlrl_lab.data import metric_names as mn
 from comlrl_lab.engine import ExperimentSpec
+from comlrl_lab.names import metric_names as mn
 
 
 def write_run(

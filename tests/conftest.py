@@ -16,6 +16,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 import torch  # noqa: E402  (after the environment is set, so the first import sees it)
 from model_fixtures import build_tiny_model_dir  # noqa: E402
+from trainer_fixtures import build_trainer  # noqa: E402
 
 from comlrl_lab.store import RunStore  # noqa: E402
 
@@ -26,6 +27,17 @@ torch.set_num_threads(1)
 def model_dir(tmp_path_factory) -> str:
     """A random tiny Llama and its tokenizer saved in a folder; built once, read-only for the tests."""
     return str(build_tiny_model_dir(tmp_path_factory.mktemp("tiny")))
+
+
+@pytest.fixture
+def make_trainer(model_dir):
+    """``make_trainer(kind, tmp_path, *settings, **overrides)``: a trainer of small settings on the random tiny
+    model; the settings and what the keywords override are in ``trainer_fixtures``."""
+
+    def make(kind: str, tmp_path, *settings: dict, **overrides):
+        return build_trainer(kind, model_dir, tmp_path, *settings, **overrides)
+
+    return make
 
 
 @pytest.fixture

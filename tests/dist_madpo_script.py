@@ -18,52 +18,24 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from comlrl_lab.data.tasks.length_ratio import length_ratio_reward  # noqa: E402
-from comlrl_lab.trainers.preference import MADPOIterConfig, MADPOIterTrainer  # noqa: E402
+from trainer_fixtures import ITEMS, build_trainer  # noqa: E402
 
-ITEMS = [{"prompt": f"the {w} cat"} for w in ("red", "blue", "green", "big", "small")]
-
-
-def fmt_one(item):
-    return item["prompt"] + " one"
-
-
-def fmt_two(item):
-    return item["prompt"] + " two"
-
-
-def make_trainer(model_dir: str, out_dir: Path, sink=None, **overrides):
-    values = dict(
-        num_iterations=2,
-        preference_num_candidates=3,
-        preference_pairs_per_sample=2,
-        max_new_tokens=5,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=None,
-        agent_learning_rate=1e-2,
-        train_batch_size=3,  # 3 pairs per step: slices of 2 and 1 on two ranks
-        eval_num_samples=3,
-        comparator_policy="history",
-        preference_replay_mode="lambda_decay",
-        preference_replay_lambda=0.5,
-        preference_replay_sample_size=7,
-        agent_devices="cpu",
-        output_dir=str(out_dir / "run"),
-        seed=11,
-    )
-    values.update(overrides)
-    return MADPOIterTrainer(
-        agent_model=model_dir,
-        num_agents=2,
-        train_dataset=ITEMS,
-        eval_dataset=ITEMS[:3],
-        reward_func=length_ratio_reward,
-        formatters=[fmt_one, fmt_two],
-        args=MADPOIterConfig(**values),
-        run_id="dist-run",
-        sink=sink,
-    )
+#: Two rounds on five items against the history comparator, lambda-decay replay of 7 pairs, 3 pairs per step (slices
+#: of 2 and 1 on two ranks).
+DIST = dict(
+    train_dataset=ITEMS[:5],
+    num_iterations=2,
+    preference_pairs_per_sample=2,
+    agent_learning_rate=1e-2,
+    train_batch_size=3,
+    eval_num_samples=3,
+    comparator_policy="history",
+    preference_replay_mode="lambda_decay",
+    preference_replay_lambda=0.5,
+    preference_replay_sample_size=7,
+    seed=11,
+    run_id="dist-run",
+)
 
 
 def candidate_key(c):
@@ -97,12 +69,12 @@ def weights(trainer):
 def run(model_dir: str, out_dir: Path, *, resume: Path | None = None, copy_checkpoint_after: int | None = None) -> dict:
     torch.set_num_threads(1)
     out_dir = Path(out_dir)
-    trainer = make_trainer(model_dir, out_dir)
+    trainer = build_trainer("MADPOIter", model_dir, out_dir, DIST)
     trainer.checkpoint_dir = out_dir / "ckpt"
     if resume is not None:
         trainer.load_checkpoint(resume)
     local_rows: dict[int, list] = {}
-    gather = trainer.gather_rows
+    gather = trainer.context.gather_rows
 
     def recording(rows):
         if trainer.next_phase == "collect":
@@ -113,7 +85,7 @@ def run(model_dir: str, out_dir: Path, *, resume: Path | None = None, copy_check
             local_rows.setdefault(trainer.round_index, []).extend(flat)
         return gather(rows)
 
-    trainer.gather_rows = recording
+    trainer.context.gather_rows = recording
     dump: dict = {
         "rank": trainer.dist.rank,
         "world_size": trainer.dist.world_size,
@@ -133,7 +105,7 @@ def run(model_dir: str, out_dir: Path, *, resume: Path | None = None, copy_check
         elif phase == "evaluate" and copy_checkpoint_after == round_index:
             if trainer.dist.is_main:  # the checkpoint and the run directory (policy snapshots, replay files)
                 shutil.copytree(trainer.checkpoint_dir, out_dir / f"round{round_index}" / "ckpt")
-                shutil.copytree(out_dir / "run", out_dir / f"round{round_index}" / "run")
+                shutil.copytree(out_dir / "out", out_dir / f"round{round_index}" / "out")
             trainer.dist.barrier()
     dump["local_rows"] = local_rows
     dump["replay_dir"] = (

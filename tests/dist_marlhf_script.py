@@ -17,47 +17,31 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dist_madpo_script import ITEMS, fmt_one, fmt_two  # noqa: E402  (the same items and prompts as MADPO)
+from trainer_fixtures import ITEMS, build_trainer  # noqa: E402
 
-from comlrl_lab.data.tasks.length_ratio import length_ratio_reward  # noqa: E402
-from comlrl_lab.trainers.preference import MARLHFConfig, MARLHFTrainer, policy_learning, reward_model  # noqa: E402
+from comlrl_lab.trainers.preference import policy_learning, reward_model  # noqa: E402
 from comlrl_lab.trainers.preference.marlhf import RLHFLearner  # noqa: E402
 
-
-def make_trainer(model_dir: str, out_dir: Path, **overrides):
-    values = dict(
-        preference_num_candidates=3,
-        preference_pairs_per_sample=2,
-        max_new_tokens=5,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=None,
-        agent_learning_rate=1e-2,
-        reward_learning_rate=1e-2,
-        reward_train_batch_size=3,  # 3 pairs per step: slices of 2 and 1 on two ranks
-        reward_num_train_epochs=2,
-        bt_validation_fraction=0.25,
-        num_generations=3,
-        rollout_buffer_size=3,
-        train_batch_size=3,
-        num_train_epochs=1,
-        reference_kl_enabled=True,
-        scoring_batch_size=2,
-        eval_num_samples=0,
-        agent_devices="cpu",
-        output_dir=str(out_dir / "run"),
-        seed=13,
-    )
-    values.update(overrides)
-    return MARLHFTrainer(
-        agent_model=model_dir,
-        num_agents=2,
-        train_dataset=ITEMS,
-        reward_func=length_ratio_reward,
-        formatters=[fmt_one, fmt_two],
-        args=MARLHFConfig(**values),
-        run_id="dist-marlhf",
-    )
+#: One round on the five items of dist_madpo_script, 3 pairs per Bradley-Terry step and 3 samples per policy step
+#: (slices of 2 and 1 on two ranks), a KL penalty, no evaluation.
+DIST = dict(
+    train_dataset=ITEMS[:5],
+    eval_dataset=None,
+    preference_pairs_per_sample=2,
+    agent_learning_rate=1e-2,
+    reward_learning_rate=1e-2,
+    reward_train_batch_size=3,
+    reward_num_train_epochs=2,
+    bt_validation_fraction=0.25,
+    num_generations=3,
+    rollout_buffer_size=3,
+    train_batch_size=3,
+    reference_kl_enabled=True,
+    scoring_batch_size=2,
+    eval_num_samples=0,
+    seed=13,
+    run_id="dist-marlhf",
+)
 
 
 @contextlib.contextmanager
@@ -101,7 +85,7 @@ def run(model_dir: str, out_dir: Path) -> dict:
 
 
 def _run(model_dir: str, out_dir: Path, counts: dict) -> dict:
-    trainer = make_trainer(model_dir, out_dir)
+    trainer = build_trainer("MARLHF", model_dir, out_dir, DIST)
     metrics = []
     for phase in ("collect", "select", "train"):
         if phase == "train":  # rollout scoring during collection is the task reward's, not counted

@@ -26,9 +26,7 @@ from http_stub import (
 )
 from repo_scripts import load_repo_script
 
-from comlrl_lab.data import credentials
-from comlrl_lab.data.credentials import MissingCredentialError
-from comlrl_lab.trainers.preference import MADPOIterConfig
+from comlrl_lab.trainers.preference import MADPOIterConfig, credentials
 from comlrl_lab.trainers.preference.comparators.api import (
     ApiComparatorClient,
     ApiRequest,
@@ -47,6 +45,7 @@ from comlrl_lab.trainers.preference.comparators.api import (
     retry_after_seconds,
 )
 from comlrl_lab.trainers.preference.config import ConfigError
+from comlrl_lab.trainers.preference.credentials import MissingCredentialError
 
 pytestmark = pytest.mark.timeout(60)
 

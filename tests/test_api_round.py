@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 from http_stub import HttpStub, Reply, openai_chat
+from trainer_fixtures import small_config
 from workbench_fixtures import custom_task_spec
 
 from comlrl_lab.engine import RunManager
 from comlrl_lab.store.export import export_pairs, export_round_files
-from comlrl_lab.trainers.preference import MADPOIterConfig, MADPOIterTrainer
 from comlrl_lab.trainers.preference.comparators.api import ComparatorApiKeyError
 from comlrl_lab.trainers.preference.sink import MemorySink
 
@@ -27,16 +27,9 @@ def server():
 
 
 def api_config(url: str, **extra) -> dict:
-    values = dict(
-        num_iterations=1,
-        preference_num_candidates=3,
+    """A one-round MADPOIter config of the small settings against the OpenAI-style endpoint at ``url``."""
+    api = dict(
         preference_pairs_per_sample=2,
-        max_new_tokens=5,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=None,
-        eval_num_samples=2,
-        agent_devices="cpu",
         comparator_policy="api",
         comparator_api_format="openai",
         comparator_api_url=url,
@@ -44,8 +37,7 @@ def api_config(url: str, **extra) -> dict:
         comparator_api_key_env="COMLRL_TEST_API_KEY",
         comparator_api_backoff_base=0.01,
     )
-    values.update(extra)
-    return values
+    return small_config("MADPOIter", **{**api, **extra})
 
 
 def files_containing(root: Path, needle: bytes) -> list[Path]:
@@ -87,21 +79,20 @@ def test_api_round_end_to_end_and_the_key_is_written_nowhere(model_dir, server, 
     assert files_containing(run.run_dir, b"DO-NOT-LEAK") == []
 
 
-def test_missing_key_fails_before_any_request(model_dir, server, tmp_path, monkeypatch):
+def test_missing_key_fails_before_any_request(make_trainer, server, tmp_path, monkeypatch):
     monkeypatch.delenv("COMLRL_TEST_API_KEY", raising=False)
-    config = MADPOIterConfig(**api_config(server.url("/v1/chat/completions")), output_dir=str(tmp_path / "o"))
     with pytest.raises(ComparatorApiKeyError, match="COMLRL_TEST_API_KEY"):
-        MADPOIterTrainer(
-            agent_model=model_dir,
-            num_agents=2,
+        make_trainer(
+            "MADPOIter",
+            tmp_path,
+            api_config(server.url("/v1/chat/completions")),
             train_dataset=[{"prompt": "the cat"}],
             reward_func=lambda a, b: [float(len(a[0]))],
-            args=config,
         )
     assert server.requests_for("/v1/chat/completions") == []
 
 
-def test_centralized_api_comparator_parses_roles_and_skips_untagged(model_dir, tmp_path, monkeypatch):
+def test_centralized_api_comparator_parses_roles_and_skips_untagged(make_trainer, tmp_path, monkeypatch):
     monkeypatch.setenv("COMLRL_TEST_API_KEY", ENV_KEY)
     answers = iter(["<agent_0>red cat</agent_0>\n<agent_1>big blue dog</agent_1>", "no tags at all"] * 100)
 
@@ -113,17 +104,15 @@ def test_centralized_api_comparator_parses_roles_and_skips_untagged(model_dir, t
     items = [{"prompt": f"the {w}"} for w in ("cat", "dog", "sun")]
     with HttpStub() as stub:
         stub.route("/chat", responder)
-        config = MADPOIterConfig(
-            **api_config(stub.url("/chat"), comparator_generation_mode="centralized", preference_num_candidates=2),
-            output_dir=str(tmp_path / "o"),
-        )
         sink = MemorySink()
-        trainer = MADPOIterTrainer(
-            agent_model=model_dir,
-            num_agents=2,
+        trainer = make_trainer(
+            "MADPOIter",
+            tmp_path,
+            api_config(stub.url("/chat"), comparator_generation_mode="centralized", preference_num_candidates=2),
             train_dataset=items,
+            eval_dataset=None,
+            formatters=None,
             reward_func=lambda a, b: [float(len(b[0].split()) - len(a[0].split()))],
-            args=config,
             sink=sink,
         )
         trainer.step()

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from comlrl_lab.data.records import Side
-from comlrl_lab.data.run_ids import new_run_id, random_hex, safe_stem
+from comlrl_lab.names.run_ids import new_run_id, random_hex, safe_stem
 from comlrl_lab.trainers.preference import fields as field_codec
 from comlrl_lab.trainers.preference.config import (
     CONFIG_CLASSES,
@@ -492,7 +492,7 @@ def _makes_ids(path: Path) -> list[str]:
 
 
 def test_only_the_run_id_module_makes_ids():
-    offenders = [hit for path in _modules(skip=("data/run_ids.py",)) for hit in _makes_ids(path)]
+    offenders = [hit for path in _modules(skip=("names/run_ids.py",)) for hit in _makes_ids(path)]
     assert offenders == []
 
 
@@ -578,8 +578,8 @@ def test_only_the_store_reads_a_run_id_out_of_it():
 
 
 def test_check_next_phase():
-    from comlrl_lab.data.phases import InvalidTransition, check_next_phase
     from comlrl_lab.engine import InvalidTransition as EngineInvalidTransition
+    from comlrl_lab.names.phases import InvalidTransition, check_next_phase
 
     assert EngineInvalidTransition is InvalidTransition
     check_next_phase("select", 2, "select")
@@ -590,7 +590,7 @@ def test_check_next_phase():
 def test_only_the_phase_module_checks_the_order():
     offenders = [
         path.relative_to(ROOT).as_posix()
-        for path in _modules(skip=("data/phases.py",))
+        for path in _modules(skip=("names/phases.py",))
         if "cannot run '" in path.read_text(encoding="utf-8")
         or "class InvalidTransition" in path.read_text(encoding="utf-8")
     ]

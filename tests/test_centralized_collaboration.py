@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from trainer_fixtures import ITEMS
 
 from comlrl_lab.data.records import JointCandidate, PreferencePair
-from comlrl_lab.trainers.preference import MADPOIterConfig, MADPOIterTrainer
 from comlrl_lab.trainers.preference.sink import MemorySink
 
-ITEMS = [{"prompt": f"the {w} cat", "topic": w} for w in ("red", "blue", "green")]
 SEEN: list[tuple[list[str], list[str]]] = []
 
 
@@ -26,45 +25,28 @@ def fmt_two(item):
     return f"praise {item['topic']}"
 
 
-def make(model_dir, tmp_path, sink=None, **kwargs):
-    config = MADPOIterConfig(
-        collaboration_mode="centralized",
-        num_agents=2,
-        num_iterations=1,
-        preference_num_candidates=3,
-        max_new_tokens=6,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=None,
-        eval_num_samples=2,
-        agent_devices="cpu",
-        output_dir=str(tmp_path / "o"),
-        seed=1,
-    )
-    values = dict(
-        agent_model=model_dir,
-        num_agents=2,
-        train_dataset=ITEMS,
-        eval_dataset=ITEMS,
-        reward_func=role_reward,
-        formatters=[fmt_one, fmt_two],
-        args=config,
-        sink=sink,
-    )
-    values.update(kwargs)
-    return MADPOIterTrainer(**values)
+#: One actor writing both roles on three items; the reward records what each role wrote.
+CENTRALIZED = dict(
+    collaboration_mode="centralized",
+    train_dataset=ITEMS[:3],
+    eval_dataset=ITEMS[:3],
+    reward_func=role_reward,
+    formatters=[fmt_one, fmt_two],
+    max_new_tokens=6,
+    seed=1,
+)
 
 
-def test_centralized_collaboration_messages(model_dir, tmp_path):
+def test_centralized_collaboration_messages(make_trainer, model_dir, tmp_path):
     with pytest.raises(ValueError, match="Centralized collaboration requires exactly one actor model."):
-        make(model_dir, tmp_path, agent_model=None, agents=[model_dir, model_dir])
+        make_trainer("MADPOIter", tmp_path, CENTRALIZED, agent_model=None, agents=[model_dir, model_dir])
     with pytest.raises(ValueError, match=r"num_agents must match args.num_agents \(the role count\)."):
-        make(model_dir, tmp_path, num_agents=3)
+        make_trainer("MADPOIter", tmp_path, CENTRALIZED, num_agents=3)
 
 
-def test_one_actor_writes_the_joint_text_and_the_reward_sees_roles(model_dir, tmp_path):
-    trainer = make(model_dir, tmp_path)
-    assert trainer.num_agents == 1 and trainer.num_roles == 2
+def test_one_actor_writes_the_joint_text_and_the_reward_sees_roles(make_trainer, tmp_path):
+    trainer = make_trainer("MADPOIter", tmp_path, CENTRALIZED)
+    assert trainer.num_agents == 1 and trainer.context.roles.count == 2
     prompt = trainer.formatters[0](ITEMS[0])
     assert "Agent 0 original prompt:\ndescribe red" in prompt and "<agent_1>" in prompt
 
@@ -87,14 +69,14 @@ def test_one_actor_writes_the_joint_text_and_the_reward_sees_roles(model_dir, tm
         prompt_ids=[[1]],
     )
     SEEN.clear()
-    trainer.score_task([tagged, untagged], {0: ITEMS[0]})
+    trainer.context.score_task([tagged, untagged], {0: ITEMS[0]})
     assert SEEN == [(["red cat"], ["a big red dog"]), ([""], [""])]
     assert tagged.reward == 2.0 and untagged.reward == 0.0
 
 
-def test_round_runs_with_a_comparator_that_keeps_joint_text(model_dir, tmp_path):
+def test_round_runs_with_a_comparator_that_keeps_joint_text(make_trainer, tmp_path):
     sink = MemorySink()
-    trainer = make(model_dir, tmp_path, sink=sink)
+    trainer = make_trainer("MADPOIter", tmp_path, CENTRALIZED, sink=sink)
     trainer.train()
     collected = sink.phases[0].candidates
     assert {c.side for c in collected} == {"current", "comparator"}
@@ -102,8 +84,8 @@ def test_round_runs_with_a_comparator_that_keeps_joint_text(model_dir, tmp_path)
     assert trainer.finished
 
 
-def test_centralized_scoring_covers_the_whole_completion(model_dir, tmp_path):
-    trainer = make(model_dir, tmp_path)
+def test_centralized_scoring_covers_the_whole_completion(make_trainer, tmp_path):
+    trainer = make_trainer("MADPOIter", tmp_path, CENTRALIZED)
     for group in trainer.optimizers[0].param_groups:
         group["lr"] = 0.0
     tok = trainer.tokenizers[0]

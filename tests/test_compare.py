@@ -12,9 +12,9 @@ import streamlit as st
 from compare_fixtures import write_run
 from streamlit.testing.v1 import AppTest
 
-from comlrl_lab.data.stats import ci95_half_width, t975
 from comlrl_lab.store.snapshots import pair_rows, round_metrics
 from comlrl_lab.ui import compare, services, state
+from comlrl_lab.ui.stats import ci95_half_width, t975
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 BASE = {"num_iterations": 3, "num_train_epochs": 2}

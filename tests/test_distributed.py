@@ -155,7 +155,7 @@ class SecondRankAlone(DistContext):
         return None
 
 
-def test_ranks_other_than_zero_write_nothing(model_dir, tmp_path, monkeypatch):
+def test_ranks_other_than_zero_write_nothing(make_trainer, tmp_path, monkeypatch):
     from comlrl_lab.trainers.preference import distributed
     from comlrl_lab.trainers.preference.sink import MemorySink
 
@@ -163,8 +163,8 @@ def test_ranks_other_than_zero_write_nothing(model_dir, tmp_path, monkeypatch):
         distributed.DistContext, "from_env", classmethod(lambda cls, env=None: SecondRankAlone(1, 2, 1, 2))
     )
     sink = MemorySink()
-    trainer = dist_madpo_script.make_trainer(
-        model_dir, tmp_path, sink=sink, num_iterations=1, comparator_policy="current"
+    trainer = make_trainer(
+        "MADPOIter", tmp_path, dist_madpo_script.DIST, sink=sink, num_iterations=1, comparator_policy="current"
     )
     trainer.checkpoint_dir = tmp_path / "ckpt"
     trainer.train()
@@ -172,7 +172,7 @@ def test_ranks_other_than_zero_write_nothing(model_dir, tmp_path, monkeypatch):
     assert trainer.finished and trainer.updates_seen > 0
     assert sink.phases == [] and trainer.collector.replay.replay_dir is None
     assert not (tmp_path / "ckpt").exists() and not (tmp_path / "saved").exists()
-    assert not (tmp_path / "run").exists()  # no replay files
+    assert not (tmp_path / "out").exists()  # no replay files
     # Its shard of the 5 items is items 1 and 3.
     assert {p.item_index for p in trainer.collector.replay.round_pairs(1)} <= {1, 3}
 

@@ -4,7 +4,8 @@
   scripts/gen_config_reference.py writes today;
 - the README's set-up, app and test commands are the ones CI runs; its Python example runs;
 - every relative link in the README and docs/*.md points at a file inside the repository;
-- examples/madpo_iter_tiny.yaml is a valid experiment spec.
+- examples/madpo_iter_tiny.yaml is a valid experiment spec;
+- the usage example in each public trainer's docstring runs and prints what it shows.
 """
 
 from __future__ import annotations
@@ -160,3 +161,27 @@ def test_readme_python_example_runs(tmp_path, monkeypatch):
     round_files = sorted(p.name for p in tmp_path.glob("runs/*/preference_replay/iteration_*.json"))
     assert round_files == ["iteration_0001.json", "iteration_0002.json", "iteration_0003.json"]
     assert (tmp_path / "out" / "madpo_iter" / "agent_1" / "config.json").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["MADPOTrainer", "MADPOIterTrainer", "MARLHFTrainer", "MARLHFIterTrainer"])
+def test_trainer_docstring_example_runs(name, tmp_path, monkeypatch):
+    import doctest
+    import tempfile
+
+    import torch
+
+    from comlrl_lab.trainers import preference
+
+    trainer_class = getattr(preference, name)
+    tests = doctest.DocTestFinder(recurse=False).find(trainer_class, name, globs={})
+    assert len(tests) == 1 and len(tests[0].examples) > 5, f"{name} has no usage example in its docstring"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the example's output_dir=tempfile.mkdtemp()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        result = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS).run(tests[0])
+    finally:
+        torch.set_num_threads(threads)
+    assert result.failed == 0

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from trainer_fixtures import small_config
 from workbench_fixtures import custom_task_spec
 
 from comlrl_lab.engine import ExperimentSpec, InvalidTransition, RunManager
@@ -22,21 +23,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def small_spec(model_dir, **config) -> ExperimentSpec:
-    values = dict(
-        num_iterations=2,
-        preference_num_candidates=3,
-        preference_pairs_per_sample=2,
-        max_new_tokens=5,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=None,
-        eval_num_samples=2,
-        agent_learning_rate=1e-3,
-        agent_devices="cpu",
-        seed=3,
+    """Two MADPOIter rounds of the small trainer settings on the example user task."""
+    return custom_task_spec(
+        model_dir,
+        small_config("MADPOIter", **{"num_iterations": 2, "preference_pairs_per_sample": 2, "seed": 3, **config}),
     )
-    values.update(config)
-    return custom_task_spec(model_dir, values)
 
 
 def test_engine_control_publishes_counts_through_the_function_it_is_given():
@@ -69,8 +60,8 @@ def test_manager_runs_a_round_in_the_background_and_commits_each_phase(model_dir
 
 
 def test_several_eval_samples_per_item_reach_the_store_and_the_learning_pages_band(model_dir, tmp_path):
-    from comlrl_lab.data.stats import t975
     from comlrl_lab.ui.frames import eval_interval
+    from comlrl_lab.ui.stats import t975
 
     manager = RunManager(tmp_path / "runs")
     run_id = manager.create(small_spec(model_dir, eval_samples_per_item=3))
@@ -156,7 +147,7 @@ def test_reward_exception_stops_the_run_with_traceback_and_state_intact(model_di
     def broken(*args, **kwargs):
         raise RuntimeError("reward server down")
 
-    monkeypatch.setattr(trainer, "score_task", broken)
+    monkeypatch.setattr(trainer.context, "score_task", broken)
     manager.start(run_id, phases=1)  # select: fine
     manager.wait(run_id, timeout=300)
     manager.start(run_id, phases=3)  # train, evaluate (score_task fails here), ...

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from comlrl_lab.data.records import JointCandidate
-from comlrl_lab.trainers.preference import MADPOConfig, MADPOTrainer
 from comlrl_lab.trainers.preference import base as base_module
 
 ITEMS = [{"prompt": "left right", "topic": "t"}]
@@ -43,23 +42,24 @@ def fixed_sampler(texts):
     return sample
 
 
-def run_eval(model_dir, tmp_path, monkeypatch, texts, **config):
+def run_eval(make_trainer, tmp_path, monkeypatch, texts, **config):
     calls = []
 
     def eval_logger(**kwargs):
         calls.append(kwargs)
         return [{"n": 1.0}]
 
-    trainer = MADPOTrainer(
-        agent_model=model_dir,
-        num_agents=2,
+    trainer = make_trainer(
+        "MADPO",
+        tmp_path,
         train_dataset=ITEMS,
         eval_dataset=ITEMS,
         reward_func=reward,
         formatters=[fmt_left, fmt_right],
         eval_logger=eval_logger,
         eval_aggregator=lambda logged, num_turns: {"count": len(logged)},
-        args=MADPOConfig(agent_devices="cpu", output_dir=str(tmp_path / "o"), eval_num_samples=1, **config),
+        eval_num_samples=1,
+        **config,
     )
     monkeypatch.setattr(base_module, "sample_joint_candidates", fixed_sampler(texts))
     trainer.evaluate()
@@ -68,16 +68,16 @@ def run_eval(model_dir, tmp_path, monkeypatch, texts, **config):
 
 
 def test_decentralized_eval_logger_gets_agent_sample_turn_completions_and_item_prompts(
-    model_dir, tmp_path, monkeypatch
+    make_trainer, tmp_path, monkeypatch
 ):
-    call = run_eval(model_dir, tmp_path, monkeypatch, ["good", "fine"])
+    call = run_eval(make_trainer, tmp_path, monkeypatch, ["good", "fine"])
     assert call["agent_completions_turns"] == [[["good"]], [["fine"]]]
     assert call["prompts"] == ["left right"]  # the item's prompt field, not [["left", "right"]]
     assert call["batch_items"] == ITEMS
 
 
-def test_centralized_eval_logger_gets_parsed_role_texts(model_dir, tmp_path, monkeypatch):
+def test_centralized_eval_logger_gets_parsed_role_texts(make_trainer, tmp_path, monkeypatch):
     joint = "<agent_0>good</agent_0> <agent_1>good</agent_1>"
-    call = run_eval(model_dir, tmp_path, monkeypatch, [joint], collaboration_mode="centralized", num_agents=2)
+    call = run_eval(make_trainer, tmp_path, monkeypatch, [joint], collaboration_mode="centralized", num_agents=2)
     assert call["agent_completions_turns"] == [[["good"]], [["good"]]]
     assert call["prompts"] == ["left right"]

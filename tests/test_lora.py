@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import dist_madpo_script
 import pytest
 import torch
+from dist_madpo_script import DIST
+from trainer_fixtures import build_trainer
 
 from comlrl_lab.models.loading import load_model
 from comlrl_lab.models.lora import AdapterDisabled, is_adapter_model, load_adapter_model
@@ -23,12 +24,13 @@ def logps(model, trainer, pairs, agent):
             model,
             [p.prompt_ids[agent] for p in pairs] * 2,
             [p.winner_ids[agent] for p in pairs] + [p.loser_ids[agent] for p in pairs],
-            pad_token_id=trainer.pad_token_id(agent),
+            pad_token_id=trainer.context.pad_token_id(agent),
             score_final_token=True,
             micro_batch_size=16,
         )
 
 
+#: The trainers here are dist_madpo_script's MADPOIter (history comparator, lambda-decay replay), one round, LoRA.
 LORA = dict(lora_r=4, lora_alpha=8.0, lora_target_modules=["q_proj", "v_proj"], num_iterations=1)
 
 
@@ -36,7 +38,7 @@ LORA = dict(lora_r=4, lora_alpha=8.0, lora_target_modules=["q_proj", "v_proj"], 
 def lora_run(model_dir, tmp_path_factory):
     """One MADPOIter round with LoRA against the history comparator, checkpointed after every phase."""
     out = tmp_path_factory.mktemp("lora")
-    trainer = dist_madpo_script.make_trainer(model_dir, out, **LORA)
+    trainer = build_trainer("MADPOIter", model_dir, out, DIST, LORA)
     trainer.checkpoint_dir = out / "ckpt"
     trainer.train()
     return trainer, out
@@ -79,9 +81,9 @@ def test_saved_adapters_reload_to_the_same_logps(lora_run, tmp_path):
         assert not torch.allclose(logps(AdapterDisabled(agent), trainer, pairs, i), logps(agent, trainer, pairs, i))
 
 
-def test_checkpoint_resume_restores_the_adapters(lora_run, model_dir, tmp_path):
+def test_checkpoint_resume_restores_the_adapters(lora_run, make_trainer, tmp_path):
     trainer, out = lora_run
-    fresh = dist_madpo_script.make_trainer(model_dir, tmp_path, **LORA)
+    fresh = make_trainer("MADPOIter", tmp_path, DIST, LORA)
     pairs = trainer.collector.replay.round_pairs(1)[:6]
     assert not torch.allclose(logps(fresh.agents[0], fresh, pairs, 0), logps(trainer.agents[0], trainer, pairs, 0))
     fresh.load_checkpoint(out / "ckpt")
@@ -114,12 +116,10 @@ def test_history_comparator_shares_the_base_and_switches_back(lora_run):
     assert all(HISTORY_ADAPTER not in agent.peft_config for agent in trainer.agents)
 
 
-def test_gradient_checkpointing_takes_the_same_step(model_dir, tmp_path):
+def test_gradient_checkpointing_takes_the_same_step(make_trainer, tmp_path):
     states = []
     for flag in (False, True):
-        trainer = dist_madpo_script.make_trainer(
-            model_dir, tmp_path / str(flag), gradient_checkpointing=flag, num_iterations=1
-        )
+        trainer = make_trainer("MADPOIter", tmp_path / str(flag), DIST, gradient_checkpointing=flag, num_iterations=1)
         trainer.step()  # collect
         trainer.step()  # select
         batch = trainer.collector.train_pairs[:4]
@@ -137,8 +137,8 @@ def test_gradient_checkpointing_takes_the_same_step(model_dir, tmp_path):
             torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-6)
 
 
-def test_madpo_reference_with_lora_is_the_frozen_base_at_no_copy(model_dir, tmp_path):
-    trainer = dist_madpo_script.make_trainer(model_dir, tmp_path, madpo_reference="initial", **LORA)
+def test_madpo_reference_with_lora_is_the_frozen_base_at_no_copy(make_trainer, model_dir, tmp_path):
+    trainer = make_trainer("MADPOIter", tmp_path, DIST, LORA, madpo_reference="initial")
     assert all(
         isinstance(r, AdapterDisabled) and r.model is a for r, a in zip(trainer.learner.references, trainer.agents)
     )
@@ -150,7 +150,7 @@ def test_madpo_reference_with_lora_is_the_frozen_base_at_no_copy(model_dir, tmp_
             base,
             [p.prompt_ids[0] for p in pairs],
             [p.winner_ids[0] for p in pairs],
-            pad_token_id=trainer.pad_token_id(0),
+            pad_token_id=trainer.context.pad_token_id(0),
             micro_batch_size=16,
         )
     assert [p.reference_winner_logps[0] for p in pairs] == pytest.approx(expected.tolist(), abs=1e-5)

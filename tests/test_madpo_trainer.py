@@ -12,57 +12,20 @@ from pathlib import Path
 
 import pytest
 import torch
+from trainer_fixtures import ITEMS, small_config
 
-from comlrl_lab.data.phases import InvalidTransition
 from comlrl_lab.data.records import PreferencePair
 from comlrl_lab.data.rewards import batched_reward
-from comlrl_lab.data.tasks.length_ratio import length_ratio_reward
-from comlrl_lab.trainers.preference import MADPOConfig, MADPOIterConfig, MADPOIterTrainer, MADPOTrainer
+from comlrl_lab.names.phases import InvalidTransition
+from comlrl_lab.trainers.preference import MADPOIterConfig
 from comlrl_lab.trainers.preference.losses import NonFiniteLossError
 from comlrl_lab.trainers.preference.sink import MemorySink
 
-ITEMS = [{"prompt": f"the {w} cat", "topic": w} for w in ("red", "blue", "green", "big", "small", "fast")]
-
-
-def fmt_one(item):
-    return item["prompt"] + " one"
-
-
-def fmt_two(item):
-    return item["prompt"] + " two"
-
-
-def iter_config(tmp_path, **overrides):
-    values = dict(
-        num_iterations=3,
-        preference_num_candidates=4,
-        preference_pairs_per_sample=2,
-        max_new_tokens=6,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=None,
-        agent_learning_rate=1e-3,
-        eval_num_samples=3,
-        agent_devices="cpu",
-        output_dir=str(tmp_path / "out"),
-        seed=7,
-    )
-    values.update(overrides)
-    return MADPOIterConfig(**values)
-
-
-def make_iter_trainer(model_dir, config, sink=None, **kwargs):
-    return MADPOIterTrainer(
-        agent_model=model_dir,
-        num_agents=2,
-        train_dataset=ITEMS,
-        eval_dataset=ITEMS[:3],
-        reward_func=length_ratio_reward,
-        formatters=[fmt_one, fmt_two],
-        args=config,
-        sink=sink,
-        **kwargs,
-    )
+#: The MADPOIter runs here: three rounds of four candidates of six tokens, two pairs per item, three eval items.
+ITER = dict(
+    num_iterations=3, preference_num_candidates=4, preference_pairs_per_sample=2, max_new_tokens=6, eval_num_samples=3
+)
+LAMBDA_REPLAY = dict(preference_replay_mode="lambda_decay", preference_replay_lambda=0.5)
 
 
 def hand_worked_pair(tok) -> PreferencePair:
@@ -97,7 +60,7 @@ def manual_logp(model, prompt_ids, completion_ids, score_final_token=False):
 
 
 @pytest.mark.parametrize("packed", [False, True])
-def test_madpo_update_matches_hand_computed_loss_and_gradients(model_dir, tmp_path, packed):
+def test_madpo_update_matches_hand_computed_loss_and_gradients(make_trainer, tmp_path, packed):
     """The update that trains (DPOLearner.update -> losses.madpo_losses) against batch-1 forwards by hand.
 
     Both sides run in float64, so the comparison is exact up to summation order on any CPU. Packed scoring
@@ -105,21 +68,14 @@ def test_madpo_update_matches_hand_computed_loss_and_gradients(model_dir, tmp_pa
     rounds differently: equal to float32 precision there.
     """
     rel, grad_rtol, grad_atol = (1e-6, 1e-5, 1e-6) if packed else (1e-12, 1e-9, 1e-12)
-    config = MADPOConfig(
+    trainer = make_trainer(
+        "MADPO",
+        tmp_path,
         pack_pair_scoring=packed,
         agent_learning_rate=0.0,
         preference_num_candidates=2,
         dpo_beta=0.5,
-        agent_devices="cpu",
-        output_dir=str(tmp_path / "o"),
-    )
-    trainer = MADPOTrainer(
-        agent_model=model_dir,
-        num_agents=2,
-        train_dataset=ITEMS,
-        reward_func=length_ratio_reward,
-        formatters=[fmt_one, fmt_two],
-        args=config,
+        eval_dataset=None,
     )
     for model in trainer.agents:
         model.to(torch.float64)
@@ -155,16 +111,16 @@ def test_madpo_update_matches_hand_computed_loss_and_gradients(model_dir, tmp_pa
             torch.testing.assert_close(got, manual, rtol=grad_rtol, atol=grad_atol)
 
 
-def test_step_refuses_a_phase_out_of_order_and_runs_nothing(model_dir, tmp_path):
+def test_step_refuses_a_phase_out_of_order_and_runs_nothing(make_trainer, tmp_path):
     sink = MemorySink()
-    trainer = make_iter_trainer(model_dir, iter_config(tmp_path, num_iterations=1), sink=sink)
+    trainer = make_trainer("MADPOIter", tmp_path, ITER, num_iterations=1, sink=sink)
     with pytest.raises(InvalidTransition, match="cannot run 'train' now: the next phase of round 1 is 'collect'"):
         trainer.step("train")
     assert sink.phases == [] and trainer.next_phase == "collect"
     assert trainer.step("collect").phase == "collect"
 
 
-def test_stabilised_update_matches_hand_computed_loss_and_gradients(model_dir, tmp_path):
+def test_stabilised_update_matches_hand_computed_loss_and_gradients(make_trainer, tmp_path):
     """madpo_reference="initial" + length normalisation + NLL weight, through the update that trains, in float64.
 
     Before any step the policy equals its reference, so every margin is 0 and the DPO part is ln 2, up to the
@@ -172,24 +128,17 @@ def test_stabilised_update_matches_hand_computed_loss_and_gradients(model_dir, t
     the difference of per-token mean log-probs.
     """
     beta, alpha = 0.5, 0.3
-    config = MADPOConfig(
+    trainer = make_trainer(
+        "MADPO",
+        tmp_path,
         agent_learning_rate=0.0,
         preference_num_candidates=2,
         dpo_beta=beta,
-        agent_devices="cpu",
-        output_dir=str(tmp_path / "o"),
         madpo_reference="initial",
         madpo_length_normalize=True,
         madpo_nll_weight=alpha,
         pack_pair_scoring=False,  # the batch-1 forwards by hand score two rows per pair; packing has its own test
-    )
-    trainer = MADPOTrainer(
-        agent_model=model_dir,
-        num_agents=2,
-        train_dataset=ITEMS,
-        reward_func=length_ratio_reward,
-        formatters=[fmt_one, fmt_two],
-        args=config,
+        eval_dataset=None,
         model_config={"dtype": "fp64"},
     )
     assert all(next(m.parameters()).dtype == torch.float64 for m in trainer.agents)
@@ -222,8 +171,8 @@ def test_stabilised_update_matches_hand_computed_loss_and_gradients(model_dir, t
             torch.testing.assert_close(got, manual, rtol=1e-6, atol=1e-9)
 
 
-def test_replayed_pairs_keep_the_reference_log_probs_of_their_collection(model_dir, tmp_path):
-    trainer = make_iter_trainer(model_dir, iter_config(tmp_path, num_iterations=2, madpo_reference="initial"))
+def test_replayed_pairs_keep_the_reference_log_probs_of_their_collection(make_trainer, tmp_path):
+    trainer = make_trainer("MADPOIter", tmp_path, ITER, num_iterations=2, madpo_reference="initial")
     for _ in range(4):
         trainer.step()  # round 1: its pairs get reference log-probs at collect, then training moves the agents
     first_round = trainer.collector.replay.round_pairs(1)
@@ -234,8 +183,8 @@ def test_replayed_pairs_keep_the_reference_log_probs_of_their_collection(model_d
     assert all(p.reference_winner_logps is not None for p in trainer.collector.round_pairs)
 
 
-def test_nan_loss_stops_training_and_keeps_weights(model_dir, tmp_path, monkeypatch):
-    trainer = make_iter_trainer(model_dir, iter_config(tmp_path, num_iterations=1))
+def test_nan_loss_stops_training_and_keeps_weights(make_trainer, tmp_path, monkeypatch):
+    trainer = make_trainer("MADPOIter", tmp_path, ITER, num_iterations=1)
     trainer.step()  # collect
     trainer.step()  # select
     before = [p.detach().clone() for p in trainer.agents[0].parameters()]
@@ -255,22 +204,19 @@ def test_nan_loss_stops_training_and_keeps_weights(model_dir, tmp_path, monkeypa
     assert trainer.next_phase == "train"
 
 
-def test_base_trainer_without_pairs_makes_no_update(model_dir, tmp_path):
+def test_base_trainer_without_pairs_makes_no_update(make_trainer, tmp_path):
     @batched_reward
     def constant(c1, c2, **_):
         return [0.5] * len(c1)
 
-    config = MADPOConfig(
-        preference_num_candidates=3, max_new_tokens=4, agent_devices="cpu", output_dir=str(tmp_path / "o")
-    )
     sink = MemorySink()
-    trainer = MADPOTrainer(
-        agent_model=model_dir,
-        num_agents=2,
+    trainer = make_trainer(
+        "MADPO",
+        tmp_path,
+        max_new_tokens=4,
         train_dataset=ITEMS[:2],
+        eval_dataset=None,
         reward_func=constant,
-        formatters=[fmt_one, fmt_two],
-        args=config,
         sink=sink,
     )
     before = [p.detach().clone() for p in trainer.agents[1].parameters()]
@@ -281,39 +227,38 @@ def test_base_trainer_without_pairs_makes_no_update(model_dir, tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(before, trainer.agents[1].parameters()))
 
 
-def test_comparator_sampling_does_not_shift_training_stream(model_dir, tmp_path):
+def test_comparator_sampling_does_not_shift_training_stream(make_trainer, tmp_path):
     current = [MemorySink(), MemorySink()]
     for sink, policy in zip(current, ("current", "history")):
-        trainer = make_iter_trainer(
-            model_dir, iter_config(tmp_path / policy, comparator_policy=policy, num_iterations=1), sink=sink
+        trainer = make_trainer(
+            "MADPOIter", tmp_path / policy, ITER, comparator_policy=policy, num_iterations=1, sink=sink
         )
         trainer.step()
     texts = [[c.completions for c in sink.phases[0].candidates if c.side == "current"] for sink in current]
     assert texts[0] == texts[1]
 
 
-def test_comparator_candidate_count_limits_comparisons(model_dir, tmp_path):
+def test_comparator_candidate_count_limits_comparisons(make_trainer, tmp_path):
     sink = MemorySink()
-    config = iter_config(
+    trainer = make_trainer(
+        "MADPOIter",
         tmp_path,
+        ITER,
         num_iterations=1,
         preference_num_candidates=5,
         comparator_num_candidates=2,
         pair_selection="all",
         preference_pairs_per_sample=None,
+        sink=sink,
     )
-    trainer = make_iter_trainer(model_dir, config, sink=sink)
     trainer.step()
     collected = sink.phases[0]
     assert sum(c.side == "comparator" for c in collected.candidates) == 2 * len(ITEMS)
     assert all(p.winner_candidate_index < 2 for p in collected.pairs)
 
 
-def test_madpo_update_on_an_empty_batch_is_a_no_op(model_dir, tmp_path):
-    config = MADPOConfig(preference_num_candidates=2, agent_devices="cpu", output_dir=str(tmp_path / "o"))
-    trainer = MADPOTrainer(
-        agent_model=model_dir, num_agents=2, train_dataset=ITEMS, reward_func=length_ratio_reward, args=config
-    )
+def test_madpo_update_on_an_empty_batch_is_a_no_op(make_trainer, tmp_path):
+    trainer = make_trainer("MADPO", tmp_path, preference_num_candidates=2, formatters=None, eval_dataset=None)
     before = [p.detach().clone() for model in trainer.agents for p in model.parameters()]
     assert trainer.learner.update([]) == {}
     after = [p.detach() for model in trainer.agents for p in model.parameters()]
@@ -321,13 +266,12 @@ def test_madpo_update_on_an_empty_batch_is_a_no_op(model_dir, tmp_path):
     assert all(not opt.state for opt in trainer.optimizers)
 
 
-def test_save_checkpoint_after_a_plain_train_resumes(model_dir, tmp_path):
+def test_save_checkpoint_after_a_plain_train_resumes(make_trainer, tmp_path):
     # Differs from CoMLRL, which raises "Preference checkpoint tracking was not enabled" here.
-    config = iter_config(tmp_path, num_iterations=1, eval_interval=0)
-    trainer = make_iter_trainer(model_dir, config)
+    trainer = make_trainer("MADPOIter", tmp_path, ITER, num_iterations=1, eval_interval=0)
     trainer.train()
     path = trainer.save_checkpoint(tmp_path / "ckpt")
-    fresh = make_iter_trainer(model_dir, iter_config(tmp_path, num_iterations=1, eval_interval=0))
+    fresh = make_trainer("MADPOIter", tmp_path, ITER, num_iterations=1, eval_interval=0)
     fresh.load_checkpoint(path)
     assert fresh.finished and fresh.updates_seen == trainer.updates_seen > 0
     for trained, restored in zip(trainer.agents, fresh.agents):
@@ -335,8 +279,8 @@ def test_save_checkpoint_after_a_plain_train_resumes(model_dir, tmp_path):
             assert torch.equal(a, b)
 
 
-def test_history_comparator_picks_snapshot_k_rounds_back(model_dir, tmp_path):
-    trainer = make_iter_trainer(model_dir, iter_config(tmp_path, comparator_policy="history", comparator_history_k=2))
+def test_history_comparator_picks_snapshot_k_rounds_back(make_trainer, tmp_path):
+    trainer = make_trainer("MADPOIter", tmp_path, ITER, comparator_policy="history", comparator_history_k=2)
     comparator = trainer.collector.comparator
     root = trainer.collector.history_dir
     assert comparator.snapshot_for_round(1).name == "initial"
@@ -346,14 +290,19 @@ def test_history_comparator_picks_snapshot_k_rounds_back(model_dir, tmp_path):
     assert comparator.snapshot_for_round(5).name == "iteration_0001"  # newest existing before round 3
 
 
-def test_history_comparator_reads_snapshots_from_policy_checkpoint_dir(model_dir, tmp_path, monkeypatch):
+def test_history_comparator_reads_snapshots_from_policy_checkpoint_dir(make_trainer, tmp_path, monkeypatch):
     # The reported case: a relative policy_checkpoint_dir; the snapshots went there, the comparator looked
     # under <output_dir>/policy_history and round 1 failed.
     monkeypatch.chdir(tmp_path)
-    config = iter_config(
-        tmp_path, num_iterations=2, comparator_policy="history", policy_checkpoint_dir="snapshots", eval_interval=0
+    trainer = make_trainer(
+        "MADPOIter",
+        tmp_path,
+        ITER,
+        num_iterations=2,
+        comparator_policy="history",
+        policy_checkpoint_dir="snapshots",
+        eval_interval=0,
     )
-    trainer = make_iter_trainer(model_dir, config)
     trainer.train()
     snapshots = tmp_path / "snapshots"
     assert sorted(p.name for p in snapshots.iterdir()) == ["initial", "iteration_0001", "iteration_0002"]
@@ -361,10 +310,11 @@ def test_history_comparator_reads_snapshots_from_policy_checkpoint_dir(model_dir
     assert not (tmp_path / "out" / "policy_history").exists()
 
 
-def test_centralized_comparator_marks_unparsed_outputs_and_continues(model_dir, tmp_path):
+def test_centralized_comparator_marks_unparsed_outputs_and_continues(make_trainer, tmp_path):
     sink = MemorySink()
-    config = iter_config(tmp_path, num_iterations=1, comparator_generation_mode="centralized")
-    trainer = make_iter_trainer(model_dir, config, sink=sink)
+    trainer = make_trainer(
+        "MADPOIter", tmp_path, ITER, num_iterations=1, comparator_generation_mode="centralized", sink=sink
+    )
     trainer.step()
     comparator = [c for c in sink.phases[0].candidates if c.side == "comparator"]
     # A random word model never writes <agent_i> tags: every output is marked and skipped, and no pair uses one.
@@ -373,8 +323,8 @@ def test_centralized_comparator_marks_unparsed_outputs_and_continues(model_dir, 
     assert any("could not be parsed" in e["message"] for e in sink.phases[0].events)
 
 
-def test_replay_files_written_in_seed_format(model_dir, tmp_path):
-    trainer = make_iter_trainer(model_dir, iter_config(tmp_path, num_iterations=1))
+def test_replay_files_written_in_seed_format(make_trainer, tmp_path):
+    trainer = make_trainer("MADPOIter", tmp_path, ITER, num_iterations=1)
     trainer.step()
     path = Path(trainer.collector.replay.replay_dir) / "iteration_0001.json"
     payload = json.loads(path.read_text(encoding="utf-8"))
@@ -397,11 +347,11 @@ def test_replay_files_written_in_seed_format(model_dir, tmp_path):
 RESUME_SCRIPT = textwrap.dedent(
     """
     import os, signal, sys
-    sys.path.insert(0, {tests!r})
-    from test_madpo_trainer import make_iter_trainer, iter_config
     from pathlib import Path
-    config = iter_config(Path({tmp!r}), preference_replay_mode="lambda_decay", preference_replay_lambda=0.5)
-    trainer = make_iter_trainer({model_dir!r}, config, run_id="resume-run")
+    sys.path.insert(0, {tests!r})
+    from trainer_fixtures import build_trainer
+    from test_madpo_trainer import ITER, LAMBDA_REPLAY
+    trainer = build_trainer("MADPOIter", {model_dir!r}, {tmp!r}, ITER, LAMBDA_REPLAY, run_id="resume-run")
     trainer.checkpoint_dir = Path({ckpt!r})
     for _ in range(8):   # two whole rounds
         trainer.step()
@@ -428,14 +378,9 @@ def summarise(sink_or_pairs):
 
 
 @pytest.mark.slow
-def test_three_rounds_equal_two_rounds_kill_resume_one(model_dir, tmp_path):
+def test_three_rounds_equal_two_rounds_kill_resume_one(make_trainer, model_dir, tmp_path):
     straight_sink = MemorySink()
-    straight = make_iter_trainer(
-        model_dir,
-        iter_config(tmp_path / "a", preference_replay_mode="lambda_decay", preference_replay_lambda=0.5),
-        sink=straight_sink,
-        run_id="resume-run",
-    )
+    straight = make_trainer("MADPOIter", tmp_path / "a", ITER, LAMBDA_REPLAY, sink=straight_sink, run_id="resume-run")
     straight.train()
 
     ckpt_dir = tmp_path / "b" / "ckpt"
@@ -446,12 +391,7 @@ def test_three_rounds_equal_two_rounds_kill_resume_one(model_dir, tmp_path):
     assert proc.returncode == -9, proc.stderr[-2000:]
 
     resumed_sink = MemorySink()
-    resumed = make_iter_trainer(
-        model_dir,
-        iter_config(tmp_path / "b", preference_replay_mode="lambda_decay", preference_replay_lambda=0.5),
-        sink=resumed_sink,
-        run_id="resume-run",
-    )
+    resumed = make_trainer("MADPOIter", tmp_path / "b", ITER, LAMBDA_REPLAY, sink=resumed_sink, run_id="resume-run")
     resumed.train(resume_from_checkpoint=ckpt_dir)
     assert resumed.round_index == 4 and resumed.finished
 
@@ -467,8 +407,8 @@ def test_three_rounds_equal_two_rounds_kill_resume_one(model_dir, tmp_path):
     assert names == ["iteration_0001.json", "iteration_0002.json", "iteration_0003.json"]
 
 
-def test_evaluation_uses_the_same_samples_every_round_and_reports_mean_sem_and_n(model_dir, tmp_path):
-    trainer = make_iter_trainer(model_dir, iter_config(tmp_path, num_iterations=2, agent_learning_rate=0.0))
+def test_evaluation_uses_the_same_samples_every_round_and_reports_mean_sem_and_n(make_trainer, tmp_path):
+    trainer = make_trainer("MADPOIter", tmp_path, ITER, num_iterations=2, agent_learning_rate=0.0)
     first = trainer.evaluate()
     texts = [c.completions for c in trainer.last_eval_candidates]
     for _ in range(4):
@@ -488,12 +428,12 @@ def test_evaluation_uses_the_same_samples_every_round_and_reports_mean_sem_and_n
 
 
 def test_evaluation_with_several_samples_per_item_keeps_the_first_and_reports_the_within_item_error(
-    model_dir, tmp_path
+    make_trainer, tmp_path
 ):
-    single = make_iter_trainer(model_dir, iter_config(tmp_path / "one", agent_learning_rate=0.0))
+    single = make_trainer("MADPOIter", tmp_path / "one", ITER, agent_learning_rate=0.0)
     single.evaluate()
-    trainer = make_iter_trainer(
-        model_dir, iter_config(tmp_path / "three", num_iterations=2, agent_learning_rate=0.0, eval_samples_per_item=3)
+    trainer = make_trainer(
+        "MADPOIter", tmp_path / "three", ITER, num_iterations=2, agent_learning_rate=0.0, eval_samples_per_item=3
     )
     metrics = trainer.evaluate()
     samples = trainer.last_eval_candidates
@@ -516,7 +456,7 @@ def test_evaluation_with_several_samples_per_item_keeps_the_first_and_reports_th
     assert metrics["eval/turn_1/reward_sem"] == pytest.approx(math.sqrt(within) / 9)
 
 
-def test_the_evaluate_phase_counts_its_samples_up_to_its_total(model_dir, tmp_path):
+def test_the_evaluate_phase_counts_its_samples_up_to_its_total(make_trainer, tmp_path):
     from comlrl_lab.trainers.preference.sink import PhaseControl
 
     class Recording(PhaseControl):
@@ -528,7 +468,7 @@ def test_the_evaluate_phase_counts_its_samples_up_to_its_total(model_dir, tmp_pa
             super().advance(count, tokens)
             self.seen.append((self.phase, self.done, self.total))
 
-    trainer = make_iter_trainer(model_dir, iter_config(tmp_path, num_iterations=1, eval_samples_per_item=2))
+    trainer = make_trainer("MADPOIter", tmp_path, ITER, num_iterations=1, eval_samples_per_item=2)
     trainer.control = Recording()
     for _ in range(4):
         trainer.step()
@@ -539,6 +479,6 @@ def test_the_evaluate_phase_counts_its_samples_up_to_its_total(model_dir, tmp_pa
     ]
 
 
-def test_eval_samples_per_item_must_be_a_positive_integer(tmp_path):
+def test_eval_samples_per_item_must_be_a_positive_integer():
     with pytest.raises(ValueError, match="eval_samples_per_item must be >= 1"):
-        iter_config(tmp_path, eval_samples_per_item=0)
+        MADPOIterConfig(**small_config("MADPOIter", **ITER, eval_samples_per_item=0))

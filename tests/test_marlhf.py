@@ -10,8 +10,6 @@ from model_fixtures import build_model, build_tokenizer
 
 from comlrl_lab.data.rewards import batched_reward
 from comlrl_lab.trainers.preference import policy_learning
-from comlrl_lab.trainers.preference.config import MARLHFConfig, MARLHFIterConfig
-from comlrl_lab.trainers.preference.marlhf import MARLHFIterTrainer, MARLHFTrainer
 from comlrl_lab.trainers.preference.policy_learning import (
     RL_BACKENDS,
     compute_advantages,
@@ -38,22 +36,10 @@ def word_count_reward(c1, c2, **_):
     return [float(len(a.split()) + len(b.split())) for a, b in zip(c1, c2)]
 
 
-def config(cls=MARLHFConfig, **overrides):
-    values = dict(
-        num_generations=2,
-        preference_num_candidates=3,
-        max_new_tokens=4,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=None,
-        num_train_epochs=1,
-        reward_num_train_epochs=1,
-        eval_num_samples=2,
-        agent_devices="cpu",
-        agent_learning_rate=1e-3,
-    )
-    values.update(overrides)
-    return cls(**values)
+#: The trainers here: three items prompted as they are, no evaluation unless a test asks, the word-count reward.
+SETTINGS = dict(
+    train_dataset=ITEMS, eval_dataset=None, formatters=None, reward_func=word_count_reward, max_new_tokens=4, seed=42
+)
 
 
 # ----------------------------------------------------------------------------------------- advantages
@@ -260,12 +246,9 @@ def test_kl_penalty_arithmetic_by_hand():
     )
 
 
-def test_rollout_subtracts_each_agents_kl_times_coef(model_dir):
-    trainer = MARLHFTrainer(
-        agent_model=model_dir,
-        train_dataset=ITEMS,
-        reward_func=word_count_reward,
-        args=config(reference_kl_enabled=True, reference_kl_coef=0.5, num_generations=3),
+def test_rollout_subtracts_each_agents_kl_times_coef(make_trainer, tmp_path):
+    trainer = make_trainer(
+        "MARLHF", tmp_path, SETTINGS, reference_kl_enabled=True, reference_kl_coef=0.5, num_generations=3
     )
     learner = trainer.learner.policy
     fake_scores = [0.25 * k for k in range(len(ITEMS) * 3)]
@@ -284,15 +267,10 @@ def test_rollout_subtracts_each_agents_kl_times_coef(model_dir):
     assert trainer.learner.policy.references[0] is not trainer.agents[0]
 
 
-def test_row_seeded_rollouts_draw_each_item_alike_in_any_buffer_and_leave_the_stream_alone(model_dir):
-    trainer = MARLHFTrainer(
-        agent_model=model_dir,
-        train_dataset=ITEMS,
-        reward_func=word_count_reward,
-        args=config(num_generations=3, max_new_tokens=6),
-    )
+def test_row_seeded_rollouts_draw_each_item_alike_in_any_buffer_and_leave_the_stream_alone(make_trainer, tmp_path):
+    trainer = make_trainer("MARLHF", tmp_path, SETTINGS, num_generations=3, max_new_tokens=6)
     learner = trainer.learner.policy
-    seeds = [trainer.row_seeds("rl/0", [0, 1, 2], i) for i in range(2)]
+    seeds = [trainer.context.row_seeds("rl/0", [0, 1, 2], i, 1) for i in range(2)]
 
     def tokens(rollout):
         return [[c.completion_ids for c in row] for row in rollout.candidates]
@@ -307,7 +285,7 @@ def test_row_seeded_rollouts_draw_each_item_alike_in_any_buffer_and_leave_the_st
     # The three generations of an item differ (their own seeds), and the next epoch's names draw afresh.
     assert len({tuple(map(tuple, c.completion_ids)) for c in whole.candidates[0]}) > 1
     again = learner.rollout(ITEMS, [0, 1, 2], lambda c: [0.0] * len(c), seeds)
-    later = [trainer.row_seeds("rl/1", [0, 1, 2], i) for i in range(2)]
+    later = [trainer.context.row_seeds("rl/1", [0, 1, 2], i, 1) for i in range(2)]
     assert tokens(again) == tokens(whole)
     assert tokens(learner.rollout(ITEMS, [0, 1, 2], lambda c: [0.0] * len(c), later)) != tokens(whole)
 
@@ -318,16 +296,9 @@ class ExplodingRewardModel:
         raise AssertionError("the reward model must never score evaluation samples")
 
 
-def test_evaluation_uses_task_reward_never_the_reward_model(model_dir):
+def test_evaluation_uses_task_reward_never_the_reward_model(make_trainer, tmp_path):
     sink = MemorySink()
-    trainer = MARLHFTrainer(
-        agent_model=model_dir,
-        train_dataset=ITEMS,
-        eval_dataset=ITEMS,
-        reward_func=word_count_reward,
-        args=config(),
-        sink=sink,
-    )
+    trainer = make_trainer("MARLHF", tmp_path, SETTINGS, eval_dataset=ITEMS, sink=sink)
     trainer.train()
     assert trainer.learner.reward_model is not None
     assert sink.metric("bt/loss") and sink.metric("rl/loss") and sink.metric("rl/reward_model_mean")
@@ -339,18 +310,14 @@ def test_evaluation_uses_task_reward_never_the_reward_model(model_dir):
     assert metrics["eval/turn_1/reward_mean"] == pytest.approx(expected)
 
 
-def test_iter_scoring_uses_reward_model_only_after_one_is_fitted(model_dir, tmp_path):
-    trainer = MARLHFIterTrainer(
-        agent_model=model_dir,
-        train_dataset=ITEMS,
+def test_iter_scoring_uses_reward_model_only_after_one_is_fitted(make_trainer, tmp_path):
+    trainer = make_trainer(
+        "MARLHFIter",
+        tmp_path,
+        SETTINGS,
         eval_dataset=ITEMS,
-        reward_func=word_count_reward,
-        args=config(
-            MARLHFIterConfig,
-            num_iterations=2,
-            preference_scoring_reward="reward_model",
-            output_dir=str(tmp_path / "run"),
-        ),
+        num_iterations=2,
+        preference_scoring_reward="reward_model",
     )
     first = trainer.step()  # collect, round 1: task reward
     for c in first.candidates:
@@ -364,53 +331,60 @@ def test_iter_scoring_uses_reward_model_only_after_one_is_fitted(model_dir, tmp_
     assert [c.reward for c in second.candidates] == [c.raw_reward for c in second.candidates]
 
 
-def test_iter_with_task_scoring_frees_the_reward_model(model_dir, tmp_path):
-    trainer = MARLHFIterTrainer(
-        agent_model=model_dir,
-        train_dataset=ITEMS,
-        reward_func=word_count_reward,
-        args=config(MARLHFIterConfig, num_iterations=1, output_dir=str(tmp_path / "run")),
-    )
+def test_iter_with_task_scoring_frees_the_reward_model(make_trainer, tmp_path):
+    trainer = make_trainer("MARLHFIter", tmp_path, SETTINGS)
     trainer.train()
     assert trainer.learner.reward_model is None
 
 
 # --------------------------------------------------------------------------------------------- errors
-def test_model_objects_need_reward_model_name():
+def _model_objects() -> dict:
+    """Two random tiny Llamas given as objects with their tokenizer, instead of a model to load."""
     tokenizer = build_tokenizer()
-    agents = [build_model(len(tokenizer), seed=s) for s in (0, 1)]
+    return dict(agent_model=None, agents=[build_model(len(tokenizer), seed=s) for s in (0, 1)], tokenizer=tokenizer)
+
+
+def test_model_objects_need_reward_model_name(make_trainer, tmp_path):
     with pytest.raises(ValueError, match="^reward_model_name must be provided when agent models are objects.$"):
-        MARLHFTrainer(agents=agents, tokenizer=tokenizer, reward_func=word_count_reward, args=config())
+        make_trainer("MARLHF", tmp_path, SETTINGS, _model_objects())
 
 
 @pytest.mark.parametrize("algorithm, separate", [("maac", True), ("iac", True)])
-def test_model_objects_need_critic_source(model_dir, algorithm, separate):
-    tokenizer = build_tokenizer()
-    agents = [build_model(len(tokenizer), seed=s) for s in (0, 1)]
-    args = config(rl_algorithm=algorithm, use_separate_critic=separate, reward_model_name=model_dir)
+def test_model_objects_need_critic_source(make_trainer, model_dir, tmp_path, algorithm, separate):
     with pytest.raises(
         ValueError, match="^critic_model_name must be provided for MARLHF with MAAC/IAC when agent models are objects.$"
     ):
-        MARLHFTrainer(agents=agents, tokenizer=tokenizer, reward_func=word_count_reward, args=args)
+        make_trainer(
+            "MARLHF",
+            tmp_path,
+            SETTINGS,
+            _model_objects(),
+            rl_algorithm=algorithm,
+            use_separate_critic=separate,
+            reward_model_name=model_dir,
+        )
 
 
-def test_value_heads_and_critic_objects_need_no_critic_name(model_dir):
-    tokenizer = build_tokenizer()
-    agents = [build_model(len(tokenizer), seed=s) for s in (0, 1)]
-    args = config(rl_algorithm="iac", use_separate_critic=False, reward_model_name=model_dir)
-    trainer = MARLHFTrainer(agents=agents, tokenizer=tokenizer, reward_func=word_count_reward, args=args)
+def test_value_heads_and_critic_objects_need_no_critic_name(make_trainer, model_dir, tmp_path):
+    objects = _model_objects()
+    trainer = make_trainer(
+        "MARLHF",
+        tmp_path,
+        SETTINGS,
+        objects,
+        rl_algorithm="iac",
+        use_separate_critic=False,
+        reward_model_name=model_dir,
+    )
     assert len(trainer.learner.policy.value_heads) == 2 and trainer.learner.policy.critics == []
-    critic = build_model(len(tokenizer), seed=7)
-    args = config(rl_algorithm="maac", reward_model_name=model_dir)
-    trainer = MARLHFTrainer(
-        agents=agents, tokenizer=tokenizer, reward_func=word_count_reward, args=args, critic_model=critic
+    critic = build_model(len(objects["tokenizer"]), seed=7)
+    trainer = make_trainer(
+        "MARLHF", tmp_path, SETTINGS, objects, rl_algorithm="maac", reward_model_name=model_dir, critic_model=critic
     )
     assert len(trainer.learner.policy.critics) == 1 and trainer.learner.policy.critics[0].backbone is critic
 
 
-def test_reward_model_and_critics_follow_the_agents(model_dir):
-    trainer = MARLHFTrainer(
-        agent_model=model_dir, train_dataset=ITEMS, reward_func=word_count_reward, args=config(rl_algorithm="iac")
-    )
+def test_reward_model_and_critics_follow_the_agents(make_trainer, tmp_path):
+    trainer = make_trainer("MARLHF", tmp_path, SETTINGS, rl_algorithm="iac")
     assert trainer.learner.reward_model_device == trainer.agent_devices[0] == torch.device("cpu")
     assert [c.device for c in trainer.learner.policy.critics] == trainer.agent_devices

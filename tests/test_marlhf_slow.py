@@ -9,8 +9,6 @@ import torch
 from model_fixtures import embedded_tiny_model_dir
 
 from comlrl_lab.data.tasks import get_task
-from comlrl_lab.trainers.preference.config import MARLHFConfig, MARLHFIterConfig
-from comlrl_lab.trainers.preference.marlhf import MARLHFIterTrainer, MARLHFTrainer
 from comlrl_lab.trainers.preference.sink import MemorySink
 
 pytestmark = pytest.mark.slow
@@ -26,40 +24,23 @@ def tiny_dir():
     return str(path)
 
 
-def settings(**overrides):
-    values = dict(
-        num_generations=3,
-        preference_num_candidates=4,
-        preference_pairs_per_sample=4,
-        max_new_tokens=12,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=None,
-        num_train_epochs=1,
-        reward_num_train_epochs=2,
-        reward_train_batch_size=4,
-        reward_learning_rate=1e-3,
-        agent_learning_rate=1e-3,
-        rollout_buffer_size=2,
-        eval_num_samples=2,
-        agent_devices="cpu",
-        bt_validation_fraction=0.25,
-    )
-    values.update(overrides)
-    return values
-
-
-def build(cls, config, tiny_dir, sink=None, **kwargs):
-    return cls(
-        agent_model=tiny_dir,
-        train_dataset=TASK.train_items()[:3],
-        eval_dataset=TASK.eval_items()[:2],
-        reward_func=TASK.reward_func,
-        formatters=list(TASK.formatters),
-        args=config,
-        sink=sink,
-        **kwargs,
-    )
+#: The length-ratio task's first three items (two to evaluate), G = 3 rollouts of twelve tokens, two BT epochs.
+SETTINGS = dict(
+    train_dataset=TASK.train_items()[:3],
+    eval_dataset=TASK.eval_items()[:2],
+    reward_func=TASK.reward_func,
+    formatters=list(TASK.formatters),
+    num_generations=3,
+    preference_num_candidates=4,
+    preference_pairs_per_sample=4,
+    max_new_tokens=12,
+    reward_num_train_epochs=2,
+    reward_train_batch_size=4,
+    reward_learning_rate=1e-3,
+    rollout_buffer_size=2,
+    bt_validation_fraction=0.25,
+    seed=42,
+)
 
 
 def _weights(models):
@@ -84,9 +65,9 @@ class _NoEval:
         ("iac", {"use_separate_critic": False, "critic_type": "q", "value_head_hidden_dim": 8}),
     ],
 )
-def test_each_rl_algorithm_end_to_end(tiny_dir, algorithm, extra):
+def test_each_rl_algorithm_end_to_end(make_trainer, tiny_dir, tmp_path, algorithm, extra):
     sink = MemorySink()
-    trainer = build(MARLHFTrainer, MARLHFConfig(**settings(rl_algorithm=algorithm, **extra)), tiny_dir, sink)
+    trainer = make_trainer("MARLHF", tmp_path, SETTINGS, extra, agent_model=tiny_dir, rl_algorithm=algorithm, sink=sink)
     before = _weights(trainer.agents)
     critics_before = _weights(trainer.learner.policy.critics + trainer.learner.policy.value_heads)
     for _ in range(3):  # collect, select, train
@@ -109,28 +90,29 @@ def test_each_rl_algorithm_end_to_end(tiny_dir, algorithm, extra):
 
 
 @pytest.mark.parametrize("algorithm, extra", [("iac", {"use_separate_critic": False}), ("maac", {})])
-def test_iter_resume_is_exact_with_critics_and_reward_model_oracle(tiny_dir, tmp_path, algorithm, extra):
-    def config(name):
-        return MARLHFIterConfig(
-            **settings(
-                rl_algorithm=algorithm,
-                num_iterations=2,
-                preference_num_candidates=3,
-                max_new_tokens=8,
-                preference_scoring_reward="reward_model",
-                output_dir=str(tmp_path / name),
-                reward_num_train_epochs=1,
-                **extra,
-            )
+def test_iter_resume_is_exact_with_critics_and_reward_model_oracle(make_trainer, tiny_dir, tmp_path, algorithm, extra):
+    def build(name):
+        return make_trainer(
+            "MARLHFIter",
+            tmp_path / name,
+            SETTINGS,
+            extra,
+            agent_model=tiny_dir,
+            rl_algorithm=algorithm,
+            num_iterations=2,
+            preference_num_candidates=3,
+            max_new_tokens=8,
+            preference_scoring_reward="reward_model",
+            reward_num_train_epochs=1,
         )
 
-    straight = build(MARLHFIterTrainer, config("a"), tiny_dir)
+    straight = build("a")
     straight.train()
-    interrupted = build(MARLHFIterTrainer, config("b"), tiny_dir)
+    interrupted = build("b")
     interrupted.checkpoint_dir = tmp_path / "ckpt"
     for _ in range(4):  # round 1; round 2's collect needs the round-1 reward model from the checkpoint
         interrupted.step()
-    resumed = build(MARLHFIterTrainer, config("c"), tiny_dir)
+    resumed = build("c")
     resumed.train(resume_from_checkpoint=tmp_path / "ckpt")
 
     def learned(t):

@@ -6,44 +6,25 @@ import json
 
 import duckdb
 import pytest
+from trainer_fixtures import ITEMS
 
 from comlrl_lab import cli
-from comlrl_lab.data import metric_names as M
 from comlrl_lab.data.reward_distribution import distribution_payload, distribution_rows
-from comlrl_lab.data.tasks.length_ratio import length_ratio_reward
 from comlrl_lab.engine.run import STORE_FILE
+from comlrl_lab.names import metric_names as M
 from comlrl_lab.store import RunStore, export_reward_distribution_files
 from comlrl_lab.store.schema import SCHEMA_VERSION
-from comlrl_lab.trainers.preference import MADPOIterConfig, MADPOIterTrainer
 from comlrl_lab.trainers.preference.sink import MemorySink
-
-ITEMS = [{"prompt": f"the {w} cat"} for w in ("red", "blue", "green", "big")]
 
 
 def unranged_reward(first, second):
     return [float(len(first) - len(second))]
 
 
-def make(model_dir, tmp_path, reward_func=length_ratio_reward, sink=None, **overrides):
-    values = dict(
-        num_iterations=2,
-        preference_num_candidates=3,
-        max_new_tokens=5,
-        agent_devices="cpu",
-        output_dir=str(tmp_path / "out"),
-        eval_interval=0,
-        log_reward_distribution=True,
-        seed=3,
-    )
-    values.update(overrides)
-    return MADPOIterTrainer(
-        agent_model=model_dir,
-        num_agents=2,
-        train_dataset=ITEMS,
-        reward_func=reward_func,
-        args=MADPOIterConfig(**values),
-        sink=sink,
-    )
+#: Two MADPOIter rounds on the items prompted as they are, no evaluation, reward distributions logged.
+SETTINGS = dict(
+    num_iterations=2, eval_dataset=None, formatters=None, eval_interval=0, log_reward_distribution=True, seed=3
+)
 
 
 def test_payload_bins_clip_into_the_range_and_keep_raw_means():
@@ -68,15 +49,16 @@ def test_payload_bins_clip_into_the_range_and_keep_raw_means():
     assert distribution_payload(1, (0.0, 1.0), {}, {"target": [float("nan")]}) is None  # nothing finite: no file
 
 
-def test_log_reward_distribution_needs_a_declared_range_at_construction(model_dir, tmp_path):
+def test_log_reward_distribution_needs_a_declared_range_at_construction(make_trainer, tmp_path):
     with pytest.raises(ValueError, match=r"^log_reward_distribution=True requires reward_func\.reward_range"):
-        make(model_dir, tmp_path, reward_func=unranged_reward)
-    make(model_dir, tmp_path, reward_func=unranged_reward, log_reward_distribution=False)  # not asked: no check
+        make_trainer("MADPOIter", tmp_path, SETTINGS, reward_func=unranged_reward)
+    # not asked: no check
+    make_trainer("MADPOIter", tmp_path, SETTINGS, reward_func=unranged_reward, log_reward_distribution=False)
 
 
-def test_rounds_write_files_store_rows_and_export_them_back(model_dir, tmp_path):
+def test_rounds_write_files_store_rows_and_export_them_back(make_trainer, tmp_path):
     sink = MemorySink()
-    trainer = make(model_dir, tmp_path, sink=sink)
+    trainer = make_trainer("MADPOIter", tmp_path, SETTINGS, sink=sink)
     trainer.train()
     folder = tmp_path / "out" / "reward_distributions"
     assert sorted(p.name for p in folder.iterdir()) == ["iteration_0001.json", "iteration_0002.json"]

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from trainer_fixtures import small_config
 from workbench_fixtures import custom_task_spec
 
 from comlrl_lab.cli import main
@@ -18,17 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def tiny_spec(model_dir, **config) -> ExperimentSpec:
-    values = dict(
-        num_iterations=1,
-        preference_num_candidates=3,
-        preference_pairs_per_sample=2,
-        max_new_tokens=4,
-        eval_num_samples=2,
-        agent_learning_rate=1e-3,
-        agent_devices="cpu",
-        seed=5,
-    )
-    values.update(config)
+    """One MADPOIter round of the small trainer settings on two items of the example user task."""
+    values = small_config("MADPOIter", **{"preference_pairs_per_sample": 2, "max_new_tokens": 4, "seed": 5, **config})
     return custom_task_spec(model_dir, values, max_train_items=2, max_eval_items=2)
 
 

@@ -5,37 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from trainer_fixtures import ITEMS
 
-from comlrl_lab.data import metric_names as M
-from comlrl_lab.data.tasks.length_ratio import length_ratio_reward
-from comlrl_lab.trainers.preference import MADPOConfig, MADPOIterConfig, MADPOIterTrainer, MADPOTrainer, tracking
+from comlrl_lab.names import metric_names as M
+from comlrl_lab.trainers.preference import MADPOConfig, tracking
 from comlrl_lab.trainers.preference.sink import MemorySink
 
-ITEMS = [{"prompt": f"the {w} cat"} for w in ("red", "blue", "green", "big")]
-
-
-def make(model_dir, tmp_path, sink=None, wandb_config=None, **overrides):
-    values = dict(
-        num_iterations=1,
-        preference_num_candidates=3,
-        max_new_tokens=5,
-        agent_devices="cpu",
-        output_dir=str(tmp_path / "out"),
-        eval_num_samples=2,
-        log_reward_distribution=True,
-        seed=5,
-    )
-    values.update(overrides)
-    return MADPOIterTrainer(
-        agent_model=model_dir,
-        num_agents=2,
-        train_dataset=ITEMS,
-        eval_dataset=ITEMS[:2],
-        reward_func=length_ratio_reward,
-        args=MADPOIterConfig(**values),
-        sink=sink,
-        wandb_config=wandb_config,
-    )
+#: One MADPOIter round on the six items prompted as they are, with its reward distributions logged.
+SETTINGS = dict(eval_dataset=ITEMS[:2], formatters=None, log_reward_distribution=True, seed=5)
 
 
 def test_report_to_names_are_checked_and_normalised():
@@ -53,25 +30,21 @@ def test_report_to_names_are_checked_and_normalised():
     assert tracking.requested_trackers(["none"], {"project": "p"}) == []
 
 
-def test_a_missing_tracker_package_fails_at_construction(model_dir, tmp_path, monkeypatch):
+def test_a_missing_tracker_package_fails_at_construction(make_trainer, tmp_path, monkeypatch):
     real = tracking.importlib.util.find_spec
     monkeypatch.setattr(
         tracking.importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a)
     )
     with pytest.raises(ImportError, match=r"report_to includes 'wandb', but the wandb package is not installed"):
-        MADPOTrainer(
-            agent_model=model_dir,
-            reward_func=length_ratio_reward,
-            args=MADPOConfig(agent_devices="cpu", output_dir=str(tmp_path / "o"), report_to=["wandb"]),
-        )
+        make_trainer("MADPO", tmp_path, report_to=["wandb"])
 
 
-def test_tensorboard_event_files_hold_scalars_distributions_and_pairs(model_dir, tmp_path):
+def test_tensorboard_event_files_hold_scalars_distributions_and_pairs(make_trainer, tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     sink = MemorySink()
-    make(model_dir, tmp_path, sink=sink, report_to=["tensorboard"]).train()
+    make_trainer("MADPOIter", tmp_path, SETTINGS, sink=sink, report_to=["tensorboard"]).train()
     events = EventAccumulator(str(tmp_path / "out" / "tensorboard"), size_guidance={"tensors": 0}).Reload()
     tags = events.Tags()
     pairs_metric = sink.metric(M.CURRENT_PREFERENCE_PAIRS)
@@ -88,7 +61,7 @@ def test_tensorboard_event_files_hold_scalars_distributions_and_pairs(model_dir,
     assert "pairs/sample/text_summary" in tags["tensors"]
 
 
-def test_wandb_offline_run_folder_has_the_config_metrics_and_pair_table(model_dir, tmp_path, monkeypatch):
+def test_wandb_offline_run_folder_has_the_config_metrics_and_pair_table(make_trainer, tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -96,7 +69,7 @@ def test_wandb_offline_run_folder_has_the_config_metrics_and_pair_table(model_di
     monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "wandb-cache"))
     sink = MemorySink()
     config = {"project": "comlrl-lab-test", "name": "offline-check", "tags": ["t1"], "dir": str(tmp_path / "wb")}
-    trainer = make(model_dir, tmp_path, sink=sink, wandb_config=config)
+    trainer = make_trainer("MADPOIter", tmp_path, SETTINGS, sink=sink, wandb_config=config)
     assert trainer.trackers.trackers and trainer.trackers.trackers[0].run is None  # nothing starts before a phase
     trainer.train()
     assert trainer.trackers.trackers[0].run is None  # finished with the last phase

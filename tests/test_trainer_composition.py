@@ -3,63 +3,26 @@
 from __future__ import annotations
 
 import pytest
+from trainer_fixtures import ITEMS
 
-from comlrl_lab.data import metric_names
-from comlrl_lab.data.tasks.length_ratio import length_ratio_reward
-from comlrl_lab.trainers.preference import (
-    MADPOConfig,
-    MADPOIterConfig,
-    MADPOIterTrainer,
-    MADPOTrainer,
-    MARLHFConfig,
-    MARLHFIterConfig,
-    MARLHFIterTrainer,
-    MARLHFTrainer,
-)
+from comlrl_lab.names import metric_names
+from comlrl_lab.trainers.preference import MADPOIterTrainer, MADPOTrainer, MARLHFIterTrainer, MARLHFTrainer
 from comlrl_lab.trainers.preference.base import PreferenceTrainerBase
 from comlrl_lab.trainers.preference.collectors import ComparatorCollector, CurrentCollector
 from comlrl_lab.trainers.preference.madpo import DPOLearner
 from comlrl_lab.trainers.preference.marlhf import RLHFLearner
 from comlrl_lab.trainers.preference.sink import MemorySink
 
-ITEMS = [{"prompt": f"the {w} cat"} for w in ("red", "blue", "green", "big")]
 TRAINERS = (MADPOTrainer, MADPOIterTrainer, MARLHFTrainer, MARLHFIterTrainer)
+#: Each algorithm's trainer and the two parts it is made of.
 COMPOSITION = {
-    MADPOTrainer: (CurrentCollector, DPOLearner),
-    MADPOIterTrainer: (ComparatorCollector, DPOLearner),
-    MARLHFTrainer: (CurrentCollector, RLHFLearner),
-    MARLHFIterTrainer: (ComparatorCollector, RLHFLearner),
+    "MADPO": (MADPOTrainer, CurrentCollector, DPOLearner),
+    "MADPOIter": (MADPOIterTrainer, ComparatorCollector, DPOLearner),
+    "MARLHF": (MARLHFTrainer, CurrentCollector, RLHFLearner),
+    "MARLHFIter": (MARLHFIterTrainer, ComparatorCollector, RLHFLearner),
 }
-
-
-def small(config_class, tmp_path, **overrides):
-    values = dict(
-        preference_num_candidates=3,
-        max_new_tokens=4,
-        eval_num_samples=2,
-        agent_devices="cpu",
-        output_dir=str(tmp_path / config_class.__name__),
-        seed=11,
-    )
-    if config_class in (MADPOIterConfig, MARLHFIterConfig):
-        values["num_iterations"] = 1
-    if config_class in (MARLHFConfig, MARLHFIterConfig):
-        values.update(num_generations=2, reward_num_train_epochs=1)
-    values.update(overrides)
-    return config_class(**values)
-
-
-def build(trainer_class, config, model_dir, sink=None):
-    return trainer_class(
-        agent_model=model_dir,
-        num_agents=2,
-        train_dataset=ITEMS,
-        eval_dataset=ITEMS[:2],
-        reward_func=length_ratio_reward,
-        formatters=[lambda item: item["prompt"] + " one", lambda item: item["prompt"] + " two"],
-        args=config,
-        sink=sink,
-    )
+#: Four items, two of them for evaluation, answers of four tokens.
+SETTINGS = dict(train_dataset=ITEMS[:4], eval_dataset=ITEMS[:2], max_new_tokens=4, seed=11)
 
 
 @pytest.mark.parametrize("trainer_class", TRAINERS)
@@ -68,20 +31,13 @@ def test_no_trainer_inherits_another_algorithms_trainer(trainer_class):
     assert trainers_in_mro == [trainer_class, PreferenceTrainerBase]
 
 
-@pytest.mark.parametrize(
-    "trainer_class, config_class",
-    [
-        (MADPOTrainer, MADPOConfig),
-        (MADPOIterTrainer, MADPOIterConfig),
-        (MARLHFTrainer, MARLHFConfig),
-        (MARLHFIterTrainer, MARLHFIterConfig),
-    ],
-)
-def test_each_trainer_is_one_collector_and_one_learner(trainer_class, config_class, model_dir, tmp_path):
-    trainer = build(trainer_class, small(config_class, tmp_path), model_dir)
-    collector, learner = COMPOSITION[trainer_class]
+@pytest.mark.parametrize("kind", COMPOSITION)
+def test_each_trainer_is_one_collector_and_one_learner(kind, make_trainer, tmp_path):
+    trainer = make_trainer(kind, tmp_path, SETTINGS)
+    trainer_class, collector, learner = COMPOSITION[kind]
+    assert type(trainer) is trainer_class
     assert type(trainer.collector) is collector and type(trainer.learner) is learner
-    assert trainer.collector.host is trainer and trainer.learner.host is trainer
+    assert trainer.collector.context is trainer.context and trainer.learner.context is trainer.context
 
 
 def _forbid(monkeypatch, owner, what):
@@ -93,41 +49,41 @@ def _forbid(monkeypatch, owner, what):
             monkeypatch.setattr(owner, name, refuse)
 
 
-def test_marlhf_iter_training_does_not_run_any_madpo_code(model_dir, tmp_path, monkeypatch):
+def test_marlhf_iter_training_does_not_run_any_madpo_code(make_trainer, tmp_path, monkeypatch):
     """Every method of MADPOIterTrainer and of the DPO learner is made to fail; a MARLHFIter round still runs."""
     _forbid(monkeypatch, MADPOIterTrainer, "MADPOIterTrainer")
     _forbid(monkeypatch, MADPOTrainer, "MADPOTrainer")
     _forbid(monkeypatch, DPOLearner, "DPOLearner")
     sink = MemorySink()
-    trainer = build(MARLHFIterTrainer, small(MARLHFIterConfig, tmp_path), model_dir, sink)
+    trainer = make_trainer("MARLHFIter", tmp_path, SETTINGS, sink=sink)
     trainer.train()
     assert trainer.finished
     assert sink.metric(metric_names.BT_LOSS) and sink.metric(metric_names.RL_LOSS)
     assert not sink.metric(metric_names.MADPO_LOSS)
 
 
-def test_madpo_iter_training_does_not_run_any_marlhf_code(model_dir, tmp_path, monkeypatch):
+def test_madpo_iter_training_does_not_run_any_marlhf_code(make_trainer, tmp_path, monkeypatch):
     _forbid(monkeypatch, MARLHFIterTrainer, "MARLHFIterTrainer")
     _forbid(monkeypatch, MARLHFTrainer, "MARLHFTrainer")
     _forbid(monkeypatch, RLHFLearner, "RLHFLearner")
     sink = MemorySink()
-    trainer = build(MADPOIterTrainer, small(MADPOIterConfig, tmp_path), model_dir, sink)
+    trainer = make_trainer("MADPOIter", tmp_path, SETTINGS, sink=sink)
     trainer.train()
     assert trainer.finished and sink.metric(metric_names.MADPO_LOSS)
 
 
 @pytest.mark.parametrize(
-    "trainer_class, config_class, overrides",
+    "kind, overrides",
     [
-        (MADPOTrainer, MADPOConfig, {}),
-        (MADPOIterTrainer, MADPOIterConfig, {"comparator_policy": "history"}),
-        (MARLHFTrainer, MARLHFConfig, {"rl_algorithm": "maac", "reference_kl_enabled": True}),
-        (MARLHFIterTrainer, MARLHFIterConfig, {"rl_algorithm": "iac", "preference_scoring_reward": "reward_model"}),
+        ("MADPO", {}),
+        ("MADPOIter", {"comparator_policy": "history"}),
+        ("MARLHF", {"rl_algorithm": "maac", "reference_kl_enabled": True}),
+        ("MARLHFIter", {"rl_algorithm": "iac", "preference_scoring_reward": "reward_model"}),
     ],
 )
-def test_every_recorded_metric_is_declared_in_metric_names(trainer_class, config_class, overrides, model_dir, tmp_path):
+def test_every_recorded_metric_is_declared_in_metric_names(kind, overrides, make_trainer, tmp_path):
     sink = MemorySink()
-    build(trainer_class, small(config_class, tmp_path, **overrides), model_dir, sink).train()
+    make_trainer(kind, tmp_path, SETTINGS, overrides, sink=sink).train()
     recorded = {m["name"] for records in sink.phases for m in records.metrics}
     undeclared = sorted(n for n in recorded if metric_names.lookup(n) is None)
     assert recorded and not undeclared

@@ -85,7 +85,7 @@ def _metrics(values: dict[str, list[float]]):
 
 
 def test_marlhf_losses_and_reward_model_margins_get_panels_of_their_own():
-    from comlrl_lab.data import metric_names as m
+    from comlrl_lab.names import metric_names as m
     from comlrl_lab.ui import figures
 
     panels = figures.training_panels(
@@ -98,7 +98,7 @@ def test_marlhf_losses_and_reward_model_margins_get_panels_of_their_own():
 
 
 def test_an_agents_margin_stays_visible_on_the_joint_margin():
-    from comlrl_lab.data import metric_names as m
+    from comlrl_lab.names import metric_names as m
     from comlrl_lab.ui import figures
 
     agent = m.name(m.MADPO_AGENT_MARGIN, agent=1)
@@ -131,7 +131,7 @@ def test_the_pair_chart_leaves_room_for_the_winner_label_above_the_best_candidat
 def test_checkpoint_costs_show_background_seconds_only_when_some_were_written_in_the_background():
     import pandas as pd
 
-    from comlrl_lab.data import metric_names as M
+    from comlrl_lab.names import metric_names as M
     from comlrl_lab.ui import frames
 
     def metric(phase, template, value):

@@ -17,9 +17,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from comlrl_lab.data.phases import InvalidTransition, check_next_phase
 from comlrl_lab.engine.run import Run
 from comlrl_lab.engine.spec import ExperimentSpec
+from comlrl_lab.names.phases import InvalidTransition, check_next_phase
 from comlrl_lab.trainers.preference.sink import PHASES, PhaseCancelled, PhaseControl
 
 

@@ -24,10 +24,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from comlrl_lab.data.phases import InvalidTransition
-from comlrl_lab.data.run_ids import new_run_id
 from comlrl_lab.engine.preflight import preflight
 from comlrl_lab.engine.spec import ExperimentSpec, build_trainer
+from comlrl_lab.names.phases import InvalidTransition
+from comlrl_lab.names.run_ids import new_run_id
 from comlrl_lab.store import RunStore, snapshot_parquet
 from comlrl_lab.trainers.preference.replay import drop_round_files
 from comlrl_lab.trainers.preference.sink import PHASES, PhaseCancelled, PhaseControl, PhaseRecords

@@ -19,7 +19,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from comlrl_lab.data.credentials import public_config
 from comlrl_lab.data.tasks import get_task
 from comlrl_lab.data.user_tasks import load_user_task
 from comlrl_lab.engine.spec_file import SpecError, located, parse_spec_text
@@ -27,6 +26,7 @@ from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
 from comlrl_lab.trainers import preference
 from comlrl_lab.trainers.preference.algorithms import ALGORITHM_TABLE, algorithm
 from comlrl_lab.trainers.preference.config import SECRET_FIELDS, ConfigError, check_field_names
+from comlrl_lab.trainers.preference.credentials import public_config
 from comlrl_lab.trainers.preference.fields import decode_strings
 
 

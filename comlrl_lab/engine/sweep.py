@@ -21,10 +21,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from comlrl_lab.data.phases import PHASES
-from comlrl_lab.data.run_ids import new_run_id
 from comlrl_lab.engine.manager import RunManager
 from comlrl_lab.engine.spec import ExperimentSpec
+from comlrl_lab.names.phases import PHASES
+from comlrl_lab.names.run_ids import new_run_id
 from comlrl_lab.trainers.preference.algorithms import algorithm
 from comlrl_lab.trainers.preference.config import ConfigError, check_field_names
 from comlrl_lab.trainers.preference.fields import decode, field_specs

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from comlrl_lab.data.records import PreferencePair
-from comlrl_lab.data.run_ids import new_run_id
+from comlrl_lab.names.run_ids import new_run_id
 from comlrl_lab.store.runstore import RunStore
 from comlrl_lab.store.writer import build_batch
 

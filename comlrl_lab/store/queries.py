@@ -12,8 +12,8 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from comlrl_lab.data import metric_names
 from comlrl_lab.data.records import SEED_RECORD_FIELDS, PreferencePair
+from comlrl_lab.names import metric_names
 from comlrl_lab.store.schema import PHASES
 
 #: Columns a pairs page shows (the long texts are included: a page is 50 rows).

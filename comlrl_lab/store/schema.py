@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 import duckdb
 
-from comlrl_lab.data.phases import PHASES as PHASES  # re-exported: the store names phases too
+from comlrl_lab.names.phases import PHASES as PHASES  # re-exported: the store names phases too
 
 #: Bump when the DDL changes, and add a step to ``MIGRATIONS`` that brings version - 1 up to it.
 SCHEMA_VERSION = 2

@@ -21,13 +21,13 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
-from comlrl_lab.data import metric_names as mn
-from comlrl_lab.data.stats import ci95_half_width
 from comlrl_lab.engine import ExperimentSpec
 from comlrl_lab.engine.run import SNAPSHOT_DIR, SPEC_FILE
+from comlrl_lab.names import metric_names as mn
 from comlrl_lab.store.snapshots import pair_rows, round_metrics
 from comlrl_lab.ui.charts import COMPARATOR, CURRENT, SERIES_PALETTE
 from comlrl_lab.ui.frames import has_any_tag
+from comlrl_lab.ui.stats import ci95_half_width
 
 #: The curves compared: label -> (metric name, phase it is recorded in) in order of preference per run.
 CURVES: dict[str, tuple[tuple[str, str], ...]] = {

@@ -15,7 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from comlrl_lab.data import metric_names
+from comlrl_lab.names import metric_names
 from comlrl_lab.ui import charts, frames, services
 from comlrl_lab.ui.frames import PHASES
 

@@ -13,12 +13,12 @@ from typing import Any
 
 import pandas as pd
 
-from comlrl_lab.data import metric_names
-from comlrl_lab.data.phases import PHASES
-from comlrl_lab.data.stats import t975
+from comlrl_lab.names import metric_names
+from comlrl_lab.names.phases import PHASES
 from comlrl_lab.trainers.preference.config import MADPOIterConfig
 from comlrl_lab.trainers.preference.fields import FLOAT, applies, field_specs
 from comlrl_lab.trainers.preference.replay import REPLAY_FIELDS, REPLAY_MODES, lambda_decay_weights, replay_weights
+from comlrl_lab.ui.stats import t975
 
 PHASE_LABELS = {"collect": "Collect", "select": "Select replay sample", "train": "Train", "evaluate": "Evaluate"}
 

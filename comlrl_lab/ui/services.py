@@ -25,10 +25,10 @@ import pandas as pd
 import streamlit as st
 
 from comlrl_lab.data.reward_distribution import DISTRIBUTION_DIR
-from comlrl_lab.data.run_ids import new_run_id
 from comlrl_lab.engine import ExperimentSpec, RunManager
 from comlrl_lab.engine.manager import Progress
 from comlrl_lab.engine.run import SPEC_FILE, STORE_FILE
+from comlrl_lab.names.run_ids import new_run_id
 from comlrl_lab.store import (
     EXPORT_FORMATS,
     ROUND_FILES,

@@ -17,13 +17,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from comlrl_lab.data import metric_names as M
 from comlrl_lab.data.datasets import load_items
 from comlrl_lab.data.formatters import resolve_formatters
-from comlrl_lab.data.phases import check_next_phase
 from comlrl_lab.data.records import JointCandidate, PreferencePair
-from comlrl_lab.data.run_ids import new_run_id
-from comlrl_lab.models.generation import SamplingSettings
 from comlrl_lab.models.loading import load_agents
 from comlrl_lab.models.lora import (
     LoraSettings,
@@ -33,39 +29,36 @@ from comlrl_lab.models.lora import (
     trainable_state_dict,
 )
 from comlrl_lab.models.scoring import disable_dropout
+from comlrl_lab.names import metric_names as M
+from comlrl_lab.names.phases import check_next_phase
+from comlrl_lab.names.run_ids import new_run_id
 from comlrl_lab.seeding import RandomStreams
 from comlrl_lab.trainers.preference import checkpoint as ckpt
-from comlrl_lab.trainers.preference.collection import (
-    agent_prompts,
-    reward_summary,
-    sample_joint_candidates,
-    score_with_task_reward,
-)
-from comlrl_lab.trainers.preference.comparators.base import encode_text
-from comlrl_lab.trainers.preference.comparators.centralized import (
-    TaggedCentralizedComparatorAdapter,
-    split_completion,
-    validate_adapter,
-)
-from comlrl_lab.trainers.preference.devices import resolve_layout
+from comlrl_lab.trainers.preference.collection import agent_prompts, reward_summary, sample_joint_candidates
+from comlrl_lab.trainers.preference.comparators.centralized import TaggedCentralizedComparatorAdapter, validate_adapter
+from comlrl_lab.trainers.preference.context import CentralizedRoles, PartContext, Trained
+from comlrl_lab.trainers.preference.devices import DeviceLayout, resolve_layout
 from comlrl_lab.trainers.preference.distributed import DistContext
 from comlrl_lab.trainers.preference.optim import build_adamw
 from comlrl_lab.trainers.preference.sink import PHASES, NullSink, PhaseControl, PhaseRecords, RecordSink
 from comlrl_lab.trainers.preference.tracking import Trackers
 
-GENERATION_STREAM = "generation"
 EVAL_STREAM = "eval"
 LORA_INIT_STREAM = "lora_init"
 
 
 class Collector(Protocol):
-    """Makes a round's candidates and pairs (collect), then chooses what the learner trains on (select)."""
+    """Makes a round's candidates and pairs (collect), then chooses what the learner trains on (select).
 
-    train_pairs: list[PreferencePair]
+    ``step`` is the trainer's update count, the step its metrics are recorded at; the round is the records'.
+    """
 
-    def collect(self, records: PhaseRecords) -> None: ...
-    def select(self, records: PhaseRecords) -> None: ...
-    def after_train(self) -> None: ...
+    round_pairs: list[PreferencePair]  # what the last collect made
+    train_pairs: list[PreferencePair]  # what the last select chose
+
+    def collect(self, records: PhaseRecords, step: int) -> None: ...
+    def select(self, records: PhaseRecords, step: int) -> None: ...
+    def after_train(self, round_index: int) -> None: ...
     def end_of_round(self) -> None: ...
     def state_dict(self) -> dict[str, Any]: ...
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
@@ -75,11 +68,24 @@ class Learner(Protocol):
     """Trains the agents on the selected pairs (train phase); ``extra_weights`` is its part of the weights file."""
 
     def on_pairs_collected(self, pairs: Sequence[PreferencePair]) -> None: ...
-    def train(self, pairs: Sequence[PreferencePair], records: PhaseRecords) -> None: ...
+    def train(self, pairs: Sequence[PreferencePair], records: PhaseRecords, step: int) -> Trained: ...
     def state_dict(self) -> dict[str, Any]: ...
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
     def extra_weights(self) -> dict[str, Any]: ...
     def load_extra_weights(self, weights: dict[str, Any]) -> None: ...
+
+
+class _InContext:
+    """A trainer attribute that is its ``PartContext``'s field of the same name: one value, read and set in one place."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, trainer: Any, owner: type | None = None) -> Any:
+        return self if trainer is None else getattr(trainer.context, self.name)
+
+    def __set__(self, trainer: Any, value: Any) -> None:
+        setattr(trainer.context, self.name, value)
 
 
 class PreferenceTrainerBase:
@@ -87,10 +93,28 @@ class PreferenceTrainerBase:
 
     collector: Collector
     learner: Learner
+    context: PartContext
 
     config_class: type = object
     algorithm_name = "Preference"
     iterative = False
+
+    # CoMLRL's attribute names for what the collector and learner see through the context.
+    agents = _InContext()
+    tokenizers = _InContext()
+    optimizers = _InContext()
+    formatters = _InContext()
+    devices = _InContext()
+    model_config = _InContext()
+    agent_sources = _InContext()
+    train_items = _InContext()
+    reward_func = _InContext()
+    reward_processor = _InContext()
+    streams = _InContext()
+    dist = _InContext()
+    control = _InContext()
+    output_dir = _InContext()
+    run_id = _InContext()
 
     def __init__(
         self,
@@ -118,82 +142,138 @@ class PreferenceTrainerBase:
         self.args = args if args is not None else self.config_class()
         if not callable(reward_func):
             raise ValueError("reward_func must be a callable.")
-        # Centralized collaboration: one actor writes every role's output in one tagged joint completion.
-        self.centralized = self.args.collaboration_mode == "centralized"
-        self.num_roles = int(self.args.num_agents) if self.centralized else None
-        if self.centralized:
-            if agents is not None and len(agents) != 1:
-                raise ValueError("Centralized collaboration requires exactly one actor model.")
-            if isinstance(tokenizer, (list, tuple)) and len(tokenizer) != 1:
-                raise ValueError("Centralized collaboration requires one actor tokenizer.")
-            if int(num_agents) != int(self.args.num_agents):
-                raise ValueError("num_agents must match args.num_agents (the role count).")
-            if isinstance(tokenizer, (list, tuple)):
-                tokenizer = tokenizer[0]
-        self.reward_func = reward_func
-        self.reward_processor = reward_processor
-        self.model_config = dict(model_config or {})
+        tokenizer = self._actor_tokenizer(agents, tokenizer, num_agents)
         self.wandb_config = wandb_config
         self.eval_logger = eval_logger
         self.eval_aggregator = eval_aggregator
         self.external_transition = external_transition
         self.centralized_comparator_adapter = centralized_comparator_adapter
-
+        model_config = dict(model_config or {})
         count = 1 if self.centralized else (len(agents) if agents is not None else int(num_agents))
-        # Differs from CoMLRL: one process there; under torchrun every rank builds the same trainer here, and
-        # DistContext says which share of the work is its own. Every device field resolves in one DeviceLayout.
-        self.dist = DistContext.from_env()
-        self.dist.init_process_group()
-        self.devices = resolve_layout(self.args, count, model_config=self.model_config, dist=self.dist)
-        self.agent_devices = self.devices.agents
+        dist, devices = self._place(count, model_config)
         bundle = load_agents(
             agent_model=agent_model,
             agents=agents,
             num_agents=count,
             tokenizer=tokenizer,
-            model_config=self.model_config,
-            devices=self.agent_devices,
+            model_config=model_config,
+            devices=devices.agents,
         )
-        self.agents = list(bundle.models)
-        self.tokenizers = list(bundle.tokenizers)
-        self.agent_sources = list(bundle.sources)
-        self.num_agents = len(self.agents)
-        if self.centralized:
-            self.central_adapter = validate_adapter(
-                centralized_comparator_adapter or TaggedCentralizedComparatorAdapter()
-            )
-            self.role_formatters = resolve_formatters(formatters, self.num_roles)
-            self.formatters = [self._centralized_prompt]
-        else:
-            self.formatters = resolve_formatters(formatters, self.num_agents)
-        self.train_items: list[dict] = load_items(train_dataset) if train_dataset is not None else []
-        # An empty eval set means "no evaluation" (CoMLRL returns {}), not an error.
-        has_eval = eval_dataset is not None and not (hasattr(eval_dataset, "__len__") and len(eval_dataset) == 0)
-        self.eval_items: list[dict] = load_items(eval_dataset) if has_eval else []
-
-        self.streams = RandomStreams(self.args.seed, cuda_offset=self.devices.cuda_offset)
-        self._prepare_agents()
+        roles, formatters = self._prompt_formatters(formatters, centralized_comparator_adapter, len(bundle.models))
+        train_items, self.eval_items = _task_items(train_dataset, eval_dataset)
+        streams = RandomStreams(self.args.seed, cuda_offset=devices.cuda_offset)
+        models = self._prepare_agents(list(bundle.models), streams, dist)
         # Differs from CoMLRL: a fused AdamW by default (adamw_implementation), the same update rounded differently.
-        self.optimizers = [
+        optimizers = [
             build_adamw(trainable_parameters(model), self.args.agent_learning_rate, self.args.adamw_implementation)
-            for model in self.agents
+            for model in models
         ]
+        run_id = dist.broadcast_object(run_id or new_run_id(digits=6))
+        self.context = PartContext(
+            config=self.args,
+            algorithm_name=self.algorithm_name,
+            agents=models,
+            tokenizers=list(bundle.tokenizers),
+            optimizers=optimizers,
+            formatters=formatters,
+            devices=devices,
+            model_config=model_config,
+            agent_sources=list(bundle.sources),
+            train_items=train_items,
+            reward_func=reward_func,
+            reward_processor=reward_processor,
+            roles=roles,
+            streams=streams,
+            dist=dist,
+            control=control if control is not None else PhaseControl(),
+            output_dir=Path(self.args.output_dir) if self.args.output_dir else Path("runs") / run_id,
+            run_id=run_id,
+        )
+        self._open_outputs(sink)
+        self._start_cursor()
+
+    # ---------------------------------------------------------------------------------------------------
+    # Construction steps, in the order __init__ takes them
+    def _actor_tokenizer(self, agents: Sequence[Any] | None, tokenizer: Any, num_agents: int) -> Any:
+        """The tokenizer argument, checked against centralized collaboration: one actor writes every role's
+        output in one tagged joint completion, so it takes one model and one tokenizer."""
+        if not self.centralized:
+            return tokenizer
+        if agents is not None and len(agents) != 1:
+            raise ValueError("Centralized collaboration requires exactly one actor model.")
+        if isinstance(tokenizer, (list, tuple)) and len(tokenizer) != 1:
+            raise ValueError("Centralized collaboration requires one actor tokenizer.")
+        if int(num_agents) != int(self.args.num_agents):
+            raise ValueError("num_agents must match args.num_agents (the role count).")
+        return tokenizer[0] if isinstance(tokenizer, (list, tuple)) else tokenizer
+
+    def _place(self, count: int, model_config: dict) -> tuple[DistContext, DeviceLayout]:
+        """This process's rank and every model's device and dtype."""
+        # Differs from CoMLRL: one process there; under torchrun every rank builds the same trainer here, and
+        # DistContext says which share of the work is its own. Every device field resolves in one DeviceLayout.
+        dist = DistContext.from_env()
+        dist.init_process_group()
+        return dist, resolve_layout(self.args, count, model_config=model_config, dist=dist)
+
+    def _prompt_formatters(
+        self, formatters: Any, adapter: Any, num_agents: int
+    ) -> tuple[CentralizedRoles | None, list[Callable[[dict], str]]]:
+        """One prompt formatter per agent; under centralized collaboration the one actor's joint prompt, built
+        from one formatter per role."""
+        if not self.centralized:
+            return None, resolve_formatters(formatters, num_agents)
+        roles = CentralizedRoles(
+            adapter=validate_adapter(adapter or TaggedCentralizedComparatorAdapter()),
+            formatters=resolve_formatters(formatters, int(self.args.num_agents)),
+        )
+        return roles, [roles.prompt]
+
+    def _prepare_agents(self, agents: list[Any], streams: RandomStreams, dist: DistContext) -> list[Any]:
+        """LoRA adapters and gradient checkpointing when asked for; every rank starts from rank 0's weights."""
+        # Differs from CoMLRL: it trains every weight and has neither LoRA nor gradient checkpointing.
+        if self.args.lora_r is not None:
+            settings = LoraSettings(
+                r=self.args.lora_r,
+                alpha=self.args.lora_alpha,
+                dropout=self.args.lora_dropout,
+                target_modules=self.args.lora_target_modules,
+            )
+            agents = [
+                apply_lora(model, settings, seed=streams.stream_seed(f"{LORA_INIT_STREAM}/{i}"))
+                for i, model in enumerate(agents)
+            ]
+        if self.args.gradient_checkpointing:
+            for model in agents:
+                # Non-reentrant checkpointing needs no input gradients, so frozen embeddings (LoRA) are fine.
+                if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 names it so
+                    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+                else:
+                    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+                if self.args.disable_dropout:
+                    # Checkpointing only acts in train mode, so updates run in train mode with dropout at zero.
+                    disable_dropout(model)
+        # What is trained must start equal on every rank (a LoRA adapter's frozen base comes from the same files).
+        for model in agents:
+            dist.broadcast_parameters(trainable_parameters(model))
+        return agents
+
+    def _open_outputs(self, sink: RecordSink | None) -> None:
+        """Where records and tracked metrics go."""
         # Only the main rank commits records; the others compute the same phases and keep nothing.
         self.sink: RecordSink = sink if sink is not None and self.dist.is_main else NullSink()
-        self.control = control if control is not None else PhaseControl()
-        self.run_id = self.dist.broadcast_object(run_id or new_run_id(digits=6))
-        self.output_dir = Path(self.args.output_dir) if self.args.output_dir else Path("runs") / self.run_id
         # Differs from CoMLRL: W&B only there (when wandb_config is given); report_to adds TensorBoard.
         self.trackers = Trackers.build(
             self.args.report_to,
-            wandb_config,
+            self.wandb_config,
             output_dir=self.output_dir,
             run_id=self.run_id,
             config=self.args,
             is_main=self.dist.is_main,
         )
-        self.checkpoint_dir: Path | None = None
 
+    def _start_cursor(self) -> None:
+        """The cursor at the first phase, and the checkpoint bookkeeping of a freshly built trainer."""
+        self.checkpoint_dir: Path | None = None
         # Cursor: the next phase to run. Rounds are 1-based, as the replay files are.
         self.round_index = 1
         self.phase_index = 0
@@ -208,84 +288,29 @@ class PreferenceTrainerBase:
         self._weights_from: Path | None = None  # the checkpoint last loaded, until the next save
         # Differs from CoMLRL: it prunes with train(checkpoint_total_limit) only; save_total_limit is TRL's name.
         self.save_total_limit: int | None = self.args.save_total_limit
-        self.last_message: str | None = None
+        self.last_message: str | None = None  # the collector's or learner's latest event, for progress lines
         self.history: list[dict[str, Any]] = []  # one summary per finished phase
         # The scored samples of the latest evaluation, in item order (item_index, completions, reward).
         self.last_eval_candidates: list[JointCandidate] = []
 
-    def _prepare_agents(self) -> None:
-        """LoRA adapters and gradient checkpointing when asked for; every rank starts from rank 0's weights."""
-        # Differs from CoMLRL: it trains every weight and has neither LoRA nor gradient checkpointing.
-        if self.args.lora_r is not None:
-            settings = LoraSettings(
-                r=self.args.lora_r,
-                alpha=self.args.lora_alpha,
-                dropout=self.args.lora_dropout,
-                target_modules=self.args.lora_target_modules,
-            )
-            self.agents = [
-                apply_lora(model, settings, seed=self.streams.stream_seed(f"{LORA_INIT_STREAM}/{i}"))
-                for i, model in enumerate(self.agents)
-            ]
-        if self.args.gradient_checkpointing:
-            for model in self.agents:
-                # Non-reentrant checkpointing needs no input gradients, so frozen embeddings (LoRA) are fine.
-                if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 names it so
-                    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-                else:
-                    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-                if self.args.disable_dropout:
-                    # Checkpointing only acts in train mode, so updates run in train mode with dropout at zero.
-                    disable_dropout(model)
-        # What is trained must start equal on every rank (a LoRA adapter's frozen base comes from the same files).
-        for model in self.agents:
-            self.dist.broadcast_parameters(trainable_parameters(model))
+    # ---------------------------------------------------------------------------------------------------
+    # Derived from the context and the config
+    @property
+    def agent_devices(self) -> list[Any]:
+        return self.context.agent_devices
 
     @property
-    def train_mode_for_updates(self) -> bool:
-        """The mode agents score in while learning: train mode only when dropout is wanted or checkpointing needs it."""
-        return (not self.args.disable_dropout) or bool(self.args.gradient_checkpointing)
+    def num_agents(self) -> int:
+        return self.context.num_agents
 
-    def row_seeds(
-        self, purpose: str, item_indices: Sequence[int], agent: int, *, per_round: bool = True
-    ) -> list[int] | None:
-        """One sampling seed per item for ``purpose`` in this round, or None when sampling is stream-based.
+    @property
+    def centralized(self) -> bool:
+        """Centralized collaboration: one actor writes every role's output in one tagged joint completion."""
+        return self.args.collaboration_mode == "centralized"
 
-        Seeds are named after (purpose, round, item, agent), never after a batch or a rank, so the tokens a row
-        gets are the same whatever the batching, the sharding across ranks, or a resume in between. With
-        ``per_round=False`` the round is left out of the name: every round draws the same numbers (evaluation's
-        common random numbers).
-        """
-        # Differs from CoMLRL: one global, unseeded stream there; per-row seeds here (batch_invariant_sampling).
-        if not self.args.batch_invariant_sampling:
-            return None
-        scope = f"{purpose}/{self.round_index}" if per_round else purpose
-        return [self.streams.stream_seed(f"sample/{scope}/{int(k)}/{agent}") for k in item_indices]
-
-    # ---------------------------------------------------------------------------------------------------
-    # Settings derived from the config
     @property
     def num_rounds(self) -> int:
         return int(getattr(self.args, "num_iterations", 1)) if self.iterative else 1
-
-    def sampling_settings(self, **overrides: Any) -> SamplingSettings:
-        values = dict(
-            max_new_tokens=self.args.max_new_tokens,
-            temperature=self.args.temperature,
-            top_p=self.args.top_p,
-            top_k=self.args.top_k,
-            batch_size=self.args.generation_batch_size,
-        )
-        values.update(overrides)
-        return SamplingSettings(**values)
-
-    def pad_token_id(self, agent: int) -> int:
-        tokenizer = self.tokenizers[agent]
-        return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-
-    def _require_aligned(self) -> None:
-        if str(getattr(self.args, "joint_mode", "aligned")).lower() not in ("aligned", "align"):
-            raise ValueError(f"{self.algorithm_name} preference generation currently supports aligned joint_mode only.")
 
     # ---------------------------------------------------------------------------------------------------
     # Stepping
@@ -332,16 +357,23 @@ class PreferenceTrainerBase:
 
     def _run_phase(self, phase: str, records: PhaseRecords) -> None:
         if phase == "collect":
-            self.collector.collect(records)
+            self.collector.collect(records, self.updates_seen)
             self.learner.on_pairs_collected(self.collector.round_pairs)
         elif phase == "select":
-            self.collector.select(records)
+            self.collector.select(records, self.updates_seen)
         elif phase == "train":
             self._weights_touched = True
-            self.learner.train(self.collector.train_pairs, records)
-            self.collector.after_train()
+            trained = self.learner.train(self.collector.train_pairs, records, self.updates_seen)
+            self.updates_seen += trained.updates
+            self.env_step += trained.env_steps
+            # The agents were updated: the next checkpoint writes their weights again.
+            self._weights_dirty = self._weights_dirty or trained.weights_changed
+            self.collector.after_train(self.round_index)
         else:
             self._phase_evaluate(records)
+            return
+        if records.events:  # what the collector or learner said last (a warning, "no update"): the progress line
+            self.last_message = records.events[-1]["message"]
 
     def _advance_cursor(self) -> None:
         self.phase_index += 1
@@ -351,10 +383,6 @@ class PreferenceTrainerBase:
             self.collector.end_of_round()
             if self.round_index > self.num_rounds:
                 self.finished = True
-
-    def mark_weights_changed(self) -> None:
-        """The agents were updated: the next checkpoint writes their weights again."""
-        self._weights_dirty = True
 
     def train(
         self,
@@ -385,71 +413,6 @@ class PreferenceTrainerBase:
         self.wait_for_checkpoint()
 
     # ---------------------------------------------------------------------------------------------------
-    # Collection helpers shared by subclasses
-    def collect_current(
-        self, items: Sequence[dict], item_indices: Sequence[int], num_candidates: int
-    ) -> list[list[JointCandidate]]:
-        self._require_aligned()
-        prompts = agent_prompts(self.formatters, items)
-        generators = [self.streams.torch(GENERATION_STREAM, device) for device in self.agent_devices]
-        joint = sample_joint_candidates(
-            self.agents,
-            self.tokenizers,
-            prompts,
-            item_indices,
-            num_candidates,
-            self.sampling_settings(),
-            generators,
-            side="current",
-            on_agent_done=lambda agent, tokens: self.control.advance(len(items), tokens),
-            row_seeds=[self.row_seeds("current", item_indices, i) for i in range(self.num_agents)],
-            devices=self.agent_devices,
-            concurrent_cpu=self.args.concurrent_cpu_agents,
-        )
-        return joint
-
-    def gather_rows(self, rows: list[list[JointCandidate]]) -> list[list[JointCandidate]]:
-        """Every rank's per-item rows (for its ``dist.shard`` of the items), on every rank, in item order."""
-        return self.dist.gather_shards(rows)
-
-    def score_task(self, candidates: list[JointCandidate], items_by_index: dict[int, dict]) -> None:
-        if not self.centralized:
-            score_with_task_reward(candidates, items_by_index, self.reward_func, self.reward_processor)
-            return
-        # The user's reward sees one completion per role, parsed from the joint text; an untagged joint text
-        # gives every role "" (CoMLRL's centralized-collaboration behaviour), so it scores, usually low.
-        roles = [self.role_view(c, items_by_index[c.item_index]) for c in candidates]
-        score_with_task_reward(roles, items_by_index, self.reward_func, self.reward_processor)
-        for candidate, role in zip(candidates, roles):
-            candidate.raw_reward, candidate.reward = role.raw_reward, role.reward
-
-    def _centralized_prompt(self, item: dict) -> str:
-        return self.central_adapter.build_prompt(item, [fmt(item) for fmt in self.role_formatters])
-
-    def role_view(self, candidate: JointCandidate, item: dict) -> JointCandidate:
-        """A centralized candidate as the roles see it: one parsed completion and one role prompt per role."""
-        texts = split_completion(self.central_adapter, candidate.completions[0], item, self.num_roles)
-        return JointCandidate(
-            item_index=candidate.item_index,
-            candidate_index=candidate.candidate_index,
-            side=candidate.side,
-            prompts=[fmt(item) for fmt in self.role_formatters],
-            completions=texts if texts is not None else [""] * self.num_roles,
-            completion_ids=[],
-            prompt_ids=[],
-            parse_status=candidate.parse_status,
-        )
-
-    def ensure_token_ids(self, pair: PreferencePair) -> PreferencePair:
-        """Pairs imported from text get token ids from each agent's tokenizer (sampled pairs already have them)."""
-        if pair.has_token_ids:
-            return pair
-        pair.prompt_ids = [list(self.tokenizers[i](pair.prompts[i])["input_ids"]) for i in range(self.num_agents)]
-        pair.winner_ids = [encode_text(self.tokenizers[i], pair.winner_completions[i]) for i in range(self.num_agents)]
-        pair.loser_ids = [encode_text(self.tokenizers[i], pair.loser_completions[i]) for i in range(self.num_agents)]
-        return pair
-
-    # ---------------------------------------------------------------------------------------------------
     # Evaluation: always the task reward of fresh samples from the current policy.
     def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
         if not self.eval_items:
@@ -459,6 +422,7 @@ class PreferenceTrainerBase:
         if not items:
             return {}
         # Each rank samples and scores its share of the items; everyone then holds all of them, in order.
+        context = self.context
         indices = self.dist.shard(list(range(len(items))))
         local_items = [items[k] for k in indices]
         prompts = agent_prompts(self.formatters, local_items)
@@ -472,19 +436,19 @@ class PreferenceTrainerBase:
             prompts,
             indices,
             per_item,
-            self.sampling_settings(),
+            context.sampling_settings(),
             generators,
             side="current",
             on_agent_done=lambda agent, tokens: self.control.advance(len(local_items) * per_item, tokens),
             # Differs from CoMLRL: the same prompts and sampling seeds every round (common random numbers), so a
             # change from one round's evaluation to the next is the policy's, not the sampler's.
-            row_seeds=[self.row_seeds("eval", indices, i, per_round=False) for i in range(self.num_agents)],
+            row_seeds=[context.row_seeds("eval", indices, i, None) for i in range(self.num_agents)],
             devices=self.agent_devices,
             concurrent_cpu=self.args.concurrent_cpu_agents,
         )
         local = [candidate for row in joint for candidate in row]
-        self.score_task(local, dict(zip(indices, local_items)))
-        flat = [candidate for row in self.gather_rows(joint) for candidate in row]
+        context.score_task(local, dict(zip(indices, local_items)))
+        flat = [candidate for row in context.gather_rows(joint) for candidate in row]
         # With several samples per item the eval set is held fixed: the error is the sampling's alone.
         reward, sem, count = reward_summary(flat, stratified=per_item > 1)
         metrics = {
@@ -496,7 +460,8 @@ class PreferenceTrainerBase:
         if self.eval_logger is not None and self.eval_aggregator is not None:
             # CoMLRL's shapes: completions per agent (per role when centralized, parsed from the joint text), per
             # sample, per turn; prompts are the items' "prompt" fields, one string per item.
-            views = [self.role_view(c, items[c.item_index]) for c in flat] if self.centralized else flat
+            roles = context.roles
+            views = flat if roles is None else [roles.view(c, items[c.item_index]) for c in flat]
             logged = self.eval_logger(
                 agent_completions_turns=[[[v.completions[i]] for v in views] for i in range(len(views[0].completions))],
                 batch_items=[items[c.item_index] for c in flat],
@@ -642,10 +607,13 @@ class PreferenceTrainerBase:
         self._weights_touched = True
         self._load_state(state)
 
-    # ---------------------------------------------------------------------------------------------------
-    def log(self, records: PhaseRecords, message: str, level: str = "info") -> None:
-        self.last_message = message
-        records.add_event(level, message)
+
+def _task_items(train_dataset: Any, eval_dataset: Any) -> tuple[list[dict], list[dict]]:
+    """The train and eval items, read from whatever CoMLRL accepts (a list, a ``datasets.Dataset``, a file)."""
+    train_items = load_items(train_dataset) if train_dataset is not None else []
+    # An empty eval set means "no evaluation" (CoMLRL returns {}), not an error.
+    has_eval = eval_dataset is not None and not (hasattr(eval_dataset, "__len__") and len(eval_dataset) == 0)
+    return train_items, load_items(eval_dataset) if has_eval else []
 
 
 def finite_mean(values: Sequence[float]) -> float:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import urlsplit
 
-from comlrl_lab.data import credentials
+from comlrl_lab.trainers.preference import credentials
 
 __all__ = [
     "CONFIG_CLASSES",

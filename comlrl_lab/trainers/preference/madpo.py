@@ -29,14 +29,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from comlrl_lab.data import metric_names as M
 from comlrl_lab.data.records import PreferencePair
 from comlrl_lab.models.reference import frozen_references
 from comlrl_lab.models.scoring import pair_logps, scored_token_counts, set_mode
+from comlrl_lab.names import metric_names as M
 from comlrl_lab.trainers.preference.base import PreferenceTrainerBase, finite_mean
 from comlrl_lab.trainers.preference.collection import map_agents
 from comlrl_lab.trainers.preference.collectors import ComparatorCollector, CurrentCollector
 from comlrl_lab.trainers.preference.config import MADPOConfig, MADPOIterConfig
+from comlrl_lab.trainers.preference.context import PartContext, Trained
 from comlrl_lab.trainers.preference.losses import (
     NonFiniteLossError,
     check_finite,
@@ -60,14 +61,14 @@ class DPOLearner:
     margin and the loss; with all three off this is the seed's reference-free loss.
     """
 
-    def __init__(self, host: PreferenceTrainerBase):
-        self.host = host
-        args = host.args
+    def __init__(self, context: PartContext):
+        self.context = context
+        args = context.config
         self.length_normalize = bool(args.madpo_length_normalize)
         self.nll_weight = float(args.madpo_nll_weight)
         # The reference is the agents as constructed: a resumed run loads its trained weights only afterwards.
         self.references = (
-            frozen_references(host.agents, host.agent_devices, host.devices.reference)
+            frozen_references(context.agents, context.agent_devices, context.devices.reference)
             if args.madpo_reference == "initial"
             else None
         )
@@ -76,8 +77,8 @@ class DPOLearner:
         """Take the reference log-probs of new pairs once, so replayed pairs never need the reference again."""
         if self.references is None:
             return
-        host = self.host
-        pairs = [host.ensure_token_ids(p) for p in pairs if p.reference_winner_logps is None]
+        context = self.context
+        pairs = [context.ensure_token_ids(p) for p in pairs if p.reference_winner_logps is None]
         if not pairs:
             return
         final = self._score_final_token
@@ -90,10 +91,10 @@ class DPOLearner:
                     [p.prompt_ids[i] for p in pairs],
                     [p.winner_ids[i] for p in pairs],
                     [p.loser_ids[i] for p in pairs],
-                    pad_token_id=host.pad_token_id(i),
+                    pad_token_id=context.pad_token_id(i),
                     score_final_token=final,
-                    micro_batch_size=max(1, int(host.args.scoring_batch_size)),
-                    packed=host.args.pack_pair_scoring,
+                    micro_batch_size=max(1, int(context.config.scoring_batch_size)),
+                    packed=context.config.pack_pair_scoring,
                 )
                 winners.append(winner_logps.tolist())
                 losers.append(loser_logps.tolist())
@@ -104,92 +105,94 @@ class DPOLearner:
     @property
     def _score_final_token(self) -> bool:
         # Centralized joint completions are scored whole, EOS included (CoMLRL's centralized path).
-        return bool(self.host.args.score_final_token or self.host.centralized)
+        return bool(self.context.config.score_final_token or self.context.centralized)
 
-    def train(self, pairs: Sequence[PreferencePair], records: PhaseRecords) -> None:
-        host = self.host
-        pairs = [host.ensure_token_ids(p) for p in pairs]
+    def train(self, pairs: Sequence[PreferencePair], records: PhaseRecords, step: int) -> Trained:
+        context, config = self.context, self.context.config
+        pairs = [context.ensure_token_ids(p) for p in pairs]
         self.on_pairs_collected(pairs)  # imported pairs arrive without reference log-probs
-        batch_size = int(host.args.train_batch_size)
+        batch_size = int(config.train_batch_size)
         batches_per_epoch = math.ceil(len(pairs) / batch_size) if pairs else 0
-        host.control.begin(host.round_index, "train", batches_per_epoch * host.args.num_train_epochs)
+        context.control.begin(records.round_index, "train", batches_per_epoch * config.num_train_epochs)
         if not pairs:
-            host.log(
-                records, f"{host.algorithm_name}: no training pairs in round {host.round_index}; no policy update."
+            records.add_event(
+                "info", f"{context.algorithm_name}: no training pairs in round {records.round_index}; no policy update."
             )
-            return
-        rng = host.streams.python(SHUFFLE_STREAM)
+            return Trained()
+        rng = context.streams.python(SHUFFLE_STREAM)
         epoch_metrics: list[dict[str, float]] = []
+        updates = env_steps = 0
         # The scoring mode is set once for the phase, not per update; the agents leave it in eval mode.
         try:
-            for _epoch in range(host.args.num_train_epochs):
+            for _epoch in range(config.num_train_epochs):
                 order = list(pairs)
                 rng.shuffle(order)
                 for start in range(0, len(order), batch_size):
                     batch = order[start : start + batch_size]
-                    metrics, tokens = self._update(batch)
-                    host.updates_seen += 1
-                    if host.args.use_environment_step:
-                        host.env_step += host.args.environment_steps_per_pair * len(batch)
-                    records.add_metrics(host.updates_seen, metrics)
+                    metrics, tokens = self._update(batch, step + updates)
+                    updates += 1
+                    if config.use_environment_step:
+                        env_steps += config.environment_steps_per_pair * len(batch)
+                    records.add_metrics(step + updates, metrics)
                     epoch_metrics.append(metrics)
-                    host.control.advance(1, tokens=tokens)
+                    context.control.advance(1, tokens=tokens)
         finally:
-            for model in host.agents:
+            for model in context.agents:
                 set_mode(model, False)
-        host.mark_weights_changed()
         summary = {
             M.round_summary(name): finite_mean([m[name] for m in epoch_metrics if name in m])
             for name in M.MADPO_ROUND_SUMMARY
         }
-        records.add_metrics(host.updates_seen, summary)
+        records.add_metrics(step + updates, summary)
+        return Trained(updates=updates, env_steps=env_steps, weights_changed=True)
 
-    def update(self, batch: list[PreferencePair]) -> dict[str, float]:
+    def update(self, batch: list[PreferencePair], step: int = 0) -> dict[str, float]:
         """One optimiser step per agent on ``batch``; returns the update's metrics (names in ``metric_names``).
 
-        An empty batch is a no-op returning ``{}``, as CoMLRL's ``madpo_update`` treats it: no step, no metrics.
+        ``step`` counts the updates before this one (for messages). An empty batch is a no-op returning ``{}``, as
+        CoMLRL's ``madpo_update`` treats it: no step, no metrics.
         """
         if not batch:
             return {}
         try:
-            return self._update(batch)[0]
+            return self._update(batch, step)[0]
         finally:
-            for model in self.host.agents:
+            for model in self.context.agents:
                 set_mode(model, False)
 
-    def _update(self, batch: list[PreferencePair]) -> tuple[dict[str, float], int]:
+    def _update(self, batch: list[PreferencePair], step: int) -> tuple[dict[str, float], int]:
         """``update``, and the number of completion tokens it scored (for the progress rate)."""
-        host = self.host
-        beta = float(host.args.dpo_beta)
-        micro = max(1, int(host.args.scoring_batch_size))
+        context, config, dist = self.context, self.context.config, self.context.dist
+        beta = float(config.dpo_beta)
+        micro = max(1, int(config.scoring_batch_size))
         total = len(batch)
         # Data parallel: this rank scores a strided slice; each loss is scaled by slice/total, so the sum of the
         # ranks' gradients is the gradient of the mean over the whole batch.
-        local = host.dist.shard(batch)
-        for optimizer in host.optimizers:
+        local = dist.shard(batch)
+        for optimizer in context.optimizers:
             optimizer.zero_grad(set_to_none=True)
-        for model in host.agents:
-            set_mode(model, host.train_mode_for_updates)
-        sums = _UpdateSums(host.num_agents)
+        for model in context.agents:
+            set_mode(model, context.train_mode_for_updates)
+        sums = _UpdateSums(context.num_agents)
         try:
-            self._accumulate_gradients(local, total, beta, micro, sums)
+            self._accumulate_gradients(local, total, beta, micro, sums, step)
             failure = None
         except NonFiniteLossError as error:
-            if not host.dist.enabled:
+            if not dist.enabled:
                 raise
             failure = error  # raised below on every rank, so no rank waits in a collective
-        if host.dist.enabled:
-            failed = sums.all_reduce(host.dist, failure is not None)
+        if dist.enabled:
+            failed = sums.all_reduce(dist, failure is not None)
             if failed:
                 raise failure or NonFiniteLossError(
-                    f"{host.algorithm_name} loss is not finite on another rank (update {host.updates_seen + 1}); "
+                    f"{context.algorithm_name} loss is not finite on another rank (update {step + 1}); "
                     "training stopped before the optimiser step."
                 )
-            for model in host.agents:
-                host.dist.sum_gradients(model.parameters())
-        for model, optimizer in zip(host.agents, host.optimizers):
-            if host.args.max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), host.args.max_grad_norm)
+            for model in context.agents:
+                dist.sum_gradients(model.parameters())
+        for model, optimizer in zip(context.agents, context.optimizers):
+            if config.max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             optimizer.step()
         reward_mean = finite_mean([p.candidate_reward_mean for p in batch])
         metrics = {
@@ -199,7 +202,7 @@ class DPOLearner:
             M.REWARD_MEAN: reward_mean,
             M.EXPECTED_RETURN: reward_mean,
         }
-        for i in range(host.num_agents):
+        for i in range(context.num_agents):
             if self.nll_weight > 0:
                 metrics[M.name(M.MADPO_WINNER_NLL, agent=i)] = sums.winner_nll[i] / total
             metrics[M.name(M.MADPO_AGENT_MARGIN, agent=i)] = sums.margins[i] / total
@@ -207,9 +210,9 @@ class DPOLearner:
             metrics[M.name(M.LOSER_LOGPS, agent=i)] = sums.loser_logps[i] / total
         return metrics, int(sums.tokens)
 
-    def _accumulate_gradients(self, local, total: int, beta: float, micro: int, sums: _UpdateSums) -> None:
+    def _accumulate_gradients(self, local, total: int, beta: float, micro: int, sums: _UpdateSums, step: int) -> None:
         """Backward of every agent's loss over ``local`` pairs, each micro-batch weighted by its size / ``total``."""
-        host = self.host
+        context = self.context
         for start in range(0, len(local), micro):
             chunk = local[start : start + micro]
             size = len(chunk)
@@ -217,23 +220,23 @@ class DPOLearner:
             def score(i: int, chunk=chunk, size=size):
                 winners, losers = [p.winner_ids[i] for p in chunk], [p.loser_ids[i] for p in chunk]
                 logps = pair_logps(
-                    host.agents[i],
+                    context.agents[i],
                     [p.prompt_ids[i] for p in chunk],
                     winners,
                     losers,
-                    pad_token_id=host.pad_token_id(i),
+                    pad_token_id=context.pad_token_id(i),
                     score_final_token=self._score_final_token,
                     micro_batch_size=size,
                     # Differs from CoMLRL: one row [prompt | winner | loser] per pair; the prompt runs once.
-                    packed=host.args.pack_pair_scoring,
+                    packed=context.config.pack_pair_scoring,
                 )
                 return logps, sum(len(c) for c in winners + losers)
 
             # Agents on distinct GPUs run their forwards in parallel threads; autograd's backward below
             # already runs one worker per device.
             winner_logps, loser_logps = [], []
-            concurrent = host.args.concurrent_cpu_agents
-            for (winners, losers), tokens in map_agents(score, host.agent_devices, concurrent_cpu=concurrent):
+            concurrent = context.config.concurrent_cpu_agents
+            for (winners, losers), tokens in map_agents(score, context.agent_devices, concurrent_cpu=concurrent):
                 sums.tokens += tokens
                 winner_logps.append(winners)
                 loser_logps.append(losers)
@@ -245,7 +248,7 @@ class DPOLearner:
                     losses[i] = losses[i] + self.nll_weight * nll
                     sums.winner_nll[i] += float(nll.detach()) * size
             for i, loss in enumerate(losses):
-                check_finite(loss, f"{host.algorithm_name} loss of agent {i} (update {host.updates_seen + 1})")
+                check_finite(loss, f"{context.algorithm_name} loss of agent {i} (update {step + 1})")
             # Each loss_i reaches only agent i's parameters, so one backward over the sum is A separate ones.
             torch.stack([(loss * (size / total)).to(losses[0].device) for loss in losses]).sum().backward()
             sums.add(joint, madpo_pair_losses(joint, beta), margins, winner_logps, loser_logps)
@@ -314,19 +317,77 @@ class _UpdateSums:
 
 
 class MADPOTrainer(PreferenceTrainerBase):
-    """Collect pairs once over ``train_dataset``, then ``num_train_epochs`` of joint-margin DPO."""
+    """Collect pairs once over ``train_dataset``, then ``num_train_epochs`` of joint-margin DPO.
+
+    Example, two agents of the embedded tiny model on a built-in task (``tests/test_docs.py`` runs it)::
+
+        >>> import tempfile
+        >>> from comlrl_lab.data.tasks import get_task
+        >>> from comlrl_lab.trainers.preference import MADPOConfig, MADPOTrainer
+        >>> task = get_task("length_ratio")
+        >>> trainer = MADPOTrainer(
+        ...     agent_model="comlrl-lab/tiny",
+        ...     num_agents=task.num_agents,
+        ...     train_dataset=task.train_items()[:4],
+        ...     eval_dataset=task.eval_items()[:2],
+        ...     reward_func=task.reward_func,
+        ...     formatters=task.formatters,
+        ...     args=MADPOConfig(
+        ...         preference_num_candidates=4, num_train_epochs=2, max_new_tokens=12, output_dir=tempfile.mkdtemp()
+        ...     ),
+        ... )
+        >>> trainer.train()
+        >>> trainer.finished, trainer.updates_seen > 0
+        (True, True)
+        >>> sorted(trainer.evaluate())
+        ['eval/num_samples', 'eval/turn_1/expected_return', 'eval/turn_1/reward_mean', 'eval/turn_1/reward_sem']
+    """
 
     config_class = MADPOConfig
     algorithm_name = "MADPO"
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.learner = DPOLearner(self)
-        self.collector = CurrentCollector(self)
+        self.learner = DPOLearner(self.context)
+        self.collector = CurrentCollector(self.context)
 
 
 class MADPOIterTrainer(PreferenceTrainerBase):
-    """``num_iterations`` rounds of: current agents vs a comparator, replay sample, DPO epochs."""
+    """``num_iterations`` rounds of: current agents vs a comparator, replay sample, DPO epochs.
+
+    Example, the current agents against their own snapshot of two rounds back, training on λ-decayed replay
+    (``tests/test_docs.py`` runs it)::
+
+        >>> import tempfile
+        >>> from comlrl_lab.data.tasks import get_task
+        >>> from comlrl_lab.trainers.preference import MADPOIterConfig, MADPOIterTrainer
+        >>> from comlrl_lab.trainers.preference.sink import MemorySink
+        >>> task = get_task("length_ratio")
+        >>> sink = MemorySink()  # keeps every phase's records; the workbench passes a store instead
+        >>> trainer = MADPOIterTrainer(
+        ...     agent_model="comlrl-lab/tiny",
+        ...     num_agents=task.num_agents,
+        ...     train_dataset=task.train_items()[:4],
+        ...     reward_func=task.reward_func,
+        ...     formatters=task.formatters,
+        ...     args=MADPOIterConfig(
+        ...         num_iterations=3,
+        ...         preference_num_candidates=4,
+        ...         max_new_tokens=12,
+        ...         comparator_policy="history",
+        ...         comparator_history_k=2,
+        ...         preference_replay_mode="lambda_decay",
+        ...         preference_replay_lambda=0.5,
+        ...         output_dir=tempfile.mkdtemp(),
+        ...     ),
+        ...     sink=sink,
+        ... )
+        >>> trainer.train()
+        >>> [(r.round_index, r.phase) for r in sink.phases][:4]
+        [(1, 'collect'), (1, 'select'), (1, 'train'), (1, 'evaluate')]
+        >>> {pair.winner_side for pair in sink.pairs()} <= {"current", "comparator"}
+        True
+    """
 
     config_class = MADPOIterConfig
     algorithm_name = "MADPOIter"
@@ -334,5 +395,5 @@ class MADPOIterTrainer(PreferenceTrainerBase):
 
     def __init__(self, *args: Any, centralized_comparator_adapter: Any = None, **kwargs: Any):
         super().__init__(*args, centralized_comparator_adapter=centralized_comparator_adapter, **kwargs)
-        self.learner = DPOLearner(self)
-        self.collector = ComparatorCollector(self, centralized_comparator_adapter)
+        self.learner = DPOLearner(self.context)
+        self.collector = ComparatorCollector(self.context, centralized_comparator_adapter)

@@ -32,13 +32,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from comlrl_lab.data import metric_names as M
 from comlrl_lab.data.records import JointCandidate
 from comlrl_lab.models.devices import resolve_devices
 from comlrl_lab.models.generation import SamplingSettings
 from comlrl_lab.models.loading import load_model, load_tokenizer
 from comlrl_lab.models.reference import frozen_references
 from comlrl_lab.models.scoring import set_mode, token_logps_and_mask
+from comlrl_lab.names import metric_names as M
 from comlrl_lab.seeding import RandomStreams
 from comlrl_lab.trainers.preference.collection import agent_prompts, sample_joint_candidates
 from comlrl_lab.trainers.preference.distributed import DistContext

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from comlrl_lab.data.records import PreferencePair, round_file_payload
-from comlrl_lab.data.run_ids import random_hex
+from comlrl_lab.names.run_ids import random_hex
 from comlrl_lab.trainers.preference.config import MADPOIterConfig, dependents
 
 #: The fields that say how a round's training set is drawn: the mode, and the fields that apply under some modes.

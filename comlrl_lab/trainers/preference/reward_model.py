@@ -28,8 +28,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from comlrl_lab.data import metric_names as M
 from comlrl_lab.models.reward_oracle import joint_reward_text
+from comlrl_lab.names import metric_names as M
 from comlrl_lab.trainers.preference.distributed import DistContext
 from comlrl_lab.trainers.preference.losses import NonFiniteLossError, bradley_terry_loss, check_finite
 from comlrl_lab.trainers.preference.optim import build_adamw

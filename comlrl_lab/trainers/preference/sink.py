@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from comlrl_lab.data.phases import PHASES
 from comlrl_lab.data.records import JointCandidate, PreferencePair
+from comlrl_lab.names.phases import PHASES
 
 __all__ = ["PHASES", "MemorySink", "NullSink", "PhaseCancelled", "PhaseControl", "PhaseRecords", "RecordSink"]
 

@@ -37,7 +37,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from comlrl_lab.data import credentials
+from comlrl_lab.trainers.preference import credentials
 
 logger = logging.getLogger(__name__)
 

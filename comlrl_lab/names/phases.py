@@ -1,7 +1,7 @@
 """The phases of one round, in order: the names trainers report, the store records and the pages show.
 
-They live here, in the lowest layer both the trainers and the store may import, so neither keeps a copy. So does
-the one check that a phase is asked for in order: the trainer's ``step`` makes it, and the engine makes it too
+They live in ``comlrl_lab.names``, the bottom layer, which both the trainers and the store may import, so neither
+keeps a copy. So does the one check that a phase is asked for in order: the trainer's ``step`` makes it, and the engine makes it too
 before a trainer is built, from the cursor a checkpoint gives.
 """
 

@@ -3,7 +3,8 @@
 The trainers write metrics under these names, the workbench groups and labels its charts by their ``kind``,
 and ``docs/metrics.md`` is generated from ``METRICS`` (``scripts/gen_metrics_reference.py``). A name with
 ``{agent}``, ``{critic}``, ``{phase}`` or ``{key}`` in it is a template: ``name(template, agent=0)`` fills it.
-This module only names things; it computes nothing and imports neither torch nor the store.
+This module only names things; it computes nothing and imports neither torch nor the store. It lives in
+``comlrl_lab.names`` because the trainers write these names, the store queries them and the workbench draws them.
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ snapshots, checkpoints, exports, reprs, logs and error messages. A masked value 
 when a request would send it (``check_unmasked``), so a resumed run asks for the credential again instead of
 sending ``***``.
 
-It reads the environment only in ``expand_env``; it does no HTTP and imports no torch.
+It reads the environment only in ``expand_env``; it does no HTTP and imports no torch. It lives with the configs it
+masks: ``config.py`` (``to_dict`` and the reprs), the API comparator and the engine's ``spec.json`` use it, and the
+engine may import the trainers, never the other way.
 """
 
 from __future__ import annotations

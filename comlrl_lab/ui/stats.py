@@ -1,6 +1,8 @@
 """Small-sample statistics for curves over seeds: Student's t quantile of a two-sided 95% interval.
 
-Only numbers; no pandas, no torch. Callers compute means and sample standard deviations themselves.
+Only numbers; no pandas, no torch, no Streamlit. Callers compute means and sample standard deviations themselves.
+It lives with the workbench, whose Compare page and metric frames draw mean ± 95% CI curves over seeds; the
+learning benchmark and the notebooks import it from here for the same intervals.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Every id the package makes comes from here: the trainer's (no stem), the engine's (the run's name), an imported
 pair set's (``import-<file name>``) and an export's file name. The result is always one safe path component,
 since a run id names its run directory and its replay folder. This module does not check ids given by a user
-(``replay._check_run_id`` does) and does not look for collisions (the store and the file system do).
+(``replay._check_run_id`` does) and does not look for collisions (the store and the file system do). It lives in
+``comlrl_lab.names`` since the trainers, the engine, the store's importer and the workbench all make ids.
 """
 
 from __future__ import annotations

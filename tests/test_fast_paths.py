@@ -6,37 +6,30 @@ import functools
 
 import pytest
 import torch
+from trainer_fixtures import ITEMS
 
 from comlrl_lab.models.generation import SamplingSettings, sample_candidates, sample_sides, top_k_then_top_p
-from comlrl_lab.trainers.preference import MADPOConfig, MADPOIterConfig, MADPOIterTrainer, MADPOTrainer
+from comlrl_lab.trainers.preference import MADPOConfig
 from comlrl_lab.trainers.preference.optim import build_adamw
-
-ITEMS = [{"prompt": f"the {w} cat"} for w in ("red", "blue", "green", "big")]
 
 
 def _reward(completions1, completions2, **_):
     return [float(len(a) - len(b)) for a, b in zip(completions1, completions2)]
 
 
-def _madpo(model_dir, tmp_path, **overrides):
-    values = dict(
-        preference_num_candidates=3,
-        max_new_tokens=5,
-        agent_learning_rate=1e-3,
-        eval_num_samples=0,
-        agent_devices="cpu",
-        output_dir=str(tmp_path / "out"),
-        seed=3,
-    )
-    values.update(overrides)
-    return MADPOTrainer(
-        agent_model=model_dir,
-        num_agents=2,
-        train_dataset=ITEMS,
-        reward_func=_reward,
-        formatters=[lambda x: x["prompt"] + " one", lambda x: x["prompt"] + " two"],
-        args=MADPOConfig(**values),
-    )
+_DEFAULTS = MADPOConfig()
+#: The trainers here: four items, no evaluation, a reward that compares the answers' lengths, and the configs'
+#: default temperature, top_p and top_k, so that sampling runs its top-k and top-p filters.
+SETTINGS = dict(
+    train_dataset=ITEMS[:4],
+    eval_dataset=None,
+    eval_num_samples=0,
+    reward_func=_reward,
+    temperature=_DEFAULTS.temperature,
+    top_p=_DEFAULTS.top_p,
+    top_k=_DEFAULTS.top_k,
+    seed=3,
+)
 
 
 def _adamw_steps(implementation: str) -> list[torch.Tensor]:
@@ -66,10 +59,10 @@ def test_adamw_implementations_take_the_same_step():
             torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
 
 
-def test_agents_get_a_fused_adamw_unless_asked_otherwise(model_dir, tmp_path):
-    fused = _madpo(model_dir, tmp_path)
+def test_agents_get_a_fused_adamw_unless_asked_otherwise(make_trainer, tmp_path):
+    fused = make_trainer("MADPO", tmp_path, SETTINGS)
     assert [opt.defaults["fused"] for opt in fused.optimizers] == [True, True]
-    loop = _madpo(model_dir, tmp_path, adamw_implementation="loop")
+    loop = make_trainer("MADPO", tmp_path, SETTINGS, adamw_implementation="loop")
     assert loop.args.adamw_implementation == "for_loop"
     assert [(opt.defaults["fused"], opt.defaults["foreach"]) for opt in loop.optimizers] == [(False, False)] * 2
     with pytest.raises(ValueError, match="adamw_implementation must be one of: fused, foreach, for_loop"):
@@ -127,8 +120,10 @@ def _count_mode_switches(models):
 
 
 @pytest.mark.parametrize("disable_dropout", [True, False])
-def test_train_phase_switches_modes_once_not_per_update(model_dir, tmp_path, disable_dropout):
-    trainer = _madpo(model_dir, tmp_path, train_batch_size=2, num_train_epochs=3, disable_dropout=disable_dropout)
+def test_train_phase_switches_modes_once_not_per_update(make_trainer, tmp_path, disable_dropout):
+    trainer = make_trainer(
+        "MADPO", tmp_path, SETTINGS, train_batch_size=2, num_train_epochs=3, disable_dropout=disable_dropout
+    )
     trainer.step("collect")
     trainer.step("select")
     assert len(trainer.collector.train_pairs) > 2  # several updates per epoch
@@ -136,9 +131,9 @@ def test_train_phase_switches_modes_once_not_per_update(model_dir, tmp_path, dis
     seen = []
     plain_update = trainer.learner._update
 
-    def watched(batch):
+    def watched(batch, step):
         seen.append([model.training for model in trainer.agents])
-        return plain_update(batch)
+        return plain_update(batch, step)
 
     trainer.learner._update = watched
     trainer.step("train")
@@ -231,30 +226,19 @@ def test_two_sides_in_one_pass_get_their_own_tokens_from_one_prefill(model_dir):
 
 
 @pytest.mark.parametrize("policy", ["current", "current_copy"])
-def test_current_comparison_samples_both_sides_in_one_pass_with_the_same_pairs(model_dir, tmp_path, policy):
+def test_current_comparison_samples_both_sides_in_one_pass_with_the_same_pairs(make_trainer, tmp_path, policy):
     def run(one_pass):
-        trainer = MADPOIterTrainer(
-            agent_model=model_dir,
-            num_agents=2,
-            train_dataset=ITEMS,
-            reward_func=_reward,
-            formatters=[lambda x: x["prompt"] + " one", lambda x: x["prompt"] + " two"],
-            args=MADPOIterConfig(
-                num_iterations=2,
-                preference_num_candidates=3,
-                comparator_num_candidates=4,
-                max_new_tokens=5,
-                agent_learning_rate=1e-3,
-                eval_num_samples=0,
-                agent_devices="cpu",
-                comparator_policy=policy,
-                output_dir=str(tmp_path / f"out-{one_pass}"),
-                seed=3,
-            ),
+        trainer = make_trainer(
+            "MADPOIter",
+            tmp_path / str(one_pass),
+            SETTINGS,
+            num_iterations=2,
+            comparator_num_candidates=4,
+            comparator_policy=policy,
         )
-        plain = trainer.sampling_settings
-        trainer.sampling_settings = lambda **overrides: plain(**{"sides_in_one_pass": one_pass, **overrides})
-        trainer.collector.comparator.context.sampling = trainer.sampling_settings()
+        plain = trainer.context.sampling_settings
+        trainer.context.sampling_settings = lambda **overrides: plain(**{"sides_in_one_pass": one_pass, **overrides})
+        trainer.collector.comparator.context.sampling = trainer.context.sampling_settings()
         assert trainer.collector.sides_in_one_pass() is one_pass
         pairs = []
         while not trainer.finished:
@@ -340,8 +324,10 @@ def test_models_without_custom_masks_score_two_rows(model_dir, monkeypatch):
 
 
 @pytest.mark.parametrize("packed", [True, False])
-def test_dpo_update_scores_one_row_per_pair_when_packing(model_dir, tmp_path, packed):
-    trainer = _madpo(model_dir, tmp_path, pack_pair_scoring=packed, scoring_batch_size=64, train_batch_size=64)
+def test_dpo_update_scores_one_row_per_pair_when_packing(make_trainer, tmp_path, packed):
+    trainer = make_trainer(
+        "MADPO", tmp_path, SETTINGS, pack_pair_scoring=packed, scoring_batch_size=64, train_batch_size=64
+    )
     trainer.step("collect")
     trainer.step("select")
     pairs = trainer.collector.train_pairs
@@ -413,10 +399,10 @@ def _count(directory):
     return len(ckpt.checkpoint_dirs(directory))
 
 
-def test_checkpoints_write_weights_only_after_training(model_dir, tmp_path):
+def test_checkpoints_write_weights_only_after_training(make_trainer, tmp_path):
     from comlrl_lab.trainers.preference import checkpoint as ckpt
 
-    trainer = _madpo(model_dir, tmp_path)
+    trainer = make_trainer("MADPO", tmp_path, SETTINGS)
     trainer.checkpoint_dir = tmp_path / "ckpt"
     trainer.step("collect")
     trainer.step("select")
@@ -424,7 +410,7 @@ def test_checkpoints_write_weights_only_after_training(model_dir, tmp_path):
     assert _files(trainer.checkpoint_dir) == ["state.pt"]
     state, weights = ckpt.load_checkpoint(trainer.checkpoint_dir)
     assert state["weights_version"] == 0 and weights is None
-    fresh = _madpo(model_dir, tmp_path)
+    fresh = make_trainer("MADPO", tmp_path, SETTINGS)
     fresh.load_checkpoint(trainer.checkpoint_dir)
     assert fresh.next_phase == "train"
     trainer.step("train")
@@ -432,21 +418,21 @@ def test_checkpoints_write_weights_only_after_training(model_dir, tmp_path):
     assert ckpt.load_checkpoint(trainer.checkpoint_dir)[1]["optimizers"] is not None  # the run goes on
 
     # Checkpointing once per round, the last one comes when the run has finished: no moments to resume with.
-    once = _madpo(model_dir, tmp_path, save_strategy="round")
+    once = make_trainer("MADPO", tmp_path, SETTINGS, save_strategy="round")
     once.train(checkpoint_dir=tmp_path / "round")
     _, weights = ckpt.load_checkpoint(tmp_path / "round")
     assert weights["optimizers"] is None and len(weights["agents"]) == 2
-    resumed = _madpo(model_dir, tmp_path)
+    resumed = make_trainer("MADPO", tmp_path, SETTINGS)
     resumed.load_checkpoint(tmp_path / "round")
     assert resumed.finished
     for a, b in zip(once.agents[0].parameters(), resumed.agents[0].parameters()):
         assert torch.equal(a, b)
 
 
-def test_a_trained_trainer_refuses_the_initial_weights_checkpoint(model_dir, tmp_path):
+def test_a_trained_trainer_refuses_the_initial_weights_checkpoint(make_trainer, tmp_path):
     from comlrl_lab.trainers.preference import checkpoint as ckpt
 
-    trainer = _madpo(model_dir, tmp_path)
+    trainer = make_trainer("MADPO", tmp_path, SETTINGS)
     trainer.checkpoint_dir = tmp_path / "ckpt"
     trainer.step("collect")
     trainer.step("select")
@@ -460,8 +446,8 @@ def test_a_trained_trainer_refuses_the_initial_weights_checkpoint(model_dir, tmp
     ("strategy", "expected"),
     [("phase", [True, True, True, True]), ("round", [False, False, False, True]), ("no", [False] * 4)],
 )
-def test_save_strategy_picks_the_phases_that_checkpoint(model_dir, tmp_path, strategy, expected):
-    trainer = _madpo(model_dir, tmp_path, save_strategy=strategy, eval_num_samples=1)
+def test_save_strategy_picks_the_phases_that_checkpoint(make_trainer, tmp_path, strategy, expected):
+    trainer = make_trainer("MADPO", tmp_path, SETTINGS, save_strategy=strategy, eval_num_samples=1)
     trainer.checkpoint_dir = tmp_path / "ckpt"
     saved = []
     for phase in ("collect", "select", "train", "evaluate"):
@@ -473,12 +459,12 @@ def test_save_strategy_picks_the_phases_that_checkpoint(model_dir, tmp_path, str
         MADPOConfig(save_strategy="steps")
 
 
-def test_background_checkpoint_lands_after_step_returns_and_holds_that_phase(model_dir, tmp_path, monkeypatch):
+def test_background_checkpoint_lands_after_step_returns_and_holds_that_phase(make_trainer, tmp_path, monkeypatch):
     import threading
 
     from comlrl_lab.trainers.preference import checkpoint as ckpt
 
-    trainer = _madpo(model_dir, tmp_path, save_in_background=True, num_train_epochs=2)
+    trainer = make_trainer("MADPO", tmp_path, SETTINGS, save_in_background=True, num_train_epochs=2)
     trainer.checkpoint_dir = tmp_path / "ckpt"
     trainer.step("collect")
     trainer.step("select")
@@ -501,17 +487,17 @@ def test_background_checkpoint_lands_after_step_returns_and_holds_that_phase(mod
     release.set()
     trainer.wait_for_checkpoint()
     assert _files(trainer.checkpoint_dir) == ["state.pt", "weights-000001.pt"]
-    resumed = _madpo(model_dir, tmp_path)
+    resumed = make_trainer("MADPO", tmp_path, SETTINGS)
     resumed.load_checkpoint(trainer.checkpoint_dir)
     assert resumed.next_phase == "evaluate"
     for got, want in zip(resumed.agents[0].parameters(), expected):
         assert torch.equal(got, want)
 
 
-def test_background_checkpoint_errors_surface_at_the_next_wait(model_dir, tmp_path, monkeypatch):
+def test_background_checkpoint_errors_surface_at_the_next_wait(make_trainer, tmp_path, monkeypatch):
     from comlrl_lab.trainers.preference import checkpoint as ckpt
 
-    trainer = _madpo(model_dir, tmp_path, save_in_background=True)
+    trainer = make_trainer("MADPO", tmp_path, SETTINGS, save_in_background=True)
     trainer.checkpoint_dir = tmp_path / "ckpt"
 
     def full_disk(*args, **kwargs):
@@ -530,15 +516,15 @@ def _names(directory):
     return [p.name for p in ckpt.checkpoint_dirs(directory)]
 
 
-def test_save_total_limit_keeps_the_newest_checkpoints_and_resumes_from_the_newest(model_dir, tmp_path):
+def test_save_total_limit_keeps_the_newest_checkpoints_and_resumes_from_the_newest(make_trainer, tmp_path):
     from comlrl_lab.trainers.preference import checkpoint as ckpt
 
-    trainer = _madpo(model_dir, tmp_path, save_total_limit=2)
+    trainer = make_trainer("MADPO", tmp_path, SETTINGS, save_total_limit=2)
     trainer.checkpoint_dir = tmp_path / "ckpt"
     for phase in ("collect", "select", "train"):
         trainer.step(phase)
     assert _names(trainer.checkpoint_dir) == ["checkpoint-000002", "checkpoint-000003"]
-    resumed = _madpo(model_dir, tmp_path)
+    resumed = make_trainer("MADPO", tmp_path, SETTINGS)
     resumed.load_checkpoint(trainer.checkpoint_dir)
     assert resumed.next_phase == "evaluate"
     for got, want in zip(resumed.agents[1].parameters(), trainer.agents[1].parameters()):
@@ -552,10 +538,10 @@ def test_save_total_limit_keeps_the_newest_checkpoints_and_resumes_from_the_newe
         MADPOConfig(save_total_limit=0)
 
 
-def test_an_old_checkpoint_goes_only_after_its_successor_is_committed(model_dir, tmp_path, monkeypatch):
+def test_an_old_checkpoint_goes_only_after_its_successor_is_committed(make_trainer, tmp_path, monkeypatch):
     from comlrl_lab.trainers.preference import checkpoint as ckpt
 
-    trainer = _madpo(model_dir, tmp_path, save_total_limit=1)
+    trainer = make_trainer("MADPO", tmp_path, SETTINGS, save_total_limit=1)
     trainer.checkpoint_dir = root = tmp_path / "ckpt"
     trainer.step("collect")
     seen_at_prune = []
@@ -577,19 +563,19 @@ def test_an_old_checkpoint_goes_only_after_its_successor_is_committed(model_dir,
         trainer.step("train")
     assert _names(root) == ["checkpoint-000002"] and len(seen_at_prune) == 1
     assert [p.name for p in ckpt.remove_stale_tmp(root)] == []  # this process's own staging folder is not stale
-    resumed = _madpo(model_dir, tmp_path)
+    resumed = make_trainer("MADPO", tmp_path, SETTINGS)
     resumed.load_checkpoint(root)
     assert resumed.next_phase == "train"
 
 
-def test_a_resume_from_an_older_checkpoint_numbers_on_under_the_same_root(model_dir, tmp_path):
+def test_a_resume_from_an_older_checkpoint_numbers_on_under_the_same_root(make_trainer, tmp_path):
     from comlrl_lab.trainers.preference import checkpoint as ckpt
 
-    first = _madpo(model_dir, tmp_path)
+    first = make_trainer("MADPO", tmp_path, SETTINGS)
     first.train(checkpoint_dir=tmp_path / "ckpt")
     root = tmp_path / "ckpt"
     assert _names(root) == [f"checkpoint-00000{i}" for i in range(1, 5)]  # None keeps every checkpoint
-    again = _madpo(model_dir, tmp_path)
+    again = make_trainer("MADPO", tmp_path, SETTINGS)
     again.train(resume_from_checkpoint=root / "checkpoint-000002", checkpoint_total_limit=3)
     # The same seed retrains to the same weights; the new checkpoints follow the newest, under the same root.
     assert _names(root) == ["checkpoint-000004", "checkpoint-000005", "checkpoint-000006"]
@@ -598,15 +584,15 @@ def test_a_resume_from_an_older_checkpoint_numbers_on_under_the_same_root(model_
     for a, b in zip(before["agents"], after["agents"]):
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     with pytest.raises(ValueError, match="checkpoint_total_limit must be a positive integer or None."):
-        _madpo(model_dir, tmp_path).train(checkpoint_total_limit=0)
+        make_trainer("MADPO", tmp_path, SETTINGS).train(checkpoint_total_limit=0)
 
 
-def test_a_background_write_in_flight_is_never_pruned(model_dir, tmp_path, monkeypatch):
+def test_a_background_write_in_flight_is_never_pruned(make_trainer, tmp_path, monkeypatch):
     import threading
 
     from comlrl_lab.trainers.preference import checkpoint as ckpt
 
-    trainer = _madpo(model_dir, tmp_path, save_in_background=True, save_total_limit=1)
+    trainer = make_trainer("MADPO", tmp_path, SETTINGS, save_in_background=True, save_total_limit=1)
     trainer.checkpoint_dir = root = tmp_path / "ckpt"
     trainer.step("collect")
     trainer.wait_for_checkpoint()
@@ -628,12 +614,12 @@ def test_a_background_write_in_flight_is_never_pruned(model_dir, tmp_path, monke
 
 
 @pytest.mark.parametrize("background", [False, True])
-def test_each_checkpoint_adds_its_cost_to_its_phase(model_dir, tmp_path, background):
-    from comlrl_lab.data import metric_names as M
+def test_each_checkpoint_adds_its_cost_to_its_phase(make_trainer, tmp_path, background):
+    from comlrl_lab.names import metric_names as M
     from comlrl_lab.trainers.preference import checkpoint as ckpt
     from comlrl_lab.trainers.preference.sink import MemorySink
 
-    trainer = _madpo(model_dir, tmp_path, save_in_background=background)
+    trainer = make_trainer("MADPO", tmp_path, SETTINGS, save_in_background=background)
     trainer.sink = sink = MemorySink()
     trainer.checkpoint_dir = root = tmp_path / "ckpt"
     for phase in ("collect", "select", "train"):
@@ -664,7 +650,7 @@ def test_each_checkpoint_adds_its_cost_to_its_phase(model_dir, tmp_path, backgro
 
 
 @pytest.mark.parametrize("row_seeded", [True, False])
-def test_concurrent_cpu_agents_give_the_same_pairs_and_weights(model_dir, tmp_path, monkeypatch, row_seeded):
+def test_concurrent_cpu_agents_give_the_same_pairs_and_weights(make_trainer, tmp_path, monkeypatch, row_seeded):
     from comlrl_lab.trainers.preference import collection
 
     monkeypatch.setattr(collection, "available_cores", lambda: 2)
@@ -676,7 +662,9 @@ def test_concurrent_cpu_agents_give_the_same_pairs_and_weights(model_dir, tmp_pa
     try:
         runs, threaded_by_phase = [], {}
         for concurrent in (False, True):
-            trainer = _madpo(model_dir, tmp_path, concurrent_cpu_agents=concurrent, batch_invariant_sampling=row_seeded)
+            trainer = make_trainer(
+                "MADPO", tmp_path, SETTINGS, concurrent_cpu_agents=concurrent, batch_invariant_sampling=row_seeded
+            )
             for phase in ("collect", "select", "train", "evaluate"):
                 threaded.clear()
                 trainer.step(phase)
