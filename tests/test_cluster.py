@@ -327,6 +327,30 @@ def _finished(sweep_dir: Path) -> bool:
     return all(c.status == "finished" for c in Sweep.open(sweep_dir).cells)
 
 
+def _pairs_spec(model_dir):
+    """Two quick rounds on the built-in length_ratio task, whose rewards rarely tie, so every round has pairs."""
+    from comlrl_lab.engine import ExperimentSpec
+
+    config = dict(
+        num_iterations=2,
+        preference_num_candidates=3,
+        preference_pairs_per_sample=2,
+        max_new_tokens=6,
+        eval_num_samples=2,
+        agent_learning_rate=1e-3,
+        agent_devices="cpu",
+        seed=5,
+    )
+    return ExperimentSpec(
+        algorithm="MADPOIter",
+        agent_models=[model_dir, model_dir],
+        task="length_ratio",
+        config=config,
+        max_train_items=4,
+        max_eval_items=2,
+    )
+
+
 def _pairs(run_dir: Path) -> list[tuple]:
     with RunStore(run_dir / "run.duckdb", read_only=True) as store:
         return (
@@ -344,18 +368,29 @@ def test_a_2x2x2_grid_through_the_local_executor_resumes_a_killed_job_without_ru
     model_dir, tmp_path, capsys
 ):
     runs = tmp_path / "runs"
-    spec = str(_spec_file(model_dir, tmp_path, num_iterations=2))
+    spec = tmp_path / "spec.json"
+    _pairs_spec(model_dir).save(spec)
+    spec = str(spec)
     grid = ["--grid", "preference_replay_mode=current,all_history", "--grid", "dpo_beta=0.1,0.5"]
     launcher = ["--launcher", "submitit-local", "--array-parallelism", "2", "--gpus-per-run", "0", "--time", "30"]
     assert main(["sweep", spec, *grid, "--seeds", "2", "--runs-root", str(runs), *launcher]) == 0
     sweep = _only_sweep(runs)
     assert len(sweep.cells) == 8 and "submitted 8 of 8 cells (submitit-local)" in capsys.readouterr().out
 
-    # Kill the job of the first cell seen halfway: round 1 committed, round 2 not finished.
+    # Kill the job of the first cell seen halfway: round 1 committed with its pairs, round 2 not finished.
     def halfway():
         now = Sweep.open(sweep.sweep_dir)
         commits = _commits(now)
-        return next((c for c in now.cells if c.status == "running" and 4 <= len(commits[c.index]) < 8), None)
+        return next(
+            (
+                c
+                for c in now.cells
+                if c.status == "running"
+                and 4 <= len(commits[c.index]) < 8
+                and (runs / c.run_id / "snapshots" / "pairs" / "round_0001_collect.parquet").exists()
+            ),
+            None,
+        )
 
     victim = _wait(halfway, 600, "a cell halfway through its run")
     os.kill(_task_pid(victim.job_id), signal.SIGKILL)
@@ -516,3 +551,19 @@ def test_the_grid_panel_submits_to_slurm_and_open_a_sweep_follows_it_as_cells_fi
     assert other.multiselect(key=state.COMPARE_TAGS).value == [sweep_id]
     assert f"Sweep `{sweep_id}`: 1/4 runs finished, 3 queued" in _texts(other)
     assert len(other.multiselect(key=state.COMPARE_RUNS).value) == 1
+
+
+def test_the_readme_slurm_section_names_real_sweep_options():
+    import re
+
+    from comlrl_lab.cli import build_parser
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Running a grid on a Slurm cluster", 1)[1].split("\n## ", 1)[0]
+    sweep = build_parser()._subparsers._group_actions[0].choices["sweep"]
+    flags = {option for action in sweep._actions for option in action.option_strings}
+    commands = section.split("```bash", 1)[1].split("```", 1)[0]
+    table = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `--")]
+    named = set(re.findall(r"(--[a-z-]+)", commands + " ".join(table)))
+    assert {"--launcher", "--partition", "--time", "--gpus-per-run", "--array-parallelism"} <= named
+    assert named <= flags, named - flags

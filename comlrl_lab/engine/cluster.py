@@ -252,14 +252,23 @@ def _process_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"  # an exited child not yet reaped is a zombie
 
 
-def cell_states(sweep: Sweep) -> list[str]:
-    """Each cell's state: the manifest's, except that work whose job has died is ``lost``."""
+def cell_states(sweep: Sweep, *, strict: bool = True) -> list[str]:
+    """Each cell's state: the manifest's, except that work whose job has died is ``lost``.
+
+    When the scheduler cannot be asked, ``strict`` raises RuntimeError; otherwise queued cells keep the manifest's
+    state (a page that polls must not fail because squeue did once).
+    """
     kind = sweep.launcher.get("kind", LOCAL)
     states = [cell.status for cell in sweep.cells]
     if kind == LOCAL:
         return states
     waiting = [c.job_id for c in sweep.cells if c.status in ("submitted", "requeued") and c.job_id]
-    queued = queued_jobs(kind, waiting)
+    try:
+        queued = queued_jobs(kind, waiting)
+    except RuntimeError:
+        if strict:
+            raise
+        queued = set(waiting)
     for i, cell in enumerate(sweep.cells):
         if cell.status == "running" and not _held(sweep.sweep_dir, cell.index):
             states[i] = "lost"

@@ -228,7 +228,7 @@ def sweep_status(sweep_id: str) -> tuple[SweepProgress, dict[str, int], str]:
     if live is not None:
         return live, {}, cluster.LOCAL
     sweep = Sweep.open(services.runs_root() / SWEEPS_DIR / sweep_id)
-    states = cluster.cell_states(sweep)
+    states = cluster.cell_states(sweep, strict=False)
     return sweep.progress(states), {s: states.count(s) for s in states}, sweep.launcher.get("kind", cluster.LOCAL)
 
 
