@@ -2,9 +2,9 @@
 lock under many processes, and (slow) whole grids through submitit's local executor, with a job killed or requeued
 halfway.
 
-No Slurm here: fake ``sbatch``, ``srun`` and ``squeue`` scripts on PATH stand in for its commands (they record what
-they are given and answer as Slurm does), and submitit's local executor runs the very job functions a cluster
-would run, as processes of this machine.
+No Slurm here: ``fake_slurm.py``'s ``sbatch``, ``srun`` and ``squeue`` on PATH stand in for its commands (they record
+what they are given and answer as Slurm does, and can run a job array on this machine), and submitit's local
+executor runs the very job functions a cluster would run, as processes of this machine.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import fake_slurm as fake_slurm_commands
 import pytest
 from test_sweep import tiny_spec
 
@@ -65,25 +66,11 @@ def test_slurm_extra_reads_key_value_and_bare_flags():
 # A fake Slurm ---------------------------------------------------------------------------------------------------
 @pytest.fixture
 def fake_slurm(tmp_path, monkeypatch):
-    """sbatch copies each script it is given to ``scripts/`` and answers with job 4242, then 4243, ...; squeue lists
-    the job ids written in ``queued``; srun exists (submitit's Slurm executor looks for it)."""
-    bin_dir, scripts = tmp_path / "bin", tmp_path / "scripts"
-    bin_dir.mkdir()
-    scripts.mkdir()
-    (tmp_path / "queued").write_text("")
-    commands = {
-        "sbatch": f"""n=$(ls {scripts} | wc -l); id=$((4242 + n)); cp "$1" {scripts}/$id.sh
-echo "Submitted batch job $id"
-""",
-        "squeue": f'echo "$@" >> {tmp_path}/squeue-calls; cat {tmp_path}/queued\n',
-        "srun": "exit 1\n",
-    }
-    for name, body in commands.items():
-        path = bin_dir / name
-        path.write_text("#!/bin/sh\n" + body)
-        path.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    return {"scripts": scripts, "queued": tmp_path / "queued"}
+    """Slurm's commands as ``tests/fake_slurm.py`` imitates them, recording only: sbatch keeps each script in
+    ``scripts/`` and answers job 4242, then 4243, ...; squeue lists what ``queue`` says; no job runs."""
+    root = tmp_path / "slurm"
+    monkeypatch.setenv("PATH", f"{fake_slurm_commands.install(root, run_jobs=False)}{os.pathsep}{os.environ['PATH']}")
+    return {"root": root, "scripts": root / "scripts"}
 
 
 def _spec_file(model_dir, tmp_path, **config) -> Path:
@@ -199,7 +186,7 @@ def test_status_shows_each_cell_and_resume_resubmits_only_failed_lost_and_never_
             cell.status = status
             cell.job_id = None if status == "pending" else f"4000_{cell.index}"
         cells[1].error = "RuntimeError: CUDA out of memory"
-    fake_slurm["queued"].write_text("4000_3\n")  # cell 4's job has left the queue without starting its cell
+    fake_slurm_commands.queue(fake_slurm["root"], "4000_3")  # cell 4's job left the queue without starting its cell
     held = cluster.cell_lock(sweep.sweep_dir, 6)  # cell 6's job is alive; cell 5's died
     held.acquire()
     try:
@@ -532,14 +519,14 @@ def test_the_grid_panel_submits_to_slurm_and_open_a_sweep_follows_it_as_cells_fi
     assert [c.job_id for c in sweep.cells] == ["4242_0", "4242_1", "4242_2", "4242_3"]
     script = (fake_slurm["scripts"] / "4242.sh").read_text()
     assert "#SBATCH --array=0-3%2" in script and "#SBATCH --time=60" in script and "--gpus-per-node=1" in script
-    fake_slurm["queued"].write_text("\n".join(c.job_id for c in sweep.cells))
+    fake_slurm_commands.queue(fake_slurm["root"], *(c.job_id for c in sweep.cells))
     at.run()
     assert f"Sweep `{sweep_id}`: 0/4 runs finished, 4 queued" in _texts(at)
     assert f"comlrl-lab sweep status {sweep.sweep_dir}" in _texts(at)
     assert at.multiselect(key=state.COMPARE_TAGS).value == [sweep_id]
 
     # The cluster runs cell 0 (here: the job's own function, in this process); the page follows from the files.
-    fake_slurm["queued"].write_text("\n".join(c.job_id for c in sweep.cells[1:]))
+    fake_slurm_commands.queue(fake_slurm["root"], *(c.job_id for c in sweep.cells[1:]))
     assert cluster.run_cell(sweep.sweep_dir, 0) == "cell 0 finished"
     at.run()
     assert f"Sweep `{sweep_id}`: 1/4 runs finished, 3 queued" in _texts(at)
@@ -567,3 +554,30 @@ def test_the_readme_slurm_section_names_real_sweep_options():
     named = set(re.findall(r"(--[a-z-]+)", commands + " ".join(table)))
     assert {"--launcher", "--partition", "--time", "--gpus-per-run", "--array-parallelism"} <= named
     assert named <= flags, named - flags
+
+
+@pytest.mark.slow
+def test_a_slurm_job_array_runs_its_cells_to_the_end_on_a_one_node_imitation_of_slurm(
+    model_dir, tmp_path, monkeypatch, capsys
+):
+    """The Slurm path end to end: submitit's Slurm executor, the sbatch script, and each task's job environment
+    (SLURM_ARRAY_* variables) as fake_slurm.py's sbatch runs them on this machine."""
+    root = tmp_path / "slurm"
+    monkeypatch.setenv("PATH", f"{fake_slurm_commands.install(root, run_jobs=True)}{os.pathsep}{os.environ['PATH']}")
+    runs = tmp_path / "runs"
+    spec = str(_spec_file(model_dir, tmp_path))
+    args = ["--grid", "dpo_beta=0.1", "--seeds", "2", "--runs-root", str(runs), "--launcher", "slurm"]
+    assert main(["sweep", spec, *args, "--gpus-per-run", "0", "--array-parallelism", "1", "--time", "20"]) == 0
+    sweep = _only_sweep(runs)
+    _wait(lambda: _finished(sweep.sweep_dir), 600, "the job array")
+    done = Sweep.open(sweep.sweep_dir)
+    # Each task recorded its own job id, as Slurm's environment names it, and ran once.
+    assert [(c.job_id, c.attempts) for c in done.cells] == [("4242_0", 1), ("4242_1", 1)]
+    for cell in done.cells:
+        with RunStore(runs / cell.run_id / "run.duckdb", read_only=True) as store:
+            assert len(store.committed_phases(cell.run_id)) == 4
+        log = (sweep.sweep_dir / "jobs" / f"{cell.job_id}_0_log.out").read_text()
+        assert "Job completed successfully" in log
+    capsys.readouterr()
+    assert main(["sweep", "status", str(sweep.sweep_dir)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"sweep {sweep.sweep_id} (slurm): 2 cells, 2 finished"
