@@ -144,7 +144,7 @@ def _sweep(args: argparse.Namespace) -> int:
                 seeds=args.seeds,
                 runs_root=args.runs_root,
                 parallel=args.parallel or 1,
-                launcher={"kind": launcher, **({} if options is None else asdict(options))},
+                launcher=None if options is None else options.launcher(launcher),
             )
         if options is not None:
             return _submit_sweep(sweep, launcher, options, resumed=bool(args.resume))
@@ -197,8 +197,7 @@ def _cluster_options(args: argparse.Namespace, launcher: str, stored: dict[str, 
         return None
     if args.parallel is not None:
         raise ValueError("--parallel is for --launcher local; a job array runs --array-parallelism cells at once")
-    values = cluster.ClusterOptions.from_dict(stored) if stored.get("kind", "local") != "local" else None
-    values = asdict(values) if values is not None else {}
+    values = asdict(cluster.ClusterOptions.from_dict(stored)) if stored.get("kind", "local") != "local" else {}
     values.update({name: getattr(args, name) for name in given if name != "slurm_extra"})
     if args.slurm_extra:
         values["extra"] = {**values.get("extra", {}), **cluster.parse_extra(args.slurm_extra)}

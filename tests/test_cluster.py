@@ -316,26 +316,10 @@ def _finished(sweep_dir: Path) -> bool:
 
 def _pairs_spec(model_dir):
     """Two quick rounds on the built-in length_ratio task, whose rewards rarely tie, so every round has pairs."""
-    from comlrl_lab.engine import ExperimentSpec
-
-    config = dict(
-        num_iterations=2,
-        preference_num_candidates=3,
-        preference_pairs_per_sample=2,
-        max_new_tokens=6,
-        eval_num_samples=2,
-        agent_learning_rate=1e-3,
-        agent_devices="cpu",
-        seed=5,
-    )
-    return ExperimentSpec(
-        algorithm="MADPOIter",
-        agent_models=[model_dir, model_dir],
-        task="length_ratio",
-        config=config,
-        max_train_items=4,
-        max_eval_items=2,
-    )
+    spec = tiny_spec(model_dir, num_iterations=2, max_new_tokens=6)
+    spec.task, spec.user_task, spec.user_train_data, spec.user_eval_data = "length_ratio", None, None, None
+    spec.max_train_items = 4
+    return spec
 
 
 def _pairs(run_dir: Path) -> list[tuple]:

@@ -101,6 +101,10 @@ class ClusterOptions:
         if self.mem is not None and not _MEM.fullmatch(str(self.mem)):
             raise ValueError(f"--mem must read like 64G or 16000M, got {self.mem!r}")
 
+    def launcher(self, kind: str) -> dict[str, Any]:
+        """The manifest's record of how the sweep's cells run (``Sweep.launcher``)."""
+        return {"kind": kind, **asdict(self)}
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ClusterOptions:
         known = {f.name for f in fields(cls)}
@@ -181,7 +185,7 @@ def submit(sweep: Sweep, cells: list[SweepCell], kind: str, options: ClusterOpti
     """
     check_available(kind)
     indices = [cell.index for cell in cells]
-    sweep.launcher = {"kind": kind, **asdict(options)}
+    sweep.launcher = options.launcher(kind)
     with sweep.editing() as now:
         for index in indices:
             now[index].status, now[index].error, now[index].job_id = "submitted", None, None

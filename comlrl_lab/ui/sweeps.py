@@ -14,7 +14,7 @@ sweep, so its curves fill in as cells finish. Nothing here trains.
 from __future__ import annotations
 
 import threading
-from dataclasses import asdict, fields
+from dataclasses import fields
 from pathlib import Path
 
 import streamlit as st
@@ -84,8 +84,7 @@ def board() -> SweepBoard:
 
 def submit_to_slurm(base_dir: Path, entries: list[str], *, seeds: int, options: cluster.ClusterOptions) -> str:
     """Make the sweep and submit its cells as one Slurm job array; the cluster runs them."""
-    launcher = {"kind": cluster.SLURM, **asdict(options)}
-    sweep = new_sweep(base_dir, entries, seeds=seeds, parallel=1, launcher=launcher)
+    sweep = new_sweep(base_dir, entries, seeds=seeds, parallel=1, launcher=options.launcher(cluster.SLURM))
     cluster.submit(sweep, sweep.cells, cluster.SLURM, options)
     return sweep.sweep_id
 
