@@ -565,3 +565,20 @@ def test_a_slurm_job_array_runs_its_cells_to_the_end_on_a_one_node_imitation_of_
     capsys.readouterr()
     assert main(["sweep", "status", str(sweep.sweep_dir)]) == 0
     assert capsys.readouterr().out.splitlines()[0] == f"sweep {sweep.sweep_id} (slurm): 2 cells, 2 finished"
+
+
+@pytest.mark.slow
+def test_a_cell_with_two_gpus_per_run_runs_under_torchrun_with_two_ranks(model_dir, tmp_path):
+    """--gpus-per-run 2: the job resumes its cell's run under torchrun over two ranks (gloo on this CPU machine)."""
+    runs = tmp_path / "runs"
+    spec = str(_spec_file(model_dir, tmp_path))
+    args = ["--grid", "dpo_beta=0.1", "--runs-root", str(runs), "--launcher", "submitit-local", "--gpus-per-run", "2"]
+    assert main(["sweep", spec, *args]) == 0
+    sweep = _only_sweep(runs)
+    _wait(lambda: Sweep.open(sweep.sweep_dir).cells[0].status in ("finished", "error"), 600, "the cell")
+    cell = Sweep.open(sweep.sweep_dir).cells[0]
+    log = (sweep.sweep_dir / "jobs" / f"{cell.job_id}_0_log.out").read_text()
+    assert cell.status == "finished", cell.error
+    assert f"finished: 2 ranks, results in {runs / cell.run_id}" in log
+    with RunStore(runs / cell.run_id / "run.duckdb", read_only=True) as store:
+        assert len(store.committed_phases(cell.run_id)) == 4
