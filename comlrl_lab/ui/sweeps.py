@@ -27,6 +27,7 @@ from comlrl_lab.ui.compare import RunEntry
 
 GRID_ROWS = 2
 THIS_SERVER, SLURM = "This server", "Slurm cluster"
+LAUNCHER_NAMES = {cluster.SLURM: "Slurm", cluster.SUBMITIT_LOCAL: "local submitit"}
 #: Seconds between looks at a sweep's progress: the board's is in memory, a cluster sweep's asks squeue.
 POLL_LOCAL_S, POLL_CLUSTER_S = 1.0, 5.0
 
@@ -259,7 +260,7 @@ def _progress(sweep_id: str) -> None:
         if kind != cluster.LOCAL:
             sweep_dir = services.runs_root() / SWEEPS_DIR / sweep_id
             st.caption(
-                f"Cells run as {kind} jobs. Each cell's job and round: `comlrl-lab sweep status {sweep_dir}`; "
+                f"Cells run as {LAUNCHER_NAMES.get(kind, kind)} jobs. Each cell's job and round: `comlrl-lab sweep status {sweep_dir}`; "
                 f"failed or lost cells go again with `comlrl-lab sweep --resume {sweep_dir}`."
             )
 
