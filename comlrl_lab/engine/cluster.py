@@ -289,9 +289,9 @@ def refuse_while_jobs_run(sweep: Sweep) -> None:
         raise ValueError(f"cells {active} still have cluster jobs queued or running; wait for them or cancel them")
 
 
-def resumable(sweep: Sweep, states: list[str] | None = None) -> list[SweepCell]:
+def resumable(sweep: Sweep) -> list[SweepCell]:
     """The cells ``sweep --resume`` submits again: failed, stopped, lost or never started."""
-    states = cell_states(sweep) if states is None else states
+    states = cell_states(sweep)
     return [c for c, s in zip(sweep.cells, states, strict=True) if s in ("pending", "error", "stopped", "lost")]
 
 

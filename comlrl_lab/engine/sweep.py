@@ -281,21 +281,17 @@ class Sweep:
     def unfinished(self) -> list[SweepCell]:
         return [cell for cell in self.cells if cell.status != "finished"]
 
-    def committed_phases(self, cell: SweepCell) -> list[str]:
-        """The phases the cell's run has committed (``round_NNNN_<phase>``), read from its snapshot folder, which
-        every process may read while another one writes the run."""
-        if cell.run_id is None:
-            return []
+    def phases_done(self, cell: SweepCell, total: int | None = None) -> int:
+        """Phases the cell's run has finished (all ``total`` of them once the cell has), counted in its snapshot
+        manifest, which every process may read while another one writes the run."""
+        total = self.cell_phases(cell) if total is None else total
+        if cell.status == "finished" or cell.run_id is None:
+            return total if cell.status == "finished" else 0
         try:
             data = json.loads((self.runs_root / cell.run_id / SNAPSHOT_MANIFEST).read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            return []
-        return sorted(data.get("phases", {})) if isinstance(data, dict) else []
-
-    def phases_done(self, cell: SweepCell, total: int | None = None) -> int:
-        """Phases the cell's run has finished (all ``total`` of them once the cell has)."""
-        total = self.cell_phases(cell) if total is None else total
-        return total if cell.status == "finished" else min(total, len(self.committed_phases(cell)))
+            return 0
+        return min(total, len(data.get("phases", {}))) if isinstance(data, dict) else 0
 
     def progress(self, states: list[str] | None = None) -> SweepProgress:
         """The sweep at a glance from its files alone, so any process can follow it: cells by state (``states``,
