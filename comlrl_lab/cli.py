@@ -1,5 +1,8 @@
 """Headless entry point: ``comlrl-lab run SPEC``, ``sweep SPEC --grid F=V1,V2``, ``export RUN_DIR``, ``import DIR``.
 
+``sweep --launcher slurm`` submits the grid as one Slurm job array and returns; ``sweep status SWEEP_DIR`` shows
+where each cell stands, and ``sweep --resume SWEEP_DIR`` resubmits the cells that failed or never started.
+
 ``run`` drives the same engine as the workbench, in the foreground, with a progress bar. ``--set FIELD=VALUE``
 overrides one config field of the spec, read by the field's codec as a spec file's text is. A run directory can
 be resumed with ``comlrl-lab run --resume RUN_DIR`` after a crash or a kill; it continues after the last
@@ -16,10 +19,13 @@ import re
 import sys
 import time
 import traceback
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
+from comlrl_lab.data.phases import PHASES
 from comlrl_lab.data.reward_distribution import DISTRIBUTION_DIR
 from comlrl_lab.engine import ExperimentSpec, InvalidTransition, RunManager
 from comlrl_lab.engine.run import STORE_FILE, run_data_parallel
@@ -110,22 +116,49 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The ``sweep`` options that only a cluster launcher reads.
+_CLUSTER_ARGS = ("partition", "time", "gpus_per_run", "cpus_per_run", "mem", "array_parallelism", "slurm_extra")
+
+
 def _sweep(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from comlrl_lab.engine.sweep import Sweep, SweepRunner, parse_grid
 
+    if args.spec == "status":
+        return _sweep_status(args)
     try:
+        if args.sweep_dir is not None:
+            raise ValueError(
+                f"unexpected argument {args.sweep_dir!r} (comlrl-lab sweep status SWEEP_DIR shows a sweep)"
+            )
         if args.resume:
             if args.spec or args.grid or args.set:
                 raise ValueError("--resume continues a sweep as it was made; give no SPEC, --grid or --set with it")
             sweep = Sweep.open(args.resume)
+            launcher = args.launcher or sweep.launcher.get("kind", "local")
+            options = _cluster_options(args, launcher, sweep.launcher)
         else:
             spec = _load_spec(args)
             if spec is None:
                 raise ValueError("give a SPEC file or --resume SWEEP_DIR")
+            launcher = args.launcher or "local"
+            options = _cluster_options(args, launcher, {})
             grid = parse_grid(spec.config_class, args.grid)
-            sweep = Sweep.create(spec, grid, seeds=args.seeds, runs_root=args.runs_root, parallel=args.parallel or 1)
+            sweep = Sweep.create(
+                spec,
+                grid,
+                seeds=args.seeds,
+                runs_root=args.runs_root,
+                parallel=args.parallel or 1,
+                launcher=None if options is None else options.launcher(launcher),
+            )
+        if options is not None:
+            return _submit_sweep(sweep, launcher, options, resumed=bool(args.resume))
+        if sweep.launcher.get("kind", "local") != "local":
+            from comlrl_lab.engine import cluster
+
+            cluster.refuse_while_jobs_run(sweep)
     except (ValueError, FileNotFoundError) as error:
         print(f"comlrl-lab sweep: {error}", file=sys.stderr)
         return 2
@@ -155,6 +188,86 @@ def _sweep(args: argparse.Namespace) -> int:
         f"{progress.finished}/{progress.cells} cells finished, {progress.errors} failed; tag {sweep.tag}; manifest {sweep.sweep_dir}"
     )
     return 0 if progress.finished == progress.cells else 1
+
+
+def _cluster_options(args: argparse.Namespace, launcher: str, stored: dict[str, Any]) -> Any:
+    """The cluster options of a submitit launcher (those given over ``stored``, a resumed sweep's), or None for
+    the local one, which refuses them."""
+    from comlrl_lab.engine import cluster
+
+    cluster.check_available(launcher)
+    given = [name for name in _CLUSTER_ARGS if getattr(args, name) not in (None, [])]
+    if launcher == cluster.LOCAL:
+        if given:
+            flags = ", ".join("--" + name.replace("_", "-") for name in given)
+            raise ValueError(f"{flags} apply to a cluster launcher: add --launcher slurm (or submitit-local)")
+        return None
+    if args.parallel is not None:
+        raise ValueError("--parallel is for --launcher local; a job array runs --array-parallelism cells at once")
+    values = asdict(cluster.ClusterOptions.from_dict(stored)) if stored.get("kind", "local") != "local" else {}
+    values.update({name: getattr(args, name) for name in given if name != "slurm_extra"})
+    if args.slurm_extra:
+        values["extra"] = {**values.get("extra", {}), **cluster.parse_extra(args.slurm_extra)}
+    return cluster.ClusterOptions(**values)
+
+
+def _submit_sweep(sweep: Any, launcher: str, options: Any, *, resumed: bool) -> int:
+    """Hand the sweep's cells (on resume: the failed, lost and never started ones) to the cluster, and return."""
+    from comlrl_lab.engine import cluster
+
+    cells = cluster.resumable(sweep) if resumed else list(sweep.cells)
+    if not cells:
+        print(
+            f"sweep {sweep.sweep_id}: no cell to submit (all finished, queued or running); see comlrl-lab sweep status {sweep.sweep_dir}"
+        )
+        return 0
+    try:
+        job_ids = cluster.submit(sweep, cells, launcher, options)
+    except Exception as error:
+        print(f"comlrl-lab sweep: the submission failed: {describe_error(error)}", file=sys.stderr)
+        return 1
+    print(
+        f"sweep {sweep.sweep_id}: submitted {len(cells)} of {len(sweep.cells)} cells ({launcher}), jobs "
+        f"{', '.join(job_ids)}; logs in {sweep.sweep_dir / cluster.JOBS_DIR}"
+    )
+    print(f"follow it with: comlrl-lab sweep status {sweep.sweep_dir}")
+    return 0
+
+
+def _sweep_status(args: argparse.Namespace) -> int:
+    """``sweep status SWEEP_DIR``: each cell's state, job id, last round and run."""
+    from comlrl_lab.engine import cluster
+    from comlrl_lab.engine.sweep import Sweep
+
+    if args.sweep_dir is None:
+        print("comlrl-lab sweep status: give the SWEEP_DIR", file=sys.stderr)
+        return 2
+    sweep = Sweep.open(args.sweep_dir)
+    try:
+        states = cluster.cell_states(sweep)
+    except RuntimeError as error:
+        print(f"note: {error}; queued cells are shown as the manifest has them", file=sys.stderr)
+        states = cluster.cell_states(sweep, strict=False)
+    order = ("finished", "running", "requeued", "submitted", "pending", "stopped", "lost", "error")
+    counts = ", ".join(f"{states.count(s)} {s}" for s in order if s in states)
+    print(f"sweep {sweep.sweep_id} ({sweep.launcher.get('kind', 'local')}): {len(states)} cells, {counts}")
+    rows = [("cell", "state", "job", "round", "phases", "run", "settings")]
+    for cell, state in zip(sweep.cells, states, strict=True):
+        total = sweep.cell_phases(cell)
+        done = sweep.phases_done(cell, total)
+        # Phases commit in order, so the last round with a committed phase is the count's round.
+        rounds = f"{-(-done // len(PHASES))}/{total // len(PHASES)}"
+        settings = " ".join(f"{k}={v}" for k, v in cell.overrides.items())
+        rows.append(
+            (str(cell.index), state, cell.job_id or "-", rounds, f"{done}/{total}", cell.run_id or "-", settings)
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print("  ".join(value.ljust(width) for value, width in zip(row, widths)) + "  " + row[-1])
+    for cell, state in zip(sweep.cells, states, strict=True):
+        if state == "error" and cell.error:
+            print(f"cell {cell.index}: {cell.error}", file=sys.stderr)
+    return 0
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -204,7 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_run)
 
     sweep = sub.add_parser("sweep", help="run a grid of experiments, each cell a run directory with the sweep's tag")
-    sweep.add_argument("spec", nargs="?", help="base experiment spec file (.yaml/.yml/.json)")
+    sweep.add_argument("spec", nargs="?", help="base experiment spec file (.yaml/.yml/.json), or: status SWEEP_DIR")
+    sweep.add_argument("sweep_dir", nargs="?", help=argparse.SUPPRESS)
     sweep.add_argument(
         "--grid", action="append", default=[], metavar="FIELD=V1,V2", help="a config field and its values (repeatable)"
     )
@@ -215,6 +329,22 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--rounds", type=int, help="override num_iterations")
     sweep.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help=SET_HELP)
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+    sweep.add_argument(
+        "--launcher",
+        choices=("local", "slurm", "submitit-local"),
+        help="local: cells run here, --parallel at a time (default; on --resume, the sweep's own); slurm: submit "
+        "one job array through submitit and return; submitit-local: the same jobs as processes on this machine",
+    )
+    slurm = sweep.add_argument_group("cluster launchers (slurm, submitit-local)")
+    slurm.add_argument("--partition", help="Slurm partition")
+    slurm.add_argument("--time", help="time limit per job, e.g. 240, 4:00:00 or 1-00:00:00 (default 4:00:00)")
+    slurm.add_argument("--gpus-per-run", type=int, help="GPUs per cell; above 1 the cell runs under torchrun")
+    slurm.add_argument("--cpus-per-run", type=int, help="CPU cores per cell")
+    slurm.add_argument("--mem", help="memory per cell, e.g. 64G")
+    slurm.add_argument("--array-parallelism", type=int, help="cells running at once (default: all)")
+    slurm.add_argument(
+        "--slurm-extra", action="append", default=[], metavar="KEY=VALUE", help="any other sbatch option (repeatable)"
+    )
     sweep.set_defaults(func=_sweep)
 
     export = sub.add_parser("export", help="export a run's pairs or round files")

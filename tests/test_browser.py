@@ -3,8 +3,9 @@
 Open the app, pick the tiny model and a built-in task, set up MADPOIter with a history comparator and
 lambda_decay, run two rounds; while a training phase runs, switch pages and time how long each one takes to
 draw; open a pair and see both sides; move λ and see the weights change; export Parquet and read the file
-back; on the Compare page, run a 2 x 2 grid (two replay modes, two seeds) from that run and see it compared;
-archive one of its runs from Setup's run list.
+back; on the Compare page, run a 2 x 2 grid (two replay modes, two seeds) from that run and see it compared, then
+submit the same grid to Slurm (``fake_slurm.py`` runs the job array here) and see the page fill in; archive one of
+the runs from Setup's run list.
 Screenshots of every page and the measured page-switch latencies go to ``test-artifacts/``.
 
 Each step is its own test, run in file order on one page that the next step continues from; once a step fails,
@@ -18,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -27,6 +29,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from urllib.parse import parse_qs, urlparse
 
+import fake_slurm
 import pandas as pd
 import pytest
 from workbench_fixtures import agent_model
@@ -68,8 +71,10 @@ def server(tmp_path_factory):
     """``streamlit run app.py`` on a free local port with an empty runs folder; stopped by its PID after."""
     tmp = tmp_path_factory.mktemp("browser")
     port = _free_port()
+    slurm_bin = fake_slurm.install(tmp / "slurm", run_jobs=True)  # so Run a grid offers Slurm, run on this machine
     env = dict(
         os.environ,
+        PATH=f"{slurm_bin}{os.pathsep}{os.environ['PATH']}",
         COMLRL_LAB_RUNS_DIR=str(tmp / "runs"),
         XDG_CONFIG_HOME=str(tmp / "xdg-config"),
         XDG_CACHE_HOME=str(tmp / "xdg-cache"),
@@ -161,6 +166,14 @@ def fill_number(page, widget_key: str, value) -> None:
     box.fill(str(value))
     box.press("Enter")
     settle(page)
+
+
+def fill_form(page, *values: tuple[str, str]) -> None:
+    """Type each (widget key, text) into a form's inputs; inside a form Enter would submit it, so Tab commits each."""
+    for widget_key, text in values:
+        box = page.locator(f"{key(widget_key)} input")
+        box.fill(text)
+        box.press("Tab")
 
 
 def choose(page, widget_key: str, option: str | int) -> None:
@@ -530,16 +543,13 @@ def test_compare_page_runs_a_2x2_grid_and_shows_it(server, browser_page):
                     raise
                 page.keyboard.press("Escape")
         settle(page)
-    # Inside a form, Enter would submit it: Tab commits each value instead.
-    for widget_key, text in (
+    fill_form(
+        page,
         (state.sweep_values_key(0), "current,all_history"),  # λ belongs to lambda_decay, so the grid drops it
         (state.sweep_values_key(1), "none"),
         (state.SWEEP_SEEDS, "2"),
         (state.SWEEP_PARALLEL, "2"),
-    ):
-        box = page.locator(f"{key(widget_key)} input")
-        box.fill(text)
-        box.press("Tab")
+    )
     page.locator(f"{key(state.SWEEP_START)} button").click()
     settle(page)
     page.get_by_text("The sweep has finished").wait_for(timeout=900_000)
@@ -551,6 +561,41 @@ def test_compare_page_runs_a_2x2_grid_and_shows_it(server, browser_page):
     page.wait_for_selector("[data-testid='stPlotlyChart']")
     assert page.locator("[data-testid='stPlotlyChart']").count() >= 3  # curves, gaps, winner side
     shoot(page, "08-compare")
+
+
+def test_compare_page_submits_a_grid_to_slurm_and_follows_it_as_it_fills_in(server, browser_page):
+    """The same grid through the Slurm launcher (tests/fake_slurm.py runs the job array here): the page shows the
+    cells queued, running and finished as the jobs commit them, and then the grid compared."""
+    page = browser_page
+    page.locator(f"{key(state.SWEEP_LAUNCHER)} label").filter(has_text="Slurm cluster").click()
+    settle(page)
+    fill_form(
+        page,
+        (state.sweep_values_key(0), "current,all_history"),
+        (state.sweep_values_key(1), "none"),
+        (state.SWEEP_SEEDS, "2"),
+        (state.SWEEP_PARALLEL, "2"),
+        (state.SWEEP_TIME, "30"),
+        (state.SWEEP_GPUS, "0"),
+    )
+    page.locator(f"{key(state.SWEEP_START)} button").click()
+    settle(page)
+    sweeps = server["tmp"] / "runs" / "_sweeps"
+    (sweep_dir,) = (
+        p for p in sweeps.iterdir() if json.loads((p / "sweep.json").read_text())["launcher"]["kind"] == "slurm"
+    )
+    # Part way: some cells finished, the others running or queued; the page has drawn the finished ones.
+    page.get_by_text(re.compile(r"[123]/4 runs finished")).first.wait_for(timeout=900_000)
+    settle(page)
+    shoot(page, "10-compare-slurm-filling-in")
+    page.get_by_text("The sweep has finished").wait_for(timeout=900_000)
+    settle(page)
+    manifest = json.loads((sweep_dir / "sweep.json").read_text())
+    assert [(c["status"], c["job_id"]) for c in manifest["cells"]] == [("finished", f"4242_{i}") for i in range(4)]
+    assert page.locator(key(state.COMPARE_TAGS)).get_by_text(sweep_dir.name).count() >= 1
+    assert page.get_by_text("comlrl-lab sweep status").count() >= 1
+    page.wait_for_selector("[data-testid='stPlotlyChart']")
+    shoot(page, "11-compare-slurm")
 
 
 def test_setup_run_list_archives_a_run_behind_the_confirmation(server, browser_page):

@@ -1,25 +1,31 @@
 """Sweeps: a grid of config values x seeds, each cell a normal run directory, run K at a time and resumable.
 
-A sweep lives in ``<runs folder>/_sweeps/<sweep id>/sweep.json`` (the manifest: the base spec, the grid, the seeds
-and every cell with its overrides, run id and state). Each cell is an ordinary run in ``<runs folder>/<run id>``,
+A sweep lives in ``<runs folder>/_sweeps/<sweep id>/sweep.json`` (the manifest: the base spec, the grid, the seeds,
+the launcher and every cell with its overrides, run id and state). Each cell is an ordinary run in ``<runs folder>/<run id>``,
 made by ``Run.create`` like any other, whose spec carries the sweep id in ``tags``, so the workbench, the CLI and
 notebooks read it as they read any run. ``SweepRunner`` steps the cells through a ``RunManager`` (the workbench's
 own, or one of its own in the CLI), at most ``parallel`` at a time, and writes the manifest after every change of
 state; ``Sweep.open`` + ``SweepRunner`` finishes an interrupted sweep, resuming a started cell from its checkpoint.
+Cells run as cluster jobs (``cluster.py``) change only their own cell, through ``Sweep.editing`` (a file lock
+around reading, changing and writing the manifest), so any number of jobs can finish at once.
 
 This module does not parse the command line and draws nothing: ``cli.py`` and the pages call it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import json
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock
 
 from comlrl_lab.engine.manager import RunManager
 from comlrl_lab.engine.spec import ExperimentSpec
@@ -31,6 +37,11 @@ from comlrl_lab.trainers.preference.fields import decode, field_specs
 
 SWEEPS_DIR = "_sweeps"
 MANIFEST_FILE = "sweep.json"
+LOCK_FILE = "sweep.json.lock"
+#: Where a run writes its Parquet snapshots, and the file there that lists its committed phases (store/export.py).
+SNAPSHOT_MANIFEST = Path("snapshots") / "_manifest.json"
+#: Cell states of work under way: a job queued (submitted, or requeued after a pre-emption or time-out) or running.
+ACTIVE_STATES = ("submitted", "running", "requeued")
 
 
 # Grid parsing ----------------------------------------------------------------------------------------------------
@@ -84,9 +95,12 @@ class SweepCell:
     index: int
     overrides: dict[str, Any]
     run_id: str | None = None
-    # pending | running | finished | stopped | error; all but finished are work that a resume picks up.
+    # pending | submitted | running | requeued | finished | stopped | error; a resume picks up all but finished
+    # (and, for cluster jobs, all but those whose job is still queued or running: cluster.py).
     status: str = "pending"
     error: str | None = None
+    job_id: str | None = None  # the cluster job that runs (or last ran) the cell; None for the local launcher
+    attempts: int = 0  # job starts of the cell: a requeue or a resubmission after a lost job adds one
 
 
 @dataclass
@@ -100,6 +114,8 @@ class Sweep:
     seeds: list[int]
     parallel: int = 1
     cells: list[SweepCell] = field(default_factory=list)
+    # How the cells run: {"kind": "local"} (threads of one process) or a cluster launcher with its options.
+    launcher: dict[str, Any] = field(default_factory=lambda: {"kind": "local"})
 
     @property
     def runs_root(self) -> Path:
@@ -119,6 +135,7 @@ class Sweep:
         runs_root: str | Path,
         parallel: int = 1,
         name: str | None = None,
+        launcher: dict[str, Any] | None = None,
     ) -> Sweep:
         """Validate every cell's config (CoMLRL's messages), then write the manifest; no run starts here."""
         if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
@@ -132,6 +149,7 @@ class Sweep:
         seed_values = [base_seed + offset for offset in range(seeds)]
         sweep_id = new_run_id(name or spec.name, prefix="sweep")
         sweep = cls(Path(runs_root) / SWEEPS_DIR / sweep_id, sweep_id, copy.deepcopy(spec), grid, seed_values, parallel)
+        sweep.launcher = dict(launcher or {"kind": "local"})
         names = list(grid)
         for index, combo in enumerate(itertools.product(*(grid[n] for n in names), seed_values)):
             overrides = dict(zip([*names, "seed"], combo, strict=True))
@@ -157,6 +175,7 @@ class Sweep:
             list(data["seeds"]),
             int(data.get("parallel", 1)),
             [SweepCell(**cell) for cell in data["cells"]],
+            dict(data.get("launcher", {"kind": "local"})),
         )
 
     def save(self) -> None:
@@ -167,11 +186,22 @@ class Sweep:
             "grid": self.grid,
             "seeds": self.seeds,
             "parallel": self.parallel,
+            "launcher": self.launcher,
             "cells": [asdict(cell) for cell in self.cells],
         }
         tmp = self.sweep_dir / (MANIFEST_FILE + ".tmp")
         tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
         tmp.replace(self.sweep_dir / MANIFEST_FILE)
+
+    @contextlib.contextmanager
+    def editing(self, timeout: float = -1) -> Iterator[list[SweepCell]]:
+        """The cells as they are on disk now, to change in place; saved on exit. Under the manifest's file lock, so
+        jobs in other processes (or on other nodes) that finish at once each keep their change; ``timeout``
+        seconds (forever when negative) before ``filelock.Timeout``."""
+        with FileLock(self.sweep_dir / LOCK_FILE, timeout=timeout):
+            self.cells = Sweep.open(self.sweep_dir).cells
+            yield self.cells
+            self.save()
 
     def cell_spec(self, cell: SweepCell) -> ExperimentSpec:
         """The experiment of one cell: the base spec with the cell's overrides and the sweep's tag."""
@@ -190,6 +220,36 @@ class Sweep:
     @property
     def unfinished(self) -> list[SweepCell]:
         return [cell for cell in self.cells if cell.status != "finished"]
+
+    def phases_done(self, cell: SweepCell, total: int | None = None) -> int:
+        """Phases the cell's run has finished (all ``total`` of them once the cell has), counted in its snapshot
+        manifest, which every process may read while another one writes the run."""
+        total = self.cell_phases(cell) if total is None else total
+        if cell.status == "finished" or cell.run_id is None:
+            return total if cell.status == "finished" else 0
+        try:
+            data = json.loads((self.runs_root / cell.run_id / SNAPSHOT_MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return 0
+        return min(total, len(data.get("phases", {}))) if isinstance(data, dict) else 0
+
+    def progress(self, states: list[str] | None = None) -> SweepProgress:
+        """The sweep at a glance from its files alone, so any process can follow it: cells by state (``states``,
+        one per cell, where the caller knows more than the manifest, e.g. that a job was lost), phases done from
+        the runs' snapshots."""
+        states = [c.status for c in self.cells] if states is None else states
+        phases = [self.cell_phases(c) for c in self.cells]
+        done = [self.phases_done(c, total) for c, total in zip(self.cells, phases, strict=True)]
+        return SweepProgress(
+            sweep_id=self.sweep_id,
+            cells=len(self.cells),
+            finished=states.count("finished"),
+            running=states.count("running"),
+            errors=states.count("error"),
+            phases_done=sum(done),
+            phases_total=sum(phases),
+            busy=any(s in ACTIVE_STATES for s in states),
+        )
 
 
 # Running ---------------------------------------------------------------------------------------------------------

@@ -136,7 +136,7 @@ COMPARE_GAPS_CHART = "compare.gaps_chart"
 COMPARE_SIDES_CHART = "compare.sides_chart"
 
 # Sweeps ("Run a grid" on the Compare page)
-SWEEP_ID = "sweep.id"  # the sweep this session started
+SWEEP_ID = "sweep.id"  # the sweep this session follows: started here, or opened
 SWEEP_OPEN = "sweep.open"
 SWEEP_BASE = "sweep.base"
 SWEEP_FORM = "sweep.form"
@@ -144,6 +144,10 @@ SWEEP_START = "sweep.start"
 SWEEP_SEEDS = "sweep.seeds"
 SWEEP_PARALLEL = "sweep.parallel"
 SWEEP_STOP = "sweep.stop"
+SWEEP_LAUNCHER = "sweep.launcher"  # offered only where Slurm can be reached
+SWEEP_PARTITION = "sweep.partition"
+SWEEP_TIME = "sweep.time"
+SWEEP_GPUS = "sweep.gpus"
 
 # Data page
 DATA_TAB = "data.tab"

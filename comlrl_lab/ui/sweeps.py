@@ -3,8 +3,12 @@
 A ``SweepBoard`` (one per server, ``st.cache_resource``) starts ``engine.sweep.SweepRunner``s on the workspace's own
 ``RunManager``, so every cell is also an ordinary run that the other pages open. The panel takes a past run as the
 base experiment, up to two config fields with their values (typed by the field, as ``comlrl-lab sweep --grid``
-does), a number of seeds and how many cells run at once; while the sweep runs, a fragment polls its progress, and
-the Compare page's tag filter is set to the sweep, so its curves fill in as cells finish. Nothing here trains.
+does), a number of seeds and how many cells run at once. Where Slurm can be reached (submitit installed, ``sbatch``
+and ``srun`` on PATH) it also offers the Slurm launcher, which submits the cells as one job array
+(``engine.cluster``) and leaves them to the cluster. The sweep a session started or opened is followed by a
+fragment that polls its progress (the board's, or for any other sweep its manifest and its runs' snapshots, the
+files a sweep run elsewhere leaves in the shared runs folder), and the Compare page's tag filter is set to the
+sweep, so its curves fill in as cells finish. Nothing here trains.
 """
 
 from __future__ import annotations
@@ -15,13 +19,28 @@ from pathlib import Path
 
 import streamlit as st
 
-from comlrl_lab.engine import ExperimentSpec
+from comlrl_lab.engine import ExperimentSpec, cluster
 from comlrl_lab.engine.run import SPEC_FILE
 from comlrl_lab.engine.sweep import MANIFEST_FILE, SWEEPS_DIR, Sweep, SweepProgress, SweepRunner, parse_grid
 from comlrl_lab.ui import services, state
 from comlrl_lab.ui.compare import RunEntry
 
 GRID_ROWS = 2
+THIS_SERVER, SLURM = "This server", "Slurm cluster"
+LAUNCHER_NAMES = {cluster.SLURM: "Slurm", cluster.SUBMITIT_LOCAL: "local submitit"}
+#: Seconds between looks at a sweep's progress: the board's is in memory, a cluster sweep's asks squeue.
+POLL_LOCAL_S, POLL_CLUSTER_S = 1.0, 5.0
+
+
+def new_sweep(base_dir: Path, entries: list[str], *, seeds: int, parallel: int, launcher: dict | None = None) -> Sweep:
+    """The sweep of ``entries`` over a past run's spec, written to the workspace (every cell's config checked first,
+    CoMLRL's messages); nothing runs yet."""
+    spec = ExperimentSpec.load(base_dir / SPEC_FILE)
+    spec.tags = []  # the base run's own tags (an earlier sweep's) must not mark the new cells
+    grid = parse_grid(spec.config_class, entries)
+    return Sweep.create(
+        spec, grid, seeds=seeds, runs_root=services.workspace().root, parallel=parallel, launcher=launcher
+    )
 
 
 class SweepBoard:
@@ -32,13 +51,9 @@ class SweepBoard:
         self._lock = threading.Lock()
 
     def start(self, base_dir: Path, entries: list[str], *, seeds: int, parallel: int) -> str:
-        """Make the sweep (every cell's config checked first, CoMLRL's messages) and start it in the background."""
-        ws = services.workspace()
-        spec = ExperimentSpec.load(base_dir / SPEC_FILE)
-        spec.tags = []  # the base run's own tags (an earlier sweep's) must not mark the new cells
-        grid = parse_grid(spec.config_class, entries)
-        sweep = Sweep.create(spec, grid, seeds=seeds, runs_root=ws.root, parallel=parallel)
-        runner = SweepRunner(sweep, ws.manager)
+        """Make the sweep and start it in the background, on this server."""
+        sweep = new_sweep(base_dir, entries, seeds=seeds, parallel=parallel)
+        runner = SweepRunner(sweep, services.workspace().manager)
         with self._lock:
             self._runners[sweep.sweep_id] = runner
         runner.start()
@@ -68,12 +83,16 @@ def board() -> SweepBoard:
     return _board(str(services.runs_root()))
 
 
+def submit_to_slurm(base_dir: Path, entries: list[str], *, seeds: int, options: cluster.ClusterOptions) -> str:
+    """Make the sweep and submit its cells as one Slurm job array; the cluster runs them."""
+    sweep = new_sweep(base_dir, entries, seeds=seeds, parallel=1, launcher=options.launcher(cluster.SLURM))
+    cluster.submit(sweep, sweep.cells, cluster.SLURM, options)
+    return sweep.sweep_id
+
+
 def grid_panel(entries: list[RunEntry]) -> None:
-    """The "Run a grid" form and, once started, the live progress of the sweep this session started."""
+    """The "Run a grid" form: a base run, up to two fields with their values, seeds, and where the cells run."""
     with st.expander("Run a grid", icon=":material/grid_view:", expanded=state.SWEEP_ID in st.session_state):
-        sweep_id = st.session_state.get(state.SWEEP_ID)
-        if sweep_id is not None and board().progress(sweep_id) is not None:
-            _progress(sweep_id)
         if not entries:
             st.caption("Create a run on the Setup page first: a grid varies a past run's settings.")
             return
@@ -86,6 +105,17 @@ def grid_panel(entries: list[RunEntry]) -> None:
             index=ids.index(current) if current in ids else 0,
             key=state.SWEEP_BASE,
             help="Its spec is copied into every cell; the grid overrides the fields below.",
+        )
+        on_slurm = cluster.slurm_available() and (
+            st.radio(
+                "Launcher",
+                [THIS_SERVER, SLURM],
+                key=state.SWEEP_LAUNCHER,
+                horizontal=True,
+                help="Slurm submits one job array, a job per cell, and returns; the cells fill this page in as "
+                "they finish, read from the shared runs folder.",
+            )
+            == SLURM
         )
         with st.form(state.SWEEP_FORM, border=False):
             names = sorted(f.name for f in fields(ExperimentSpec.load(by_id[base].run_dir / SPEC_FILE).config_class))
@@ -105,25 +135,57 @@ def grid_panel(entries: list[RunEntry]) -> None:
             left, right = st.columns(2)
             seeds = left.number_input("Seeds", min_value=1, max_value=20, value=2, key=state.SWEEP_SEEDS)
             parallel = right.number_input("Runs at once", min_value=1, max_value=8, value=1, key=state.SWEEP_PARALLEL)
+            if on_slurm:
+                options = _slurm_fields()
             submitted = st.form_submit_button(
-                "Run the grid", key=state.SWEEP_START, type="primary", icon=":material/play_arrow:"
+                "Submit the grid" if on_slurm else "Run the grid",
+                key=state.SWEEP_START,
+                type="primary",
+                icon=":material/play_arrow:",
             )
         if submitted:
             if not rows:
                 st.error("Choose at least one field and its values.")
                 return
             try:
-                new_id = board().start(by_id[base].run_dir, rows, seeds=int(seeds), parallel=int(parallel))
+                if on_slurm:
+                    new_id = submit_to_slurm(
+                        by_id[base].run_dir,
+                        rows,
+                        seeds=int(seeds),
+                        options=cluster.ClusterOptions(**options, array_parallelism=int(parallel)),
+                    )
+                else:
+                    new_id = board().start(by_id[base].run_dir, rows, seeds=int(seeds), parallel=int(parallel))
             except (ValueError, FileNotFoundError) as error:
                 st.error(str(error))
                 return
-            st.session_state[state.SWEEP_ID] = new_id
-            show_sweep(new_id)
+            except RuntimeError as error:  # sbatch refused the array: its message
+                st.error(f"The submission failed: {error}")
+                return
+            follow(new_id)
             st.rerun()
 
 
+def _slurm_fields() -> dict:
+    """The Slurm options the form asks for; the CLI takes the rest (``comlrl-lab sweep --help``)."""
+    left, middle, right = st.columns(3)
+    default = cluster.ClusterOptions()
+    return {
+        "partition": left.text_input("Partition", key=state.SWEEP_PARTITION, placeholder="the cluster's default")
+        or None,
+        "time": middle.text_input("Time limit per job", value=default.time, key=state.SWEEP_TIME),
+        "gpus_per_run": int(
+            right.number_input(
+                "GPUs per run", min_value=0, max_value=8, value=default.gpus_per_run, key=state.SWEEP_GPUS
+            )
+        ),
+    }
+
+
 def sweep_picker() -> None:
-    """Open a sweep (started here or by ``comlrl-lab sweep``) in the Compare page: its tag becomes the filter."""
+    """Open a sweep (started here, by ``comlrl-lab sweep``, or on a cluster) in the Compare page: its tag becomes
+    the filter, and the sweep is followed as it fills in."""
     folder = services.runs_root() / SWEEPS_DIR
     found = (
         sorted((p.name for p in folder.iterdir() if (p / MANIFEST_FILE).is_file()), reverse=True)
@@ -138,10 +200,17 @@ def sweep_picker() -> None:
         index=None,
         key=state.SWEEP_OPEN,
         placeholder="Show the runs of a sweep",
-        on_change=lambda: (
-            show_sweep(st.session_state[state.SWEEP_OPEN]) if st.session_state[state.SWEEP_OPEN] else None
-        ),
+        on_change=lambda: follow(st.session_state[state.SWEEP_OPEN]) if st.session_state[state.SWEEP_OPEN] else None,
     )
+    sweep_id = st.session_state.get(state.SWEEP_ID)
+    if sweep_id is not None and (folder / sweep_id / MANIFEST_FILE).is_file():
+        _progress(sweep_id)
+
+
+def follow(sweep_id: str) -> None:
+    """Follow the sweep: its progress below the picker, and the Compare page's filters on its runs."""
+    st.session_state[state.SWEEP_ID] = sweep_id
+    show_sweep(sweep_id)
 
 
 def show_sweep(sweep_id: str) -> None:
@@ -151,26 +220,48 @@ def show_sweep(sweep_id: str) -> None:
     st.session_state[state.COMPARE_TASKS] = []
 
 
-def _progress(sweep_id: str) -> None:
-    started = board().progress(sweep_id)
+def sweep_status(sweep_id: str) -> tuple[SweepProgress, dict[str, int], str]:
+    """Where the sweep stands: from this server's runner when it runs here, else from its files (the manifest and
+    the runs' snapshots), for a sweep of the command line or of a cluster. Also the count of each cell state and
+    the launcher's kind."""
+    live = board().progress(sweep_id)
+    if live is not None:
+        return live, {}, cluster.LOCAL
+    sweep = Sweep.open(services.runs_root() / SWEEPS_DIR / sweep_id)
+    states = cluster.cell_states(sweep, strict=False)
+    return sweep.progress(states), {s: states.count(s) for s in states}, sweep.launcher.get("kind", cluster.LOCAL)
 
-    @st.fragment(run_every=1.0 if started is not None and started.busy else None)
+
+def _progress(sweep_id: str) -> None:
+    started, _, kind = sweep_status(sweep_id)
+
+    @st.fragment(run_every=(POLL_LOCAL_S if kind == cluster.LOCAL else POLL_CLUSTER_S) if started.busy else None)
     def panel() -> None:
-        now = board().progress(sweep_id)
-        if now is None:
-            return
-        if started is not None and (now.finished, now.busy) != (started.finished, started.busy):
+        now, counts, _ = sweep_status(sweep_id)
+        if (now.finished, now.busy) != (started.finished, started.busy):
             st.rerun()  # a cell finished: its runs and curves join the page
         text = f"Sweep `{sweep_id}`: {now.finished}/{now.cells} runs finished"
         if now.running:
             text += f", {now.running} running"
+        queued = counts.get("submitted", 0) + counts.get("requeued", 0)
+        if queued:
+            text += f", {queued} queued"
+        if counts.get("lost"):
+            text += f", {counts['lost']} lost"
         if now.errors:
             text += f", {now.errors} failed"
         st.progress(now.fraction, text=text)
-        if now.busy:
+        live = board().progress(sweep_id) is not None
+        if now.busy and live:
             if st.button("Stop the sweep", key=state.SWEEP_STOP, icon=":material/stop:"):
                 board().stop(sweep_id)
         elif now.finished == now.cells:
             st.success("The sweep has finished: the Compare page shows its runs.", icon=":material/check:")
+        if kind != cluster.LOCAL:
+            sweep_dir = services.runs_root() / SWEEPS_DIR / sweep_id
+            st.caption(
+                f"Cells run as {LAUNCHER_NAMES.get(kind, kind)} jobs. Each cell's job and round: `comlrl-lab sweep status {sweep_dir}`; "
+                f"failed or lost cells go again with `comlrl-lab sweep --resume {sweep_dir}`."
+            )
 
     panel()
