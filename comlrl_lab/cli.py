@@ -25,10 +25,10 @@ from typing import Any
 
 import duckdb
 
-from comlrl_lab.data.phases import PHASES
 from comlrl_lab.data.reward_distribution import DISTRIBUTION_DIR
 from comlrl_lab.engine import ExperimentSpec, InvalidTransition, RunManager
 from comlrl_lab.engine.run import STORE_FILE, run_data_parallel
+from comlrl_lab.names.phases import PHASES
 from comlrl_lab.store import RunStore
 from comlrl_lab.store.export import (
     EXPORT_FORMATS,
