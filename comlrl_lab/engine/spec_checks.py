@@ -53,8 +53,12 @@ def read_spec_file(path: str | Path) -> tuple[dict[str, Any], str]:
     if path.suffix.lower() in (".yaml", ".yml"):
         import yaml
 
+        from comlrl_lab.engine.bounded_yaml import SpecBoundError, load_yaml
+
         try:
-            data = yaml.safe_load(text)
+            data = load_yaml(text, path)
+        except SpecBoundError as error:
+            raise SpecError(str(error)) from None
         except yaml.MarkedYAMLError as error:
             mark = error.problem_mark or error.context_mark
             where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
@@ -62,10 +66,17 @@ def read_spec_file(path: str | Path) -> tuple[dict[str, Any], str]:
         except yaml.YAMLError as error:
             raise SpecError(f"{path}: YAML error: {error}") from None
     else:
+        from comlrl_lab.engine.bounded_yaml import MAX_DEPTH, SpecBoundError, check_depth
+
         try:
             data = json.loads(text)
+            check_depth(data, path)
         except json.JSONDecodeError as error:
             raise SpecError(f"{path}:{error.lineno}:{error.colno}: JSON syntax error: {error.msg}") from None
+        except RecursionError:
+            raise SpecError(f"{path}: the spec is nested deeper than {MAX_DEPTH} levels") from None
+        except SpecBoundError as error:
+            raise SpecError(str(error)) from None
     if not isinstance(data, dict):
         raise SpecError(f"{path}: an experiment spec must be a mapping of keys, got {type(data).__name__}")
     return data, text
@@ -128,7 +139,7 @@ def locate(path: Path, text: str, error: Exception, names: Iterable[str]) -> Spe
 def preflight(spec: Any) -> None:
     """Check what the spec names on this machine: the task with its module and data files, model paths, devices."""
     from comlrl_lab.engine.spec import resolve_task
-    from comlrl_lab.models.loading import resolve_model_source
+    from comlrl_lab.models.loading import check_available, resolve_model_source
     from comlrl_lab.trainers.preference.devices import resolve_layout
 
     config = spec.build_config()
@@ -140,6 +151,7 @@ def preflight(spec: Any) -> None:
         source = resolve_model_source(model)
         if source.startswith((".", "~", "/")) and not Path(source).exists():
             raise ValueError(f"agent_models: {model!r} is not a folder on this machine (no such path)")
+        check_available(model, "agent_models:")
     count = 1 if getattr(config, "collaboration_mode", "") == "centralized" else int(config.num_agents)
     resolve_layout(config, count, model_config=spec.model_config)
 
