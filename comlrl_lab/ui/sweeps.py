@@ -17,7 +17,16 @@ import streamlit as st
 
 from comlrl_lab.engine import ExperimentSpec
 from comlrl_lab.engine.run import SPEC_FILE
-from comlrl_lab.engine.sweep import MANIFEST_FILE, SWEEPS_DIR, Sweep, SweepProgress, SweepRunner, parse_grid
+from comlrl_lab.engine.sweep import (
+    MANIFEST_FILE,
+    MAX_SWEEP_CELLS,
+    SWEEPS_DIR,
+    Sweep,
+    SweepProgress,
+    SweepRunner,
+    check_sweep_size,
+    parse_grid,
+)
 from comlrl_lab.ui import services, state
 from comlrl_lab.ui.compare import RunEntry
 
@@ -31,12 +40,14 @@ class SweepBoard:
         self._runners: dict[str, SweepRunner] = {}
         self._lock = threading.Lock()
 
-    def start(self, base_dir: Path, entries: list[str], *, seeds: int, parallel: int) -> str:
-        """Make the sweep (every cell's config checked first, CoMLRL's messages) and start it in the background."""
+    def start(self, base_dir: Path, entries: list[str], *, seeds: int, parallel: int, confirmed: bool = False) -> str:
+        """Make the sweep (its size bounded, every cell's config checked first, CoMLRL's messages) and start it in
+        the background."""
         ws = services.workspace()
         spec = ExperimentSpec.load(base_dir / SPEC_FILE)
         spec.tags = []  # the base run's own tags (an earlier sweep's) must not mark the new cells
         grid = parse_grid(spec.config_class, entries)
+        check_sweep_size(spec, grid, seeds=seeds, runs_root=ws.root, confirmed=confirmed)
         sweep = Sweep.create(spec, grid, seeds=seeds, runs_root=ws.root, parallel=parallel)
         runner = SweepRunner(sweep, ws.manager)
         with self._lock:
@@ -105,6 +116,12 @@ def grid_panel(entries: list[RunEntry]) -> None:
             left, right = st.columns(2)
             seeds = left.number_input("Seeds", min_value=1, max_value=20, value=2, key=state.SWEEP_SEEDS)
             parallel = right.number_input("Runs at once", min_value=1, max_value=8, value=1, key=state.SWEEP_PARALLEL)
+            confirmed = st.checkbox(
+                "Run it even when it is large",
+                key=state.SWEEP_CONFIRM,
+                help=f"A grid of more than {MAX_SWEEP_CELLS} runs, or one that needs more disk than is free, starts "
+                "only with this ticked; the refusal shows its size first.",
+            )
             submitted = st.form_submit_button(
                 "Run the grid", key=state.SWEEP_START, type="primary", icon=":material/play_arrow:"
             )
@@ -113,7 +130,9 @@ def grid_panel(entries: list[RunEntry]) -> None:
                 st.error("Choose at least one field and its values.")
                 return
             try:
-                new_id = board().start(by_id[base].run_dir, rows, seeds=int(seeds), parallel=int(parallel))
+                new_id = board().start(
+                    by_id[base].run_dir, rows, seeds=int(seeds), parallel=int(parallel), confirmed=confirmed
+                )
             except (ValueError, FileNotFoundError) as error:
                 st.error(str(error))
                 return
