@@ -12,16 +12,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import re
+import signal
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
 
 from comlrl_lab.data.reward_distribution import DISTRIBUTION_DIR
 from comlrl_lab.engine import ExperimentSpec, InvalidTransition, RunManager
-from comlrl_lab.engine.run import STORE_FILE, run_data_parallel
+from comlrl_lab.engine.run import STORE_FILE, empty_round_notes, run_data_parallel
 from comlrl_lab.store import RunStore
 from comlrl_lab.store.export import (
     EXPORT_FORMATS,
@@ -47,7 +49,12 @@ def _run_ranks(args: argparse.Namespace, dist: DistContext) -> int:
             spec.config["num_iterations"] = args.rounds
     quiet = args.quiet or not dist.is_main
     run = run_data_parallel(
-        dist, spec=spec, resume=args.resume, runs_root=args.runs_root, log=(lambda _line: None) if quiet else print
+        dist,
+        spec=spec,
+        resume=args.resume,
+        runs_root=args.runs_root,
+        log=(lambda _line: None) if quiet else print,
+        trust_checkpoint=args.trust_checkpoint,
     )
     if dist.is_main:
         print(f"finished: {dist.world_size} ranks, results in {run.run_dir}")
@@ -62,7 +69,12 @@ def _run(args: argparse.Namespace) -> int:
         return _run_ranks(args, dist)
     manager = RunManager(args.runs_root)
     if args.resume:
-        run_id = manager.open(args.resume)
+        run_id = manager.open(args.resume, trust_checkpoint=args.trust_checkpoint)
+        try:
+            manager.run(run_id).check_resumable()
+        except Exception:
+            manager.close()
+            raise
     else:
         if not args.spec:
             print("comlrl-lab run: give a SPEC file or --resume RUN_DIR", file=sys.stderr)
@@ -91,7 +103,10 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     progress = manager.progress(run_id)
+    notes = empty_round_notes(run.store, run_id)
     manager.close()
+    for note in notes:
+        print(f"warning: {note}", file=sys.stderr)
     if progress.status == "error":
         print(f"error: {progress.last_error}", file=sys.stderr)
         if args.verbose and progress.last_traceback:
@@ -104,7 +119,7 @@ def _run(args: argparse.Namespace) -> int:
 def _sweep(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from comlrl_lab.engine.sweep import Sweep, SweepRunner, parse_grid
+    from comlrl_lab.engine.sweep import Sweep, SweepRunner, check_sweep_size, parse_grid
 
     try:
         if args.resume:
@@ -118,6 +133,8 @@ def _sweep(args: argparse.Namespace) -> int:
             if args.rounds is not None:
                 spec.config["num_iterations"] = args.rounds
             grid = parse_grid(spec.config_class, args.grid)
+            size = check_sweep_size(spec, grid, seeds=args.seeds, runs_root=args.runs_root, confirmed=args.yes)
+            print(f"sweep size: {size.describe()}")
             sweep = Sweep.create(spec, grid, seeds=args.seeds, runs_root=args.runs_root, parallel=args.parallel or 1)
     except (ValueError, FileNotFoundError) as error:
         print(f"comlrl-lab sweep: {error}", file=sys.stderr)
@@ -150,22 +167,54 @@ def _sweep(args: argparse.Namespace) -> int:
     return 0 if progress.finished == progress.cells else 1
 
 
+@contextlib.contextmanager
+def _stop_signals() -> Iterator[list[signal.Signals]]:
+    """SIGINT and SIGTERM raise ``KeyboardInterrupt`` (SIGTERM's default would end the process on the spot, leaving a
+    half-written ``.tmp``; DuckDB's ``COPY`` stops for a handler of ours). The list names the signal that came."""
+    received: list[signal.Signals] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        received.append(signal.Signals(signum))
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def _export(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
+    with _stop_signals() as received:
+        try:
+            started = time.perf_counter()
+            _export_run(args, run_dir)
+        except BaseException:
+            if not received:
+                raise
+            # The export wrote through .tmp names, which it removed on the way out: nothing half-written is left.
+            print(
+                f"comlrl-lab export: stopped by {received[0].name}; no partial file was left at {args.dest}",
+                file=sys.stderr,
+            )
+            return 128 + int(received[0])
+    print(f"exported {args.format} to {args.dest} in {time.perf_counter() - started:.2f}s")
+    return 0
+
+
+def _export_run(args: argparse.Namespace, run_dir: Path) -> None:
     with RunStore(run_dir / STORE_FILE, read_only=True) as store:
         run_id = args.run_id or store.first_run_id()
         if run_id is None:
-            print(f"comlrl-lab export: {run_dir / STORE_FILE} holds no run", file=sys.stderr)
-            return 1
+            raise ExportError(f"{run_dir / STORE_FILE} holds no run")
         filters = {k: v for k, v in {"round": args.round, "winner_side": args.winner_side}.items() if v is not None}
-        started = time.perf_counter()
         if args.format == ROUND_FILES:
             export_round_files(store, run_id, args.dest)
             export_reward_distribution_files(store, run_id, Path(args.dest) / DISTRIBUTION_DIR)
         else:
             export_pairs(store, run_id, args.format, args.dest, **filters)
-    print(f"exported {args.format} to {args.dest} in {time.perf_counter() - started:.2f}s")
-    return 0
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -190,6 +239,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--rounds", type=int, help="override num_iterations")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--verbose", action="store_true", help="print the traceback on error")
+    run.add_argument(
+        "--trust-checkpoint",
+        action="store_true",
+        help="with --resume: read a checkpoint of an earlier version, whose state file is a pickle that can run code; "
+        "only for run folders you trust",
+    )
     run.set_defaults(func=_run)
 
     sweep = sub.add_parser("sweep", help="run a grid of experiments, each cell a run directory with the sweep's tag")
@@ -203,6 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--runs-root", default="runs", help="where cell run directories are created (default: runs)")
     sweep.add_argument("--rounds", type=int, help="override num_iterations")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+    sweep.add_argument(
+        "--yes", action="store_true", help="run a sweep past the cell cap or the free disk (its size is shown first)"
+    )
     sweep.set_defaults(func=_sweep)
 
     export = sub.add_parser("export", help="export a run's pairs or round files")
@@ -233,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
+    except KeyboardInterrupt:
+        print(f"comlrl-lab {args.command}: interrupted", file=sys.stderr)
+        return 128 + int(signal.SIGINT)
     except Exception as error:
         if getattr(args, "verbose", False):
             traceback.print_exc()

@@ -43,6 +43,8 @@ if progress is not None:
         )
     cols[2].metric("pairs collected", int(rounds["num_pairs"].sum()) if len(rounds) else 0)
     cols[3].metric("pairs drawn for training", int(rounds["num_drawn"].sum()) if len(rounds) else 0)
+    for note in services.empty_round_notes(view.store, view.run_id):
+        st.warning(note[0].upper() + note[1:] + ".", icon=":material/warning:")
 
     # -- controls ------------------------------------------------------------------------------------------
     def start(**how) -> None:

@@ -31,7 +31,8 @@ def model_dir(tmp_path_factory) -> str:
 @pytest.fixture
 def store(tmp_path):
     """An empty read-write store in the test's own file (DuckDB locks a file to one process)."""
-    s = RunStore(tmp_path / "run.duckdb")
+    # In a folder of its own: the tests export next to it, and an export never writes into a run folder.
+    s = RunStore(tmp_path / "store" / "run.duckdb")
     yield s
     s.close()
 
