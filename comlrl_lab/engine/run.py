@@ -35,7 +35,6 @@ from comlrl_lab.data.run_ids import new_run_id
 from comlrl_lab.engine import spec_checks
 from comlrl_lab.engine.spec import ExperimentSpec, build_trainer
 from comlrl_lab.store import RunStore, snapshot_parquet
-from comlrl_lab.store.schema import PHASES as STORE_PHASES
 from comlrl_lab.trainers.preference.replay import drop_round_files
 from comlrl_lab.trainers.preference.sink import PHASES, PhaseCancelled, PhaseControl, PhaseRecords
 
@@ -210,7 +209,7 @@ class Run:
         """Phases the store holds without a gap from the start (a lost WAL loses the newest ones)."""
         committed = set(self.store.committed_phases(self.run_id))
         done = 0
-        while (done // len(PHASES) + 1, STORE_PHASES[done % len(PHASES)]) in committed:
+        while (done // len(PHASES) + 1, PHASES[done % len(PHASES)]) in committed:
             done += 1
         return done
 
@@ -228,7 +227,7 @@ class Run:
         if newest is not None and _phases_done(newest) > stored:
             self._roll_back(stored, _phases_done(newest))
         self._recover_checkpoint_costs()
-        snapshot_parquet(self.store, self.run_id, self.run_dir / SNAPSHOT_DIR)
+        snapshot_parquet(self.store, self.run_id, self.run_dir / SNAPSHOT_DIR, repair=True)
 
     def _roll_back(self, stored: int, newest: int) -> None:
         """Drop the checkpoints after the store's last phase, or refuse when the one for that phase is gone."""
@@ -284,12 +283,13 @@ class Run:
         drop_round_files(self.run_dir / replay_dir, self.run_id, collected)
 
     @classmethod
-    def attach(cls, run_dir: str | Path, run_id: str) -> Run:
+    def attach(cls, run_dir: str | Path, run_id: str, *, trust_checkpoint: bool = False) -> Run:
         """A data-parallel rank other than 0: the run's spec and directory, no store (rank 0 writes everything)."""
         run_dir = Path(run_dir)
         if not (run_dir / SPEC_FILE).is_file():
             raise FileNotFoundError(f"{run_dir} is not a comlrl-lab run directory (no {SPEC_FILE})")
-        return cls(run_dir, ExperimentSpec.load(run_dir / SPEC_FILE), run_id, store=None)
+        spec = ExperimentSpec.load(run_dir / SPEC_FILE)
+        return cls(run_dir, spec, run_id, store=None, trust_checkpoint=trust_checkpoint)
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -442,7 +442,7 @@ def run_data_parallel(
     if where[2] is not None:
         raise RuntimeError(f"rank 0 could not open the run: {where[2]}")
     if run is None:
-        run = Run.attach(where[0], where[1])
+        run = Run.attach(where[0], where[1], trust_checkpoint=trust_checkpoint)
     try:
         trainer = run.ensure_trainer()
         while not trainer.finished:

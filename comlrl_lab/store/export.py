@@ -123,7 +123,7 @@ def _written_through_tmp(dest: Path) -> Iterator[Path]:
     except BaseException as error:
         with suppress(OSError):
             tmp.unlink(missing_ok=True)
-        if not isinstance(error, Exception):
+        if not isinstance(error, Exception) or isinstance(error, ExportError):
             raise
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0].replace(str(tmp), str(dest))
         raise ExportError(f"could not write {dest}: {reason}") from error
@@ -149,36 +149,30 @@ def export_pairs(
         raise ValueError(f"fmt must be one of {list(PAIR_FORMATS)}, got {fmt!r}")
     flt = queries.pair_filter(**filters)
     dest = check_destination(dest)
-    with _open_store(store_or_path) as store:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with _open_store(store_or_path) as store, _written_through_tmp(dest) as tmp:
         _check_run(store, run_id)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        with _written_through_tmp(dest) as tmp:
-            return _copy_pairs(store, run_id, fmt, flt, tmp)
-
-
-def _copy_pairs(store: RunStore, run_id: str, fmt: str, flt: queries.PairFilter, tmp: Path) -> int:
-    """COPY the run's pairs through ``flt`` into ``tmp`` in ``fmt``; the count."""
-    cur = store.cursor()
-    where, args = flt.where(run_id)
-    if fmt in ("json", "jsonl"):
-        cols = ", ".join(SEED_RECORD_FIELDS)
-        options = "FORMAT json, ARRAY true" if fmt == "json" else "FORMAT json"
-    elif fmt == "parquet":
-        cols = ", ".join(dict.fromkeys((*queries.PROVENANCE_COLUMNS, *SEED_RECORD_FIELDS)))
-        options = "FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL 1, ROW_GROUP_SIZE 100000"
-    else:
-        cols = ", ".join(
-            f"to_json({c}) AS {c}" if c in _LIST_COLUMNS else c
-            for c in dict.fromkeys((*queries.PROVENANCE_COLUMNS, *SEED_RECORD_FIELDS))
-        )
-        options = "FORMAT csv, HEADER true"
-    # DuckDB keeps insertion order without ORDER BY; the sort is skipped while the file is in order.
-    in_order = cur.execute("SELECT pairs_in_order FROM runs WHERE run_id = ?", [run_id]).fetchone()
-    order = "" if in_order and in_order[0] else " ORDER BY round, pair_index"
-    sql = f"SELECT {cols} FROM pair_records WHERE {where}{order}"
-    count = cur.execute(f"COPY ({sql}) TO {_sql_path(tmp)} ({options})", args).fetchone()[0]
-    if fmt == "json" and int(count) == 0:
-        tmp.write_text("[]", encoding="utf-8")  # DuckDB writes an empty file for zero rows
+        cur = store.cursor()
+        where, args = flt.where(run_id)
+        if fmt in ("json", "jsonl"):
+            cols = ", ".join(SEED_RECORD_FIELDS)
+            options = "FORMAT json, ARRAY true" if fmt == "json" else "FORMAT json"
+        elif fmt == "parquet":
+            cols = ", ".join(dict.fromkeys((*queries.PROVENANCE_COLUMNS, *SEED_RECORD_FIELDS)))
+            options = "FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL 1, ROW_GROUP_SIZE 100000"
+        else:
+            cols = ", ".join(
+                f"to_json({c}) AS {c}" if c in _LIST_COLUMNS else c
+                for c in dict.fromkeys((*queries.PROVENANCE_COLUMNS, *SEED_RECORD_FIELDS))
+            )
+            options = "FORMAT csv, HEADER true"
+        # DuckDB keeps insertion order without ORDER BY; the sort is skipped while the file is in order.
+        in_order = cur.execute("SELECT pairs_in_order FROM runs WHERE run_id = ?", [run_id]).fetchone()
+        order = "" if in_order and in_order[0] else " ORDER BY round, pair_index"
+        sql = f"SELECT {cols} FROM pair_records WHERE {where}{order}"
+        count = cur.execute(f"COPY ({sql}) TO {_sql_path(tmp)} ({options})", args).fetchone()[0]
+        if fmt == "json" and int(count) == 0:
+            tmp.write_text("[]", encoding="utf-8")  # DuckDB writes an empty file for zero rows
     return int(count)
 
 
@@ -238,6 +232,7 @@ def snapshot_parquet(
     round: int | None = None,
     phase: str | None = None,
     tables: tuple[str, ...] = PHASE_TABLES,
+    repair: bool = False,
 ) -> list[Path]:
     """Parquet files of one run for notebooks and other processes (which cannot open the DuckDB file while the app
     holds it); return the paths written.
@@ -246,9 +241,10 @@ def snapshot_parquet(
     (candidates, pairs, replay, metrics, events; none when the phase added no rows to it) plus ``runs.parquet``,
     ``rounds.parquet`` and ``phases.parquet`` rewritten whole. With ``round`` and ``phase`` only that finished phase
     is written (only its ``tables``: a checkpoint's cost adds metrics alone). Without, every committed phase is brought
-    up to date: ``_manifest.json`` remembers each phase's commit time, so unchanged phases are not rewritten, discarded
-    ones are removed, and a phase with a file that is no Parquet any more (a crash, a bad copy) is written again. Read a table back with
-    ``pandas.read_parquet(dest_dir / "pairs")`` or DuckDB ``read_parquet('dest_dir/pairs/*.parquet')``.
+    up to date: ``_manifest.json`` remembers each phase's commit time, so unchanged phases are not rewritten and
+    discarded ones are removed; with ``repair`` (a run being opened), a phase with a file that is no Parquet any more
+    (a crash, a bad copy) is written again. Read a table back with ``pandas.read_parquet(dest_dir / "pairs")`` or
+    DuckDB ``read_parquet('dest_dir/pairs/*.parquet')``.
     """
     if (round is None) != (phase is None):
         raise ValueError("give both round and phase, or neither")
@@ -273,7 +269,9 @@ def snapshot_parquet(
                     (dest_dir / table / f"{stale}.parquet").unlink(missing_ok=True)
                 del manifest[stale]
             for key in [
-                k for k in manifest if not all(is_parquet(dest_dir / t / f"{k}.parquet") for t in PHASE_TABLES)
+                k
+                for k in manifest
+                if repair and not all(is_parquet(dest_dir / t / f"{k}.parquet") for t in PHASE_TABLES)
             ]:
                 del manifest[key]
             wanted = sorted(k for k in committed if manifest.get(k) != committed[k])
