@@ -36,8 +36,8 @@ def test_a_relative_folder_is_anchored_in_the_run_directory(tmp_path):
 
 
 def test_another_tools_duckdb_file_is_left_unchanged(tmp_path):
-    folder = tmp_path / "other"
-    folder.mkdir()
+    folder = tmp_path / "runs" / "other"  # in the runs folder: the only place the workspace opens anything
+    folder.mkdir(parents=True)
     with duckdb.connect(str(folder / "run.duckdb")) as con:
         con.execute("CREATE TABLE customers (id INTEGER)")
     ws = Workspace(tmp_path / "runs")

@@ -533,7 +533,7 @@ def case_all_nan_rewards_say_so(model_dir, tmp_path, capsys, monkeypatch):
         at.run()
         at.switch_page("pages/rounds.py").run()
         assert not at.exception, [e.value for e in at.exception]
-        assert any(w.value.startswith("Round 1 collected 0 preference pairs") for w in at.warning)
+        assert any(w.value.startswith("- Round 1 collected 0 preference pairs") for w in at.warning)
     finally:
         fresh_cache()
 

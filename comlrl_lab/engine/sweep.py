@@ -182,7 +182,10 @@ def check_sweep_size(
     size = sweep_size(spec, grid, seeds=seeds, runs_root=runs_root)
     if size.too_large and not confirmed:
         over = "more disk than is free" if size.over_disk else f"more than {MAX_SWEEP_CELLS} cells"
-        raise SweepTooLarge(f"the sweep is too large: {size.describe()}; {over}. Confirm to run it anyway (--yes)")
+        raise SweepTooLarge(
+            f"the sweep is too large: {size.describe()}; {over}. To run it anyway, confirm: --yes on the command line, "
+            "'Run it even when it is large' on the Compare page"
+        )
     return size
 
 
