@@ -16,9 +16,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import re
+import signal
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ import duckdb
 
 from comlrl_lab.data.reward_distribution import DISTRIBUTION_DIR
 from comlrl_lab.engine import ExperimentSpec, InvalidTransition, RunManager
-from comlrl_lab.engine.run import STORE_FILE, run_data_parallel
+from comlrl_lab.engine.run import STORE_FILE, empty_round_notes, run_data_parallel
 from comlrl_lab.names.phases import PHASES
 from comlrl_lab.store import RunStore
 from comlrl_lab.store.export import (
@@ -64,7 +66,12 @@ def _run_ranks(args: argparse.Namespace, dist: DistContext) -> int:
         return 2
     quiet = args.quiet or not dist.is_main
     run = run_data_parallel(
-        dist, spec=spec, resume=args.resume, runs_root=args.runs_root, log=(lambda _line: None) if quiet else print
+        dist,
+        spec=spec,
+        resume=args.resume,
+        runs_root=args.runs_root,
+        log=(lambda _line: None) if quiet else print,
+        trust_checkpoint=args.trust_checkpoint,
     )
     if dist.is_main:
         print(f"finished: {dist.world_size} ranks, results in {run.run_dir}")
@@ -79,7 +86,12 @@ def _run(args: argparse.Namespace) -> int:
         return _run_ranks(args, dist)
     manager = RunManager(args.runs_root)
     if args.resume:
-        run_id = manager.open(args.resume)
+        run_id = manager.open(args.resume, trust_checkpoint=args.trust_checkpoint)
+        try:
+            manager.run(run_id).check_resumable()
+        except Exception:
+            manager.close()
+            raise
     else:
         spec = _load_spec(args)
         if spec is None:
@@ -106,7 +118,10 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     progress = manager.progress(run_id)
+    notes = empty_round_notes(run.store, run_id)
     manager.close()
+    for note in notes:
+        print(f"warning: {note}", file=sys.stderr)
     if progress.status == "error":
         print(f"error: {progress.last_error}", file=sys.stderr)
         if args.verbose and progress.last_traceback:
@@ -123,7 +138,7 @@ _CLUSTER_ARGS = ("partition", "time", "gpus_per_run", "cpus_per_run", "mem", "ar
 def _sweep(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from comlrl_lab.engine.sweep import Sweep, SweepRunner, parse_grid
+    from comlrl_lab.engine.sweep import Sweep, SweepRunner, check_sweep_size, parse_grid
 
     if args.spec == "status":
         return _sweep_status(args)
@@ -145,6 +160,8 @@ def _sweep(args: argparse.Namespace) -> int:
             launcher = args.launcher or "local"
             options = _cluster_options(args, launcher, {})
             grid = parse_grid(spec.config_class, args.grid)
+            size = check_sweep_size(spec, grid, seeds=args.seeds, runs_root=args.runs_root, confirmed=args.yes)
+            print(f"sweep size: {size.describe()}")
             sweep = Sweep.create(
                 spec,
                 grid,
@@ -270,22 +287,54 @@ def _sweep_status(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _stop_signals() -> Iterator[list[signal.Signals]]:
+    """SIGINT and SIGTERM raise ``KeyboardInterrupt`` (SIGTERM's default would end the process on the spot, leaving a
+    half-written ``.tmp``; DuckDB's ``COPY`` stops for a handler of ours). The list names the signal that came."""
+    received: list[signal.Signals] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        received.append(signal.Signals(signum))
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def _export(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
+    with _stop_signals() as received:
+        try:
+            started = time.perf_counter()
+            _export_run(args, run_dir)
+        except BaseException:
+            if not received:
+                raise
+            # The export wrote through .tmp names, which it removed on the way out: nothing half-written is left.
+            print(
+                f"comlrl-lab export: stopped by {received[0].name}; no partial file was left at {args.dest}",
+                file=sys.stderr,
+            )
+            return 128 + int(received[0])
+    print(f"exported {args.format} to {args.dest} in {time.perf_counter() - started:.2f}s")
+    return 0
+
+
+def _export_run(args: argparse.Namespace, run_dir: Path) -> None:
     with RunStore(run_dir / STORE_FILE, read_only=True) as store:
         run_id = args.run_id or store.first_run_id()
         if run_id is None:
-            print(f"comlrl-lab export: {run_dir / STORE_FILE} holds no run", file=sys.stderr)
-            return 1
+            raise ExportError(f"{run_dir / STORE_FILE} holds no run")
         filters = {k: v for k, v in {"round": args.round, "winner_side": args.winner_side}.items() if v is not None}
-        started = time.perf_counter()
         if args.format == ROUND_FILES:
             export_round_files(store, run_id, args.dest)
             export_reward_distribution_files(store, run_id, Path(args.dest) / DISTRIBUTION_DIR)
         else:
             export_pairs(store, run_id, args.format, args.dest, **filters)
-    print(f"exported {args.format} to {args.dest} in {time.perf_counter() - started:.2f}s")
-    return 0
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -314,6 +363,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help=SET_HELP)
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--verbose", action="store_true", help="print the traceback on error")
+    run.add_argument(
+        "--trust-checkpoint",
+        action="store_true",
+        help="with --resume: read a checkpoint of an earlier version, whose state file is a pickle that can run code; "
+        "only for run folders you trust",
+    )
     run.set_defaults(func=_run)
 
     sweep = sub.add_parser("sweep", help="run a grid of experiments, each cell a run directory with the sweep's tag")
@@ -329,6 +384,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--rounds", type=int, help="override num_iterations")
     sweep.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help=SET_HELP)
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+    sweep.add_argument(
+        "--yes", action="store_true", help="run a sweep past the cell cap or the free disk (its size is shown first)"
+    )
     sweep.add_argument(
         "--launcher",
         choices=("local", "slurm", "submitit-local"),
@@ -375,6 +433,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
+    except KeyboardInterrupt:
+        print(f"comlrl-lab {args.command}: interrupted", file=sys.stderr)
+        return 128 + int(signal.SIGINT)
     except Exception as error:
         if getattr(args, "verbose", False):
             traceback.print_exc()

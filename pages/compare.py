@@ -63,6 +63,13 @@ if not chosen:
 
 by_id = {e.run_id: e for e in matching}
 data = compare.cached_compare(root, [by_id[r] for r in chosen], by_seed=by_seed, smoothing=smoothing)
+if data.unreadable:
+    st.warning(
+        "Left out, not Parquet any more: "
+        + ", ".join(f"`{path}`" for path in data.unreadable)
+        + ". Open the run (Setup) or resume it to write its snapshots again.",
+        icon=":material/broken_image:",
+    )
 
 st.subheader("Curves per round")
 st.caption(" · ".join(f"**{g.label}**: {len(g.runs)} run{'s' if len(g.runs) > 1 else ''}" for g in data.groups))

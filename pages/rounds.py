@@ -43,6 +43,11 @@ if progress is not None:
         )
     cols[2].metric("pairs collected", int(rounds["num_pairs"].sum()) if len(rounds) else 0)
     cols[3].metric("pairs drawn for training", int(rounds["num_drawn"].sum()) if len(rounds) else 0)
+    notes = services.empty_round_notes(view.store, view.run_id)
+    if notes:  # one box, however many rounds: the first five, then how many more
+        more = [f"and {len(notes) - 5} more rounds like them"] if len(notes) > 5 else []
+        lines = [note[0].upper() + note[1:] + "." for note in notes[:5]] + more
+        st.warning("\n".join(f"- {line}" for line in lines), icon=":material/warning:")
 
     # -- controls ------------------------------------------------------------------------------------------
     def start(**how) -> None:

@@ -43,7 +43,8 @@ def make_trainer(model_dir):
 @pytest.fixture
 def store(tmp_path):
     """An empty read-write store in the test's own file (DuckDB locks a file to one process)."""
-    s = RunStore(tmp_path / "run.duckdb")
+    # In a folder of its own: the tests export next to it, and an export never writes into a run folder.
+    s = RunStore(tmp_path / "store" / "run.duckdb")
     yield s
     s.close()
 

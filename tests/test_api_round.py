@@ -73,7 +73,7 @@ def test_api_round_end_to_end_and_the_key_is_written_nowhere(model_dir, server, 
     export_round_files(store, run_id, exports / "rounds")
     manager.close()  # flush and close DuckDB before reading its bytes
 
-    assert list((run.run_dir / "checkpoint").glob("checkpoint-*/state.pt"))
+    assert list((run.run_dir / "checkpoint").glob("checkpoint-*/state.json"))
     assert list((run.run_dir / "preference_replay").rglob("iteration_0001.json"))
     assert files_containing(run.run_dir, key.encode()) == []
     assert files_containing(run.run_dir, b"DO-NOT-LEAK") == []

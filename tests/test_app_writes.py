@@ -12,7 +12,7 @@ from workbench_fixtures import user_task_spec
 from comlrl_lab.engine import RunManager
 from comlrl_lab.engine.run import Run
 from comlrl_lab.engine.spec import inside_run_dir
-from comlrl_lab.store.schema import SchemaVersionError
+from comlrl_lab.store.schema import PHASES, SchemaVersionError
 from comlrl_lab.trainers.preference import checkpoint as ckpt
 from comlrl_lab.trainers.preference.replay import RUN_MARKER
 from comlrl_lab.ui.services import Workspace
@@ -36,8 +36,8 @@ def test_a_relative_folder_is_anchored_in_the_run_directory(tmp_path):
 
 
 def test_another_tools_duckdb_file_is_left_unchanged(tmp_path):
-    folder = tmp_path / "other"
-    folder.mkdir()
+    folder = tmp_path / "runs" / "other"  # in the runs folder: the only place the workspace opens anything
+    folder.mkdir(parents=True)
     with duckdb.connect(str(folder / "run.duckdb")) as con:
         con.execute("CREATE TABLE customers (id INTEGER)")
     ws = Workspace(tmp_path / "runs")
@@ -54,6 +54,9 @@ def test_another_tools_duckdb_file_is_left_unchanged(tmp_path):
 
 def test_open_reconciles_round_files_and_removes_stale_checkpoint_tmp(tmp_path):
     run = Run.create(user_task_spec(num_iterations=3), tmp_path)
+    for phase in PHASES:  # the store holds what the checkpoint below says was done, and round 3's collect besides
+        run.store.commit_phase(run.run_id, 1, phase)
+    run.store.commit_phase(run.run_id, 2, "collect")
     run.close()
     replay = run.run_dir / "preference_replay"
     replay.mkdir()
@@ -67,7 +70,7 @@ def test_open_reconciles_round_files_and_removes_stale_checkpoint_tmp(tmp_path):
     reopened = Run.open(run.run_dir)
     reopened.close()
     assert sorted(p.name for p in replay.glob("iteration_*.json")) == ["iteration_0001.json", "iteration_0002.json"]
-    assert not stale.exists() and (run.checkpoint_dir / "checkpoint-000001" / "state.pt").is_file()
+    assert not stale.exists() and (run.checkpoint_dir / "checkpoint-000001" / ckpt.STATE_FILE).is_file()
 
 
 def test_open_without_a_checkpoint_drops_every_round_file(tmp_path):

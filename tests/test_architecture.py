@@ -557,7 +557,7 @@ def test_the_format_scan_finds_a_table_of_its_own(tmp_path):
 def test_first_run_id_is_the_oldest_run(tmp_path):
     from comlrl_lab.store import RunStore
 
-    with RunStore(tmp_path / "run.duckdb") as store:
+    with RunStore(tmp_path / "store" / "run.duckdb") as store:
         assert store.first_run_id() is None
         store.create_run("a-first", trainer="MADPO")
         store.create_run("b-second", trainer="MADPO")

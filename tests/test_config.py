@@ -141,6 +141,7 @@ ITER_DEFAULTS = {
     "comparator_api_backoff_base": 0.5,
     "comparator_api_backoff_max": 60.0,
     "comparator_api_retry_after_max": 60.0,
+    "comparator_api_max_response_bytes": 16 * 1024 * 1024,
 }
 ITER_OVERRIDES = {"num_train_epochs": 1, "preference_num_candidates": 20, "preference_pairs_per_sample": 4}
 
@@ -409,6 +410,7 @@ ITER_ERRORS = [
     ({"comparator_api_backoff_base": 0}, "comparator_api_backoff_base must be > 0."),
     ({"comparator_api_backoff_max": 0}, "comparator_api_backoff_max must be > 0."),
     ({"comparator_api_retry_after_max": -1}, "comparator_api_retry_after_max must be > 0."),
+    ({"comparator_api_max_response_bytes": 0}, "comparator_api_max_response_bytes must be >= 1."),
     (
         {"comparator_api_url": "ftp://user:pw@h/x"},
         "comparator_api_url must be an http(s) URL with a host, got scheme 'ftp'.",

@@ -318,7 +318,7 @@ def test_headless_runner_under_torchrun_fills_one_store_like_one_process(model_d
     assert candidates == single_candidates
     assert [s for s, _ in evals] == [s for s, _ in single_evals]
     assert [v for _, v in evals] == pytest.approx([v for _, v in single_evals], abs=1e-9)
-    assert list((run_dir / "checkpoint").glob("checkpoint-*/state.pt"))
+    assert list((run_dir / "checkpoint").glob("checkpoint-*/state.json"))
     assert sorted(p.name for p in (run_dir / "preference_replay").glob("iteration_*.json")) == [
         "iteration_0001.json",
         "iteration_0002.json",

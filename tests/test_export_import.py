@@ -159,7 +159,7 @@ def test_import_comlrl_dir_reports_malformed_files_by_name(tmp_path):
     # A seed record without the iterative fields (non-iterative trainers) is fine.
     base = {k: v for k, v in good1[0].items() if k in SEED_RECORD_FIELDS[:6]}
     write(d / "iteration_0009.json", {"iteration": 9, "num_pairs": 1, "pairs": [base]})
-    with RunStore(tmp_path / "run.duckdb") as s:
+    with RunStore(tmp_path / "store" / "run.duckdb") as s:
         report = import_replay_dir(s, d)
         assert report.imported_files == ["iteration_0001.json", "iteration_0002.json", "iteration_0009.json"]
         assert report.rounds == [1, 2, 9] and report.pairs == 6
@@ -192,7 +192,7 @@ def test_import_writes_nothing_when_the_transaction_fails(tmp_path, monkeypatch)
         real_append(con, table, rows, key)
 
     monkeypatch.setattr(store_writer, "_append", fail_on_third)
-    with RunStore(tmp_path / "run.duckdb") as s:
+    with RunStore(tmp_path / "store" / "run.duckdb") as s:
         with pytest.raises(OSError, match="disk full"):
             import_replay_dir(s, d, run_id="imp")
         assert s.list_runs().empty and s.pairs_count("imp") == 0  # nothing half-imported
@@ -212,7 +212,7 @@ def test_import_uploaded_files(tmp_path):
         ("bad.jsonl", b'{"prompts": []}\nnot json\n'),
         tmp_path / "missing.json",
     ]
-    with RunStore(tmp_path / "run.duckdb") as s:
+    with RunStore(tmp_path / "store" / "run.duckdb") as s:
         report = import_pair_files(s, files, run_id="up")
         assert report.imported_files == ["mine.jsonl", "round.json", "list.json"]
         assert report.rounds == [8, 7, 9]  # explicit iterations keep their number; the others take the next free ones
@@ -234,7 +234,7 @@ def test_from_record_is_the_validator():
 
 def test_parquet_snapshot_per_phase_and_incremental(tmp_path):
     snap = tmp_path / "snap"
-    with RunStore(tmp_path / "run.duckdb") as s:
+    with RunStore(tmp_path / "store" / "run.duckdb") as s:
         for phase in PHASES:
             s.commit_phase("r", 1, phase, **phase_payload(1, phase, pairs_per_round=5))
             snapshot_parquet(s, "r", snap, round=1, phase=phase)
@@ -255,7 +255,7 @@ def test_parquet_snapshot_per_phase_and_incremental(tmp_path):
 
 
 def test_exports_stay_in_round_order_whatever_the_commit_order(tmp_path):
-    with RunStore(tmp_path / "run.duckdb") as s:
+    with RunStore(tmp_path / "store" / "run.duckdb") as s:
         s.commit_phase("r", 1, "collect", pairs=make_pairs(1, 4))
         s.commit_phase("r", 2, "collect", pairs=make_pairs(2, 4))
         s.commit_phase("r", 2, "collect", pairs=make_pairs(2, 4))  # the latest round again: still in file order
@@ -305,7 +305,7 @@ def test_one_bad_file_is_named_and_skipped_and_the_rest_imported(tmp_path):
     write(d / "iteration_0003.json", '{"iteration": ' + str(10**30) + ', "pairs": []}')
     write(d / "iteration_0004.json", [{**make_pairs(4, 1)[0].to_record(), "prompts": [[[["deep"]]] * 2]}])
     write(d / "iteration_0005.json", round_file_payload(5, make_pairs(5, 3)))
-    with RunStore(tmp_path / "run.duckdb") as s:
+    with RunStore(tmp_path / "store" / "run.duckdb") as s:
         report = import_replay_dir(s, d)
         assert report.imported_files == ["iteration_0001.json", "iteration_0005.json"]
         assert report.pairs == 5 and report.rounds == [1, 5]
@@ -328,7 +328,7 @@ def test_import_names_ignored_entries_and_follows_no_link_out_of_the_directory(t
     (d / "iteration_0009.json").symlink_to(outside / "iteration_0009.json")
     write(d / "pairs.jsonl", "{}")
     write(d / "iteration_0003.JSON.bak", "{}")
-    with RunStore(tmp_path / "run.duckdb") as s:
+    with RunStore(tmp_path / "store" / "run.duckdb") as s:
         report = import_replay_dir(s, d)
         assert report.imported_files == ["iteration_0001.json", "iteration_0002.json"] and report.pairs == 4
         ignored = dict(report.ignored)

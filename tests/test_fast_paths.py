@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 
 import pytest
 import torch
@@ -390,7 +391,7 @@ def _files(directory):
     from comlrl_lab.trainers.preference import checkpoint as ckpt
 
     newest = ckpt.latest_checkpoint(directory)
-    return sorted(p.name for p in newest.glob("*.pt")) if newest is not None else []
+    return sorted(p.name for p in newest.iterdir()) if newest is not None else []
 
 
 def _count(directory):
@@ -407,14 +408,14 @@ def test_checkpoints_write_weights_only_after_training(make_trainer, tmp_path):
     trainer.step("collect")
     trainer.step("select")
     # Nothing trained yet: the state file alone, pointing at version 0 (the weights as built).
-    assert _files(trainer.checkpoint_dir) == ["state.pt"]
+    assert _files(trainer.checkpoint_dir) == ["cost.json", "state.json", "state.safetensors"]
     state, weights = ckpt.load_checkpoint(trainer.checkpoint_dir)
     assert state["weights_version"] == 0 and weights is None
     fresh = make_trainer("MADPO", tmp_path, SETTINGS)
     fresh.load_checkpoint(trainer.checkpoint_dir)
     assert fresh.next_phase == "train"
     trainer.step("train")
-    assert _files(trainer.checkpoint_dir) == ["state.pt", "weights-000001.pt"]
+    assert _files(trainer.checkpoint_dir) == ["cost.json", "state.json", "state.safetensors", "weights-000001.pt"]
     assert ckpt.load_checkpoint(trainer.checkpoint_dir)[1]["optimizers"] is not None  # the run goes on
 
     # Checkpointing once per round, the last one comes when the run has finished: no moments to resume with.
@@ -480,13 +481,13 @@ def test_background_checkpoint_lands_after_step_returns_and_holds_that_phase(mak
     trainer.step("train")
     expected = [p.detach().clone() for p in trainer.agents[0].parameters()]
     # The step returned while its checkpoint is still being written: the last committed one is the select's.
-    assert _files(trainer.checkpoint_dir) == ["state.pt"] and _count(trainer.checkpoint_dir) == 2
+    assert "weights-000001.pt" not in _files(trainer.checkpoint_dir) and _count(trainer.checkpoint_dir) == 2
     with torch.no_grad():  # the next phase changing the weights must not reach the checkpoint in flight
         for p in trainer.agents[0].parameters():
             p.add_(1.0)
     release.set()
     trainer.wait_for_checkpoint()
-    assert _files(trainer.checkpoint_dir) == ["state.pt", "weights-000001.pt"]
+    assert "weights-000001.pt" in _files(trainer.checkpoint_dir)
     resumed = make_trainer("MADPO", tmp_path, SETTINGS)
     resumed.load_checkpoint(trainer.checkpoint_dir)
     assert resumed.next_phase == "evaluate"
@@ -551,14 +552,10 @@ def test_an_old_checkpoint_goes_only_after_its_successor_is_committed(make_train
     assert seen_at_prune == [["checkpoint-000001", "checkpoint-000002"]] and _names(root) == ["checkpoint-000002"]
 
     # A write that dies before its commit (a kill, a full disk) leaves the last committed checkpoint in place.
-    save = ckpt._save_synced
+    def dies_at_the_state_file(state, directory):
+        raise OSError("killed")
 
-    def dies_at_the_state_file(obj, path):
-        if path.name == ckpt.STATE_FILE:
-            raise OSError("killed")
-        return save(obj, path)
-
-    monkeypatch.setattr(ckpt, "_save_synced", dies_at_the_state_file)
+    monkeypatch.setattr(ckpt, "_save_state", dies_at_the_state_file)
     with pytest.raises(OSError, match="killed"):
         trainer.step("train")
     assert _names(root) == ["checkpoint-000002"] and len(seen_at_prune) == 1
@@ -597,13 +594,13 @@ def test_a_background_write_in_flight_is_never_pruned(make_trainer, tmp_path, mo
     trainer.step("collect")
     trainer.wait_for_checkpoint()
     release = threading.Event()
-    save = ckpt._save_synced
+    save = ckpt._save_state
 
-    def held(obj, path):
+    def held(state, directory):
         release.wait(timeout=60)
-        return save(obj, path)
+        return save(state, directory)
 
-    monkeypatch.setattr(ckpt, "_save_synced", held)
+    monkeypatch.setattr(ckpt, "_save_state", held)
     trainer.step("select")
     # Written, not yet committed: the collect's checkpoint is still the one a resume would use.
     assert _names(root) == ["checkpoint-000001"]
@@ -632,20 +629,22 @@ def test_each_checkpoint_adds_its_cost_to_its_phase(make_trainer, tmp_path, back
             M.name(template, phase=records.phase)
             for template in (M.CHECKPOINT_BYTES, M.CHECKPOINT_SECONDS, M.CHECKPOINT_BACKGROUND_SECONDS)
         )
-        # Bytes written: the state file, and the weights file the train phase wrote; nothing else.
-        assert costs[size] == sum(p.stat().st_size for p in folder.iterdir())
+        # Bytes written: the state files, and the weights file the train phase wrote; not the record of the cost.
+        assert costs[size] == sum(p.stat().st_size for p in folder.iterdir() if p.name != ckpt.COST_FILE)
+        assert json.loads((folder / ckpt.COST_FILE).read_text())["metrics"] == costs  # kept for a reopening
         assert costs[seconds] > 0
         assert (background_seconds in costs) == background
         assert len(costs) == (3 if background else 2)
         if background:
             assert costs[background_seconds] > 0
-    assert [p.name for p in folders[2].iterdir()] != ["state.pt"]  # the train phase's checkpoint holds weights
+    assert (folders[2] / "weights-000001.pt").is_file()  # the train phase's checkpoint holds weights
     trainer.step("evaluate")
     trainer.wait_for_checkpoint()
     evaluated = {m["name"]: m["value"] for m in sink.phases[3].metrics}
-    # Its weights are linked from the train phase's checkpoint: only the state file counts.
+    # Its weights are linked from the train phase's checkpoint: only the state files count.
     written = evaluated[M.name(M.CHECKPOINT_BYTES, phase="evaluate")]
-    assert written == (ckpt.checkpoint_dirs(root)[3] / ckpt.STATE_FILE).stat().st_size
+    newest = ckpt.checkpoint_dirs(root)[3]
+    assert written == sum((newest / name).stat().st_size for name in (ckpt.STATE_FILE, ckpt.TENSORS_FILE))
     assert len(sink.phases) == 4
 
 

@@ -120,12 +120,14 @@ class RunManager:
         self._register(run)
         return run.run_id
 
-    def open(self, run_dir: str | Path, secrets: dict[str, Any] | None = None) -> str:
+    def open(
+        self, run_dir: str | Path, secrets: dict[str, Any] | None = None, *, trust_checkpoint: bool = False
+    ) -> str:
         run_dir = Path(run_dir)
         for run in self._runs.values():
             if run.run_dir.resolve() == run_dir.resolve():
                 return run.run_id
-        run = Run.open(run_dir, secrets=secrets)
+        run = Run.open(run_dir, secrets=secrets, trust_checkpoint=trust_checkpoint)
         self._register(run)
         return run.run_id
 

@@ -17,7 +17,7 @@ def preflight(spec: ExperimentSpec, config: Any) -> None:
     """Check what ``spec`` (with its validated ``config``) names here: the run folders, the task, model paths,
     devices."""
     # torch comes in with these two: the workbench imports the engine without it.
-    from comlrl_lab.models.loading import resolve_model_source
+    from comlrl_lab.models.loading import check_available, resolve_model_source
     from comlrl_lab.trainers.preference.devices import resolve_layout
 
     inside_run_dir(config)
@@ -28,5 +28,6 @@ def preflight(spec: ExperimentSpec, config: Any) -> None:
         source = resolve_model_source(model)
         if source.startswith((".", "~", "/")) and not Path(source).exists():
             raise ValueError(f"agent_models: {model!r} is not a folder on this machine (no such path)")
+        check_available(model, "agent_models:")
     count = 1 if config.collaboration_mode == "centralized" else int(config.num_agents)
     resolve_layout(config, count, model_config=spec.model_config)

@@ -9,6 +9,12 @@ Layout of a run directory::
     policy_history/      policy snapshots for the history comparator
     snapshots/           Parquet copies of the tables after each phase, for notebooks and other processes
 
+Opening a run lines its store up with its checkpoints (``reconcile_store``): a store that lost committed phases
+(a deleted or truncated ``run.duckdb.wal``, a deleted store) is rolled back, with its checkpoints, to the last phase
+it still holds, so the run redoes what was lost instead of finishing with less; where the checkpoint for that phase
+was pruned, the open is refused with ``StoreBehind``, saying what is missing. A checkpoint's cost that a kill kept
+from reaching the store is added from the checkpoint, and unreadable snapshot files are written again.
+
 A ``Run`` is not thread-safe; ``RunManager`` makes sure one thread at a time steps it. Reading the store is
 safe from any thread. Under torchrun only rank 0 holds the store (DuckDB locks its file per process); the other
 ranks ``attach`` to the run directory and step the same trainer without one (``run_data_parallel``).
@@ -24,6 +30,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from comlrl_lab.data.no_space import NoSpaceLeft, is_no_space
 from comlrl_lab.engine.preflight import preflight
 from comlrl_lab.engine.spec import ExperimentSpec, build_trainer
 from comlrl_lab.names.phases import InvalidTransition
@@ -49,6 +56,34 @@ SPEC_FILE = "spec.json"
 STORE_FILE = "run.duckdb"
 CHECKPOINT_DIR = "checkpoint"
 SNAPSHOT_DIR = "snapshots"
+
+
+class StoreBehind(RuntimeError):
+    """The store lost committed phases and no checkpoint is left to go back to; the message says how to recover."""
+
+
+def empty_round_notes(store: RunStore, run_id: str) -> list[str]:
+    """One line per collected round without a preference pair (the CLI and the Rounds page say so)."""
+    notes = []
+    for row in store.rounds_without_pairs(run_id).itertuples(index=False):
+        nan = f", {row.nan_rewards} of them with a NaN reward" if row.nan_rewards else ""
+        notes.append(
+            f"round {row.round} collected 0 preference pairs from {row.candidates} candidates{nan}: "
+            "its training had nothing new to learn from"
+        )
+    return notes
+
+
+def _phase_name(done: int) -> str:
+    """How ``done`` finished phases read: "round 2 select" for the last of them, "nothing" for none."""
+    if done <= 0:
+        return "nothing"
+    return f"round {(done - 1) // len(PHASES) + 1} {PHASES[(done - 1) % len(PHASES)]}"
+
+
+def _phases_done(state: dict[str, Any]) -> int:
+    """Finished phases before a checkpoint's cursor (a finished run's cursor is past its last round)."""
+    return (int(state["round_index"]) - 1) * len(PHASES) + int(state["phase_index"])
 
 
 def apply_torch_threads(spec: ExperimentSpec) -> None:
@@ -78,6 +113,8 @@ class StoreSink:
         self.store = store
         self.run_id = run_id
         self.snapshot_dir = snapshot_dir
+        # A checkpoint's cost arrives from the writer thread while the next phase may be snapshotting.
+        self._snapshot_lock = threading.Lock()
 
     def commit_phase(self, records: PhaseRecords) -> None:
         self.store.commit_phase(
@@ -92,21 +129,37 @@ class StoreSink:
             reward_distributions=records.reward_distributions,
         )
         if self.snapshot_dir is not None:
-            snapshot_parquet(self.store, self.run_id, self.snapshot_dir)
+            with self._snapshot_lock:
+                snapshot_parquet(self.store, self.run_id, self.snapshot_dir)
 
     def add_phase_metrics(self, round_index: int, phase: str, step: int, values: dict[str, float]) -> None:
         rows = [{"step": step, "name": name, "value": value} for name, value in values.items()]
         self.store.append_metrics(self.run_id, round_index, phase, rows)
+        if self.snapshot_dir is not None:  # the phase's snapshot was written before these rows existed
+            with self._snapshot_lock:
+                snapshot_parquet(
+                    self.store, self.run_id, self.snapshot_dir, round=round_index, phase=phase, tables=("metrics",)
+                )
 
 
 class Run:
     """An experiment in ``run_dir``. Build with ``Run.create`` (new) or ``Run.open`` (existing)."""
 
-    def __init__(self, run_dir: Path, spec: ExperimentSpec, run_id: str, store: RunStore | None):
+    def __init__(
+        self,
+        run_dir: Path,
+        spec: ExperimentSpec,
+        run_id: str,
+        store: RunStore | None,
+        *,
+        trust_checkpoint: bool = False,
+    ):
         self.run_dir = Path(run_dir)
         self.spec = spec
         self.run_id = run_id
         self.store = store
+        # Format-1 checkpoints are pickles; they are read only when the person resuming says they trust them.
+        self.trust_checkpoint = bool(trust_checkpoint)
         self.trainer: Any = None
         self.control: PhaseControl = PhaseControl()
         self.last_error: str | None = None
@@ -126,7 +179,7 @@ class Run:
         return cls(run_dir, spec, run_id, store)
 
     @classmethod
-    def open(cls, run_dir: str | Path, secrets: dict[str, Any] | None = None) -> Run:
+    def open(cls, run_dir: str | Path, secrets: dict[str, Any] | None = None, *, trust_checkpoint: bool = False) -> Run:
         run_dir = Path(run_dir)
         if not (run_dir / SPEC_FILE).is_file():
             raise FileNotFoundError(f"{run_dir} is not a comlrl-lab run directory (no {SPEC_FILE})")
@@ -135,20 +188,100 @@ class Run:
             spec.config.update(secrets)
         store = RunStore(run_dir / STORE_FILE)
         run_id = store.first_run_id() or run_dir.name
-        # The settings pages read (every config value, defaults filled in) as this code resumes the run; a run
-        # stored before the store kept them gets them now.
-        settings = spec.build_config().to_dict()
-        info = store.run(run_id)
-        if info is not None and json.loads(info["config_json"] or "null") != settings:
-            store.create_run(run_id, config=settings, status=info["status"], source=info["source"])
-        run = cls(run_dir, spec, run_id, store)
-        run.reconcile_files()
+        run = cls(run_dir, spec, run_id, store, trust_checkpoint=trust_checkpoint)
+        try:
+            # The settings pages read (every config value, defaults filled in) as this code resumes the run; a run
+            # stored before the store kept them gets them now.
+            settings = spec.build_config().to_dict()
+            info = store.run(run_id)
+            if info is not None and json.loads(info["config_json"] or "null") != settings:
+                store.create_run(run_id, config=settings, status=info["status"], source=info["source"])
+            run.reconcile_store()
+            run.reconcile_files()
+        except BaseException:
+            store.close()
+            raise
         return run
 
+    def _newest_state(self) -> dict[str, Any] | None:
+        """The newest checkpoint's small state, or None; ``UntrustedCheckpoint`` for a format-1 one not trusted."""
+        ckpt = _ckpt()
+        found = ckpt.latest_checkpoint(self.checkpoint_dir)
+        return None if found is None else ckpt.read_state(found, trust_checkpoint=self.trust_checkpoint)
+
+    def check_resumable(self) -> None:
+        """Raise now what resuming would raise on its first phase: an untrusted format-1 checkpoint."""
+        self._newest_state()
+
+    def _store_done(self) -> int:
+        """Phases the store holds without a gap from the start (a lost WAL loses the newest ones)."""
+        committed = set(self.store.committed_phases(self.run_id))
+        done = 0
+        while (done // len(PHASES) + 1, PHASES[done % len(PHASES)]) in committed:
+            done += 1
+        return done
+
+    def reconcile_store(self) -> None:
+        """Line the store and the checkpoints up (see the module docstring); rank 0 only, before the trainer exists."""
+        ckpt = _ckpt()
+        ckpt.remove_stale_tmp(self.checkpoint_dir)
+        if self.store.run(self.run_id) is None:  # the store was deleted: it starts again, as Run.create made it
+            self.store.create_run(self.run_id, trainer=self.spec.algorithm, config=self.spec.to_dict())
+        try:
+            newest = self._newest_state()
+        except ckpt.UntrustedCheckpoint:
+            return  # nothing can be compared with a checkpoint that may not be read; resuming will refuse it
+        stored = self._store_done()
+        if newest is not None and _phases_done(newest) > stored:
+            self._roll_back(stored, _phases_done(newest))
+        self._recover_checkpoint_costs()
+        snapshot_parquet(self.store, self.run_id, self.run_dir / SNAPSHOT_DIR, repair=True)
+
+    def _roll_back(self, stored: int, newest: int) -> None:
+        """Drop the checkpoints after the store's last phase, or refuse when the one for that phase is gone."""
+        ckpt = _ckpt()
+        folders = ckpt.checkpoint_dirs(self.checkpoint_dir)
+        done = [_phases_done(ckpt.read_state(f, trust_checkpoint=self.trust_checkpoint)) for f in folders]
+        if stored > 0 and stored not in done:
+            oldest = _phase_name(min(done))
+            raise StoreBehind(
+                f"{self.store.path} holds the phases up to {_phase_name(stored)}, but the checkpoints go from "
+                f"{oldest} to {_phase_name(newest)}: the phases after {_phase_name(stored)} are missing from the store "
+                f"(a lost {self.store.path.name}.wal?) and no checkpoint is left to redo them from. Restore "
+                f"{self.store.path.name} and its .wal from a backup, or start the experiment again: comlrl-lab run "
+                f"{self.run_dir / SPEC_FILE}"
+            )
+        ckpt.drop_checkpoints(self.checkpoint_dir, [f for f, d in zip(folders, done) if d > stored])
+        message = (
+            f"the store had lost committed phases: it held the phases up to {_phase_name(stored)}, the checkpoints "
+            f"went up to {_phase_name(newest)}; the run went back to {_phase_name(stored)} and redoes the rest"
+        )
+        self.store.log_event(self.run_id, "warning", message)
+
+    def _recover_checkpoint_costs(self) -> None:
+        """Add each checkpoint's cost (``cost.json``) to its phase when a kill kept it from the store."""
+        committed = set(self.store.committed_phases(self.run_id))
+        for cost in _ckpt().checkpoint_costs(self.checkpoint_dir):
+            where = (int(cost["round"]), str(cost["phase"]))
+            if where not in committed:
+                continue
+            names = list(cost["metrics"])
+            have = self.store.metrics(self.run_id, names)
+            have = have[(have["round"] == where[0]) & (have["phase"] == where[1])]
+            if have.empty:
+                rows = [{"step": int(cost["step"]), "name": n, "value": float(v)} for n, v in cost["metrics"].items()]
+                self.store.append_metrics(self.run_id, *where, rows)
+                snapshot_parquet(
+                    self.store,
+                    self.run_id,
+                    self.run_dir / SNAPSHOT_DIR,
+                    round=where[0],
+                    phase=where[1],
+                    tables=("metrics",),
+                )
+
     def reconcile_files(self) -> None:
-        """Line the files up with the last finished phase: no round file of an unfinished collect, no half-written
-        checkpoint file of a killed process."""
-        _ckpt().remove_stale_tmp(self.checkpoint_dir)
+        """Line the files up with the last finished phase: no round file of an unfinished collect."""
         round_index, next_phase = self.cursor()
 
         def collected(round_: int) -> bool:
@@ -158,12 +291,13 @@ class Run:
         drop_round_files(self.run_dir / replay_dir, self.run_id, collected)
 
     @classmethod
-    def attach(cls, run_dir: str | Path, run_id: str) -> Run:
+    def attach(cls, run_dir: str | Path, run_id: str, *, trust_checkpoint: bool = False) -> Run:
         """A data-parallel rank other than 0: the run's spec and directory, no store (rank 0 writes everything)."""
         run_dir = Path(run_dir)
         if not (run_dir / SPEC_FILE).is_file():
             raise FileNotFoundError(f"{run_dir} is not a comlrl-lab run directory (no {SPEC_FILE})")
-        return cls(run_dir, ExperimentSpec.load(run_dir / SPEC_FILE), run_id, store=None)
+        spec = ExperimentSpec.load(run_dir / SPEC_FILE)
+        return cls(run_dir, spec, run_id, store=None, trust_checkpoint=trust_checkpoint)
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -185,7 +319,7 @@ class Run:
                 )
                 trainer.checkpoint_dir = self.checkpoint_dir
                 if _ckpt().has_checkpoint(self.checkpoint_dir):
-                    trainer.load_checkpoint(self.checkpoint_dir)
+                    trainer.load_checkpoint(self.checkpoint_dir, trust_checkpoint=self.trust_checkpoint)
             self.trainer = trainer
         return self.trainer
 
@@ -194,8 +328,14 @@ class Run:
         """(round, next phase) without building the trainer when a checkpoint can tell."""
         if self.trainer is not None:
             return self.trainer.round_index, self.trainer.next_phase
-        if _ckpt().has_checkpoint(self.checkpoint_dir):
-            state = _ckpt().load_checkpoint_state(self.checkpoint_dir)
+        try:
+            state = self._newest_state()
+        except _ckpt().UntrustedCheckpoint:
+            # A checkpoint that may not be read: the store tells where the run stands, for browsing it.
+            done = self._store_done() if self.store is not None else 0
+            finished = self.store is not None and (self.store.run(self.run_id) or {}).get("status") == "finished"
+            return (done // len(PHASES) + 1, None if finished else PHASES[done % len(PHASES)])
+        if state is not None:
             return int(state["round_index"]), None if state["finished"] else PHASES[int(state["phase_index"])]
         return 1, PHASES[0]
 
@@ -232,7 +372,11 @@ class Run:
 
     def record_failure(self, error: BaseException, *, round: int | None = None, phase: str | None = None) -> None:
         """Log the error with the round and phase it hit, and put the trainer back to the last finished phase."""
-        self.last_error = f"{type(error).__name__}: {error}"
+        if is_no_space(error):  # torch, DuckDB and pyarrow each word a full disk their own way
+            doing = f"{phase} of round {round}" if phase else "working"
+            self.last_error = str(error if isinstance(error, NoSpaceLeft) else NoSpaceLeft(self.run_dir, doing))
+        else:
+            self.last_error = f"{type(error).__name__}: {error}"
         self.last_traceback = traceback.format_exc()
         self._log("error", self.last_error, traceback=self.last_traceback, round=round, phase=phase)
         if not isinstance(error, PhaseCancelled):  # a stop asked for is not a failure
@@ -255,7 +399,7 @@ class Run:
             return
         if _ckpt().has_checkpoint(self.checkpoint_dir):
             try:
-                self.trainer.load_checkpoint(self.checkpoint_dir)
+                self.trainer.load_checkpoint(self.checkpoint_dir, trust_checkpoint=self.trust_checkpoint)
             except _ckpt().InitialWeightsCheckpoint:
                 self.trainer = None  # the checkpoint holds the initial weights: a rebuilt trainer has them
         else:
@@ -278,6 +422,7 @@ def run_data_parallel(
     resume: str | Path | None = None,
     runs_root: str | Path = "runs",
     log: Any = print,
+    trust_checkpoint: bool = False,
 ) -> Run:
     """Every rank of a torchrun job steps the same run to its end; returns this rank's ``Run`` (closed).
 
@@ -291,7 +436,7 @@ def run_data_parallel(
     if dist.is_main:
         try:
             if resume is not None:
-                run = Run.open(resume)
+                run = Run.open(resume, trust_checkpoint=trust_checkpoint)
             else:
                 if spec is None:
                     raise ValueError("give a spec or a run directory to resume")
@@ -305,7 +450,7 @@ def run_data_parallel(
     if where[2] is not None:
         raise RuntimeError(f"rank 0 could not open the run: {where[2]}")
     if run is None:
-        run = Run.attach(where[0], where[1])
+        run = Run.attach(where[0], where[1], trust_checkpoint=trust_checkpoint)
     try:
         trainer = run.ensure_trainer()
         while not trainer.finished:

@@ -32,11 +32,15 @@ def _at(source: str, line: int | None) -> str:
 def parse_spec_text(text: str, source: str) -> dict:
     """The mapping a spec file holds (YAML for a ``.yaml``/``.yml`` source, else JSON); ``SpecError`` naming
     ``source`` and, for a syntax error, its line and column."""
+    from comlrl_lab.engine.bounded_yaml import MAX_DEPTH, SpecBoundError, check_depth, load_yaml
+
     if source.lower().endswith((".yaml", ".yml")):
         import yaml
 
         try:
-            data = yaml.safe_load(text)
+            data = load_yaml(text, source)
+        except SpecBoundError as error:
+            raise SpecError(str(error)) from None
         except yaml.MarkedYAMLError as error:
             mark = error.problem_mark or error.context_mark
             where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
@@ -46,8 +50,13 @@ def parse_spec_text(text: str, source: str) -> dict:
     else:
         try:
             data = json.loads(text)
+            check_depth(data, source)
         except json.JSONDecodeError as error:
             raise SpecError(f"{source}:{error.lineno}:{error.colno}: JSON syntax error: {error.msg}") from None
+        except RecursionError:
+            raise SpecError(f"{source}: the spec is nested deeper than {MAX_DEPTH} levels") from None
+        except SpecBoundError as error:
+            raise SpecError(str(error)) from None
     if not isinstance(data, dict):
         raise SpecError(f"{source}: an experiment spec must be a mapping of keys, got {type(data).__name__}")
     return data

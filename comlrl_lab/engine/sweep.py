@@ -8,6 +8,8 @@ own, or one of its own in the CLI), at most ``parallel`` at a time, and writes t
 state; ``Sweep.open`` + ``SweepRunner`` finishes an interrupted sweep, resuming a started cell from its checkpoint.
 Cells run as cluster jobs (``cluster.py``) change only their own cell, through ``Sweep.editing`` (a file lock
 around reading, changing and writing the manifest), so any number of jobs can finish at once.
+``check_sweep_size`` bounds a sweep before anything is written: more than ``MAX_SWEEP_CELLS`` cells, or more disk than
+is free, is refused unless confirmed (``--yes``, the Compare page's checkbox), with the cells, disk and time shown.
 
 This module does not parse the command line and draws nothing: ``cli.py`` and the pages call it.
 """
@@ -18,6 +20,7 @@ import contextlib
 import copy
 import itertools
 import json
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -29,8 +32,10 @@ from filelock import FileLock
 
 from comlrl_lab.engine.manager import RunManager
 from comlrl_lab.engine.spec import ExperimentSpec
+from comlrl_lab.names import metric_names as M
 from comlrl_lab.names.phases import PHASES
 from comlrl_lab.names.run_ids import new_run_id
+from comlrl_lab.store.snapshots import round_metrics
 from comlrl_lab.trainers.preference.algorithms import algorithm
 from comlrl_lab.trainers.preference.config import ConfigError, check_field_names
 from comlrl_lab.trainers.preference.fields import decode, field_specs
@@ -42,6 +47,8 @@ LOCK_FILE = "sweep.json.lock"
 SNAPSHOT_MANIFEST = Path("snapshots") / "_manifest.json"
 #: Cell states of work under way: a job queued (submitted, or requeued after a pre-emption or time-out) or running.
 ACTIVE_STATES = ("submitted", "running", "requeued")
+#: Cells a sweep may have before it must be confirmed (``comlrl-lab sweep --yes``, or the Compare page's checkbox).
+MAX_SWEEP_CELLS = 64
 
 
 # Grid parsing ----------------------------------------------------------------------------------------------------
@@ -85,6 +92,164 @@ def parse_grid(config_class: type, entries: list[str]) -> dict[str, list[Any]]:
             raise ValueError(f"grid field {name} repeats a value: {raw}")
         grid[name] = values
     return grid
+
+
+# The size of a sweep ---------------------------------------------------------------------------------------------
+class SweepTooLarge(ValueError):
+    """A sweep past the cell cap or the free disk, not confirmed; the message shows its size."""
+
+
+@dataclass(frozen=True)
+class SweepSize:
+    """What a sweep would cost: cells, and the disk and time estimated from a finished run (``basis`` says which)."""
+
+    cells: int
+    disk_bytes: int | None
+    seconds: float | None
+    free_bytes: int | None
+    basis: str
+
+    @property
+    def over_disk(self) -> bool:
+        return self.disk_bytes is not None and self.free_bytes is not None and self.disk_bytes > self.free_bytes
+
+    @property
+    def too_large(self) -> bool:
+        return self.cells > MAX_SWEEP_CELLS or self.over_disk
+
+    def describe(self) -> str:
+        disk = "disk unknown" if self.disk_bytes is None else f"about {_bytes(self.disk_bytes)} on disk"
+        if self.free_bytes is not None:
+            disk += f" ({_bytes(self.free_bytes)} free)"
+        time_ = "time unknown" if self.seconds is None else f"about {_duration(self.seconds)} one cell at a time"
+        return f"{self.cells} cells, {disk}, {time_} ({self.basis})"
+
+
+def check_sweep_size(
+    spec: ExperimentSpec, grid: dict[str, list[Any]], *, seeds: int, runs_root: str | Path, confirmed: bool = False
+) -> SweepSize:
+    """The sweep's size; ``SweepTooLarge`` (one line, nothing written) when it passes the cap or the free disk and
+    ``confirmed`` is not set. The CLI and the Compare page call this before ``Sweep.create``."""
+    size = sweep_size(spec, grid, seeds=seeds, runs_root=runs_root)
+    if size.too_large and not confirmed:
+        over = "more disk than is free" if size.over_disk else f"more than {MAX_SWEEP_CELLS} cells"
+        raise SweepTooLarge(
+            f"the sweep is too large: {size.describe()}; {over}. To run it anyway, confirm: --yes on the command line, "
+            "'Run it even when it is large' on the Compare page"
+        )
+    return size
+
+
+def sweep_size(spec: ExperimentSpec, grid: dict[str, list[Any]], *, seeds: int, runs_root: str | Path) -> SweepSize:
+    """Cells, and disk and time scaled by rounds from the newest finished run of the same algorithm and models
+    under ``runs_root``; without one, the disk from the model files (each round's weights and AdamW moments)."""
+    cells = int(seeds) * _product(len(values) for values in grid.values())
+    rounds = [_rounds(spec, dict(zip(grid, combo))) for combo in itertools.product(*grid.values())]
+    total_rounds = int(seeds) * sum(rounds)
+    root = Path(runs_root)
+    free = _free_bytes(root)
+    reference = _reference_run(spec, root)
+    if reference is not None:
+        run_dir, ref_rounds, seconds = reference
+        per_round = _folder_bytes(run_dir) / max(1, ref_rounds)
+        basis = f"scaled by rounds from run {run_dir.name}"
+        per_second = None if seconds is None else seconds / max(1, ref_rounds)
+        return SweepSize(
+            cells,
+            int(per_round * total_rounds),
+            None if per_second is None else per_second * total_rounds,
+            free,
+            basis,
+        )
+    weights = _model_bytes(spec)
+    if weights is None:
+        return SweepSize(cells, None, None, free, "no finished run of these models to measure from")
+    # Each train phase writes the agents' weights and two AdamW moments; nothing else in a run comes close.
+    return SweepSize(cells, 3 * weights * total_rounds, None, free, "disk from the model files; no finished run yet")
+
+
+def _rounds(spec: ExperimentSpec, overrides: dict[str, Any]) -> int:
+    if not algorithm(spec.algorithm).iterative:
+        return 1
+    values = {**spec.config, **overrides}
+    return int(values.get("num_iterations", _field_default(spec.config_class, "num_iterations")))
+
+
+def _field_default(config_class: type, name: str) -> Any:
+    return next(f.default for f in fields(config_class) if f.name == name)
+
+
+def _product(numbers: Any) -> int:
+    total = 1
+    for n in numbers:
+        total *= n
+    return total
+
+
+def _free_bytes(root: Path) -> int | None:
+    for folder in (root, *root.parents):
+        if folder.exists():
+            return shutil.disk_usage(folder).free
+    return None
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and "exports" not in p.parts)
+
+
+def _model_bytes(spec: ExperimentSpec) -> int | None:
+    """The agents' weight files on disk, when every model is a local folder (the embedded model included)."""
+    from comlrl_lab.models.loading import resolve_model_source  # imports torch, which opening a page must not
+
+    total = 0
+    for name in spec.agent_models:
+        try:
+            folder = Path(resolve_model_source(name))
+        except OSError:  # the embedded model, not built
+            return None
+        if not folder.is_dir():
+            return None
+        total += sum(p.stat().st_size for p in folder.iterdir() if p.suffix in (".safetensors", ".bin", ".gguf"))
+    return total
+
+
+def _reference_run(spec: ExperimentSpec, root: Path) -> tuple[Path, int, float | None] | None:
+    """(run folder, rounds done, seconds its phases took) of the newest finished run of the same algorithm and
+    models; read from spec.json and the Parquet snapshots, never from a store another process may hold."""
+    found = []
+    for folder in root.iterdir() if root.is_dir() else []:
+        try:
+            data = json.loads((folder / "spec.json").read_text(encoding="utf-8"))
+            done = json.loads((folder / "snapshots" / "_manifest.json").read_text(encoding="utf-8"))["phases"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if data.get("algorithm") != spec.algorithm or data.get("agent_models") != list(spec.agent_models):
+            continue
+        rounds = {int(key[6:10]) for key in done if key.endswith("_evaluate")}
+        if rounds:
+            found.append((folder.stat().st_mtime, folder, len(rounds)))
+    if not found:
+        return None
+    _, folder, rounds = max(found)
+    metrics = round_metrics([folder / "snapshots"], [M.name(M.PHASE_SECONDS, phase=p) for p in PHASES])
+    seconds = float(metrics["value"].sum()) if len(metrics) else None
+    return folder, rounds, seconds or None
+
+
+def _bytes(count: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if count < 1000 or unit == "TB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1000
+    return f"{count:.1f} TB"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 # The manifest ----------------------------------------------------------------------------------------------------

@@ -173,21 +173,40 @@ def _load_pretrained(loader: Callable[..., Any], source: str, what: str, **kwarg
         else:
             _keep_hub_name(loaded, path)
             return loaded
-    if _hub_offline():
-        raise ModelLoadError(
-            f"{what} {source!r} was not found locally (not a directory, not in the Hugging Face cache) and the hub is "
-            f"offline (HF_HUB_OFFLINE is set). Download it on a machine with network or pass a local directory."
-        ) from local_reason
-    if not hub_reachable():
-        raise ModelLoadError(
-            f"{what} {source!r} was not found locally (not a directory, not in the Hugging Face cache) and no network "
-            f"is available: {_hub_endpoint()} cannot be reached (offline). Pass a local directory, pre-download the "
-            f"model into the cache, or use the embedded model 'comlrl-lab/tiny'."
-        ) from local_reason
+    problem = _offline_problem(source, what)
+    if problem is not None:
+        raise ModelLoadError(problem) from local_reason
     try:
         return loader(path, **kwargs)
     except OSError as exc:
         raise ModelLoadError(f"{what} {source!r} could not be loaded from {_hub_endpoint()}: {exc}") from exc
+
+
+def _offline_problem(source: str, what: str) -> str | None:
+    """Why a hub id that is not in the cache cannot be fetched now (the hub is offline or out of reach), or None."""
+    if _hub_offline():
+        return (
+            f"{what} {source!r} was not found locally (not a directory, not in the Hugging Face cache) and the hub is "
+            f"offline (HF_HUB_OFFLINE is set). Download it on a machine with network or pass a local directory."
+        )
+    if not hub_reachable():
+        return (
+            f"{what} {source!r} was not found locally (not a directory, not in the Hugging Face cache) and no network "
+            f"is available: {_hub_endpoint()} cannot be reached (offline). Pass a local directory, pre-download the "
+            f"model into the cache, or use the embedded model 'comlrl-lab/tiny'."
+        )
+    return None
+
+
+def check_available(source: str, what: str = "model") -> None:
+    """``ModelLoadError`` now, before any work, for a hub id that is neither a folder nor in the Hugging Face cache
+    while the hub is offline or out of reach; loading would fail the same way later."""
+    path = resolve_model_source(source.strip())
+    if os.path.isdir(path) or _looks_like_path(path) or _cached_snapshot(path, {}) is not None:
+        return
+    problem = _offline_problem(source, what)
+    if problem is not None:
+        raise ModelLoadError(problem)
 
 
 # Tokenizers -----------------------------------------------------------------------------------------------

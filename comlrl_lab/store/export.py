@@ -4,7 +4,9 @@ JSON and JSONL hold the seed's records exactly as ``PreferencePair.to_record()``
 seed page's order, ``raw_rewards`` [] when absent, null targets); Parquet and CSV add the provenance columns (round,
 pair_index, item_index, candidate indices, winner_side, reward_gap). Bulk formats are written by DuckDB's ``COPY``
 straight from the file; round files by Python's ``json`` so they match CoMLRL's bytes. Every file is written under a
-temporary name and renamed, so a reader never sees half a file. These are functions over a ``RunStore`` (or the
+temporary name and renamed, so a reader never sees half a file. An export never writes into a run folder (but for
+its ``exports/`` folder) or over a DuckDB file, and refuses an empty destination and a run the store does not hold
+(``check_destination``, ``ExportError``), so an export can never destroy the run it reads. These are functions over a ``RunStore`` (or the
 path of a store file, opened read-only for the call); the store does not call back into them. This module does not
 import (``importer``).
 """
@@ -18,6 +20,9 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from comlrl_lab.data.records import SEED_RECORD_FIELDS, round_file_payload
 from comlrl_lab.data.reward_distribution import payload_from_rows, write_distribution_file
@@ -66,6 +71,48 @@ class ExportError(RuntimeError):
     """An export could not be written; the message names the destination, and no ``.tmp`` file is left."""
 
 
+#: What makes a folder a run folder (the engine's spec file and store file), and the one place in it exports may go.
+RUN_FOLDER_FILES = ("spec.json", "run.duckdb")
+EXPORTS_FOLDER = "exports"
+_DUCKDB_MAGIC = b"DUCK"  # bytes 8 to 12 of every DuckDB database file
+
+
+def check_destination(dest: str | os.PathLike[str] | None) -> Path:
+    """``dest`` as a path, or ``ExportError`` when it is empty, a DuckDB file, or inside a run folder (its
+    ``exports/`` folder excepted): an export must never replace a store, a spec or a checkpoint."""
+    text = "" if dest is None else os.fspath(dest)
+    if not text.strip():
+        raise ExportError("the destination is empty: name a file for pairs, or a folder for round files")
+    path = Path(text).expanduser()
+    resolved = path.resolve()
+    if resolved.suffix in (".duckdb", ".wal") or _is_duckdb(resolved):
+        raise ExportError(f"{path} is a DuckDB store: an export never writes over a store; choose another file")
+    for folder in (resolved, *resolved.parents):
+        if any((folder / name).is_file() for name in RUN_FOLDER_FILES):
+            inside = resolved.relative_to(folder).parts
+            if len(inside) >= 2 and inside[0] == EXPORTS_FOLDER:
+                break
+            raise ExportError(
+                f"{path} is inside the run folder {folder}: an export never writes into a run folder (its "
+                f"{EXPORTS_FOLDER}/ folder excepted); choose a path outside it or under {folder / EXPORTS_FOLDER}"
+            )
+    return path
+
+
+def _is_duckdb(path: Path) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(12)[8:12] == _DUCKDB_MAGIC
+    except OSError:
+        return False
+
+
+def _check_run(store: RunStore, run_id: str) -> None:
+    if store.run(run_id) is None:
+        held = ", ".join(str(r) for r in store.list_runs()["run_id"]) or "none"
+        raise ExportError(f"no run {run_id!r} in {store.path} (runs there: {held})")
+
+
 @contextmanager
 def _written_through_tmp(dest: Path) -> Iterator[Path]:
     """A ``.tmp`` path to write, renamed onto ``dest`` on success and removed on failure."""
@@ -76,7 +123,7 @@ def _written_through_tmp(dest: Path) -> Iterator[Path]:
     except BaseException as error:
         with suppress(OSError):
             tmp.unlink(missing_ok=True)
-        if not isinstance(error, Exception):
+        if not isinstance(error, Exception) or isinstance(error, ExportError):
             raise
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0].replace(str(tmp), str(dest))
         raise ExportError(f"could not write {dest}: {reason}") from error
@@ -101,9 +148,10 @@ def export_pairs(
     if fmt not in PAIR_FORMATS:
         raise ValueError(f"fmt must be one of {list(PAIR_FORMATS)}, got {fmt!r}")
     flt = queries.pair_filter(**filters)
-    dest = Path(dest)
+    dest = check_destination(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with _open_store(store_or_path) as store, _written_through_tmp(dest) as tmp:
+        _check_run(store, run_id)
         cur = store.cursor()
         where, args = flt.where(run_id)
         if fmt in ("json", "jsonl"):
@@ -136,10 +184,11 @@ def export_round_files(
     As CoMLRL does, a round that collected no pair still gets its (empty) file. Written with ``ensure_ascii=False``
     and no indent, through a ``.tmp`` file and an atomic rename, as CoMLRL writes them.
     """
-    dest_dir = Path(dest_dir)
-    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest_dir = check_destination(dest_dir)
     written = []
     with _open_store(store_or_path) as store:
+        _check_run(store, run_id)
+        dest_dir.mkdir(parents=True, exist_ok=True)
         cur = store.cursor()
         collected = [
             r
@@ -165,7 +214,9 @@ def export_reward_distribution_files(
 
     Only runs with ``log_reward_distribution`` have them; for others nothing is written and [] is returned.
     """
+    dest_dir = check_destination(dest_dir)
     with _open_store(store_or_path) as store:
+        _check_run(store, run_id)
         frame = queries.binned_reward_distributions(store.cursor(), run_id)
     return [
         write_distribution_file(dest_dir, payload_from_rows(int(round_), part.to_dict("records")))
@@ -180,6 +231,8 @@ def snapshot_parquet(
     *,
     round: int | None = None,
     phase: str | None = None,
+    tables: tuple[str, ...] = PHASE_TABLES,
+    repair: bool = False,
 ) -> list[Path]:
     """Parquet files of one run for notebooks and other processes (which cannot open the DuckDB file while the app
     holds it); return the paths written.
@@ -187,9 +240,11 @@ def snapshot_parquet(
     Layout (one ``dest_dir`` per run): ``dest_dir/<table>/round_NNNN_<phase>.parquet`` for each phase table
     (candidates, pairs, replay, metrics, events; none when the phase added no rows to it) plus ``runs.parquet``,
     ``rounds.parquet`` and ``phases.parquet`` rewritten whole. With ``round`` and ``phase`` only that finished phase
-    is written. Without, every committed phase is brought up to date: ``_manifest.json`` remembers each phase's
-    commit time, so unchanged phases are not rewritten and discarded ones are removed. Read a table back with
-    ``pandas.read_parquet(dest_dir / "pairs")`` or DuckDB ``read_parquet('dest_dir/pairs/*.parquet')``.
+    is written (only its ``tables``: a checkpoint's cost adds metrics alone). Without, every committed phase is brought
+    up to date: ``_manifest.json`` remembers each phase's commit time, so unchanged phases are not rewritten and
+    discarded ones are removed; with ``repair`` (a run being opened), a phase with a file that is no Parquet any more
+    (a crash, a bad copy) is written again. Read a table back with ``pandas.read_parquet(dest_dir / "pairs")`` or
+    DuckDB ``read_parquet('dest_dir/pairs/*.parquet')``.
     """
     if (round is None) != (phase is None):
         raise ValueError("give both round and phase, or neither")
@@ -213,11 +268,17 @@ def snapshot_parquet(
                 for table in PHASE_TABLES:
                     (dest_dir / table / f"{stale}.parquet").unlink(missing_ok=True)
                 del manifest[stale]
+            for key in [
+                k
+                for k in manifest
+                if repair and not all(is_parquet(dest_dir / t / f"{k}.parquet") for t in PHASE_TABLES)
+            ]:
+                del manifest[key]
             wanted = sorted(k for k in committed if manifest.get(k) != committed[k])
         for key in wanted:
             r, p = int(key[6:10]), key[11:]
             where, args = "run_id = ? AND round = ? AND phase = ?", [run_id, r, p]
-            for table in PHASE_TABLES:
+            for table in tables:
                 path = dest_dir / table / f"{key}.parquet"
                 if cur.execute(f"SELECT count(*) FROM {table} WHERE {where}", args).fetchone()[0]:
                     path.parent.mkdir(exist_ok=True)
@@ -232,6 +293,17 @@ def snapshot_parquet(
     with _written_through_tmp(manifest_path) as tmp:
         tmp.write_text(json.dumps({"run_id": run_id, "phases": manifest}, indent=1), encoding="utf-8")
     return written
+
+
+def is_parquet(path: Path) -> bool:
+    """True for a readable Parquet footer, and for no file at all (a phase that added no rows to a table)."""
+    if not path.exists():
+        return True
+    try:
+        pq.read_metadata(path)
+    except (OSError, ValueError, pa.ArrowException):
+        return False
+    return True
 
 
 def _read_manifest(path: Path, run_id: str) -> dict[str, str]:

@@ -138,6 +138,21 @@ def rounds(cur: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     ).df()
 
 
+def rounds_without_pairs(cur: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    """Collected rounds that produced no preference pair: round, candidates, nan_rewards (candidates whose reward is
+    NaN, the usual cause besides ties)."""
+    return cur.execute(
+        """
+        SELECT r.round, count(c.round) AS candidates, count(c.round) FILTER (WHERE c.reward IS NULL OR isnan(c.reward)) AS nan_rewards
+        FROM rounds r
+        LEFT JOIN candidates c ON c.run_id = r.run_id AND c.round = r.round AND c.side <> 'eval'
+        WHERE r.run_id = ? AND r.collect_at IS NOT NULL AND r.num_pairs = 0
+        GROUP BY r.round ORDER BY r.round
+        """,
+        [run_id],
+    ).df()
+
+
 def committed_phases(cur: duckdb.DuckDBPyConnection, run_id: str) -> list[tuple[int, str]]:
     """(round, phase) of every committed phase, in run order."""
     rows = cur.execute(

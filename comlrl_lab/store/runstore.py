@@ -211,6 +211,9 @@ class RunStore:
     def committed_phases(self, run_id: str) -> list[tuple[int, str]]:
         return queries.committed_phases(self.cursor(), run_id)
 
+    def rounds_without_pairs(self, run_id: str) -> pd.DataFrame:
+        return queries.rounds_without_pairs(self.cursor(), run_id)
+
     def pairs_page(
         self,
         run_id: str,

@@ -1,6 +1,9 @@
 """The read-only SQL entry point: accept one query that only reads the store, run it, and roll it back.
 
-Three guards, each enough on its own for the common cases, together for the odd ones:
+Before any parsing the text is bounded: at most ``MAX_QUERY_CHARS`` characters and ``MAX_NESTING`` levels of
+parentheses (a 23 MB query took the app's process to 5 GB in DuckDB's parser; 400 nested expressions overflowed
+Python's recursion reading the parsed tree, which is now walked without recursion). Then three guards, each enough
+on its own for the common cases, together for the odd ones:
 1. DuckDB's own parser (``duckdb.extract_statements``): exactly one statement, of type SELECT or EXPLAIN
    (SHOW, DESCRIBE, SUMMARIZE, FROM-first and WITH parse as SELECT).
 2. A keyword scan of the text with comments, string literals and quoted names blanked out, so a write hidden in a
@@ -31,6 +34,12 @@ class ReadOnlyQueryError(ValueError):
 
 class QueryExecutionError(RuntimeError):
     """An accepted query failed while running (a typo, a missing column, the time limit)."""
+
+
+#: Characters of SQL text the box accepts; a long hand-written query has a few thousand.
+MAX_QUERY_CHARS = 100_000
+#: Levels of nested parentheses (subqueries, calls, grouping) outside strings and comments.
+MAX_NESTING = 64
 
 
 FORBIDDEN_KEYWORDS: tuple[str, ...] = (
@@ -102,6 +111,11 @@ def check_readonly(
     """The single statement to run and the store relations it names, or ``ReadOnlyQueryError`` saying why not."""
     if not isinstance(query, str) or not query.strip():
         raise ReadOnlyQueryError("the query is empty")
+    if len(query) > MAX_QUERY_CHARS:
+        raise ReadOnlyQueryError(f"the query is {len(query):,} characters long; at most {MAX_QUERY_CHARS:,} are read")
+    depth = _nesting(blank_out(query))
+    if depth > MAX_NESTING:
+        raise ReadOnlyQueryError(f"the query nests parentheses {depth} deep; at most {MAX_NESTING} levels are read")
     try:
         statements = duckdb.extract_statements(query)
     except duckdb.Error as e:
@@ -124,7 +138,10 @@ def check_readonly(
             raise ReadOnlyQueryError(f"the function {call.group(1)}() is not allowed in a read-only query")
     statement = blank_out(query, keep_literals=True).strip().rstrip(";").strip()
     inner = _EXPLAIN_RE.sub("", statement, count=1) if kind == duckdb.StatementType.EXPLAIN else statement
-    serialized = json.loads(con.execute("SELECT json_serialize_sql(?)", [inner]).fetchone()[0])
+    try:
+        serialized = json.loads(con.execute("SELECT json_serialize_sql(?)", [inner]).fetchone()[0])
+    except RecursionError:  # a chain such as 1+1+...+1 nests without parentheses
+        raise ReadOnlyQueryError("the query's expressions are nested too deeply to be checked") from None
     if serialized.get("error"):
         raise ReadOnlyQueryError(f"the query is not a plain read: {serialized.get('error_message', 'unknown')}")
     named: set[str] = set()
@@ -173,35 +190,49 @@ def run_readonly(
     return df
 
 
+def _nesting(bare: str) -> int:
+    """The deepest level of parentheses in ``bare`` (the query with strings and comments blanked out)."""
+    depth = deepest = 0
+    for char in bare:
+        if char == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char == ")":
+            depth -= 1
+    return deepest
+
+
 def _first_line(e: BaseException) -> str:
     return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
+def _nodes(tree: Any) -> Any:
+    """Every dict in a parsed tree, depth first, without recursion (a deep tree must not overflow the stack)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            yield node
+            stack.extend(reversed([v for v in node.values() if isinstance(v, (dict, list))]))
+        elif isinstance(node, list):
+            stack.extend(reversed(node))
+
+
 def _cte_names(tree: Any) -> frozenset[str]:
     names: set[str] = set()
-
-    def visit(node: Any) -> None:
-        if isinstance(node, dict):
-            cte_map = node.get("cte_map")
-            if isinstance(cte_map, dict):
-                names.update(str(entry.get("key", "")).lower() for entry in cte_map.get("map", []))
-            for value in node.values():
-                visit(value)
-        elif isinstance(node, list):
-            for value in node:
-                visit(value)
-
-    visit(tree)
+    for node in _nodes(tree):
+        cte_map = node.get("cte_map")
+        if isinstance(cte_map, dict):
+            names.update(str(entry.get("key", "")).lower() for entry in cte_map.get("map", []))
     return frozenset(names)
 
 
-def _check_tree(node: Any, relations: frozenset[str], named: set[str]) -> None:
-    if isinstance(node, list):
-        for value in node:
-            _check_tree(value, relations, named)
-        return
-    if not isinstance(node, dict):
-        return
+def _check_tree(tree: Any, relations: frozenset[str], named: set[str]) -> None:
+    for node in _nodes(tree):
+        _check_node(node, relations, named)
+
+
+def _check_node(node: dict[str, Any], relations: frozenset[str], named: set[str]) -> None:
     kind = node.get("type")
     if isinstance(kind, str) and kind.endswith("_QUERY_NODE"):
         verb = kind.removesuffix("_QUERY_NODE")
@@ -220,9 +251,6 @@ def _check_tree(node: Any, relations: frozenset[str], named: set[str]) -> None:
         name = str(node.get("function_name", "")).lower()
         if DENIED_FUNCTION_PATTERN.match(name):
             raise ReadOnlyQueryError(f"the function {name}() is not allowed in a read-only query")
-    for value in node.values():
-        if isinstance(value, (dict, list)):
-            _check_tree(value, relations, named)
 
 
 def _check_relation(node: dict[str, Any], relations: frozenset[str]) -> str:

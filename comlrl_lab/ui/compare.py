@@ -83,6 +83,7 @@ class Comparison:
     curves_figure: go.Figure | None
     gaps_figure: go.Figure | None
     sides_figure: go.Figure | None
+    unreadable: list[str] = field(default_factory=list)  # snapshot files left out: no Parquet any more
 
 
 # -- the runs -------------------------------------------------------------------------------------------------
@@ -369,10 +370,12 @@ def compare(entries: Sequence[RunEntry], *, by_seed: bool = True, smoothing: int
     dirs = [e.snapshot_dir for e in entries]
     names = sorted({name for choices in CURVES.values() for name, _ in choices})
     phases = sorted({phase for choices in CURVES.values() for _, phase in choices})
-    stats = curve_stats(curve_values(round_metrics(dirs, names, phases)), groups, smoothing=smoothing)
+    metrics = round_metrics(dirs, names, phases)
+    stats = curve_stats(curve_values(metrics), groups, smoothing=smoothing)
     pairs = pair_rows(dirs)
     table = pair_table(pairs, groups)
     return Comparison(
+        unreadable=metrics.attrs.get("unreadable", []) + pairs.attrs.get("unreadable", []),
         groups=groups,
         stats=stats,
         config_diff=config_diff(groups),

@@ -47,6 +47,9 @@ def require_run(purpose: str) -> services.RunView:
         except Exception as error:  # a folder removed or a store that cannot be opened
             st.error(f"Run {run_id} cannot be opened: {type(error).__name__}: {error}")
             state.set_current_run(None)
+    elif run_id:  # a link naming a run that is gone, or a path that is no run of the runs folder
+        st.warning(f"`{run_id}` is not a run in the runs folder `{ws.root}`; nothing was opened.")
+        state.set_current_run(None)
     st.info(f"No run is open. {purpose}", icon=":material/info:")
     cols = st.columns(2)
     cols[0].page_link(SETUP_PAGE, label="Set up a new experiment or reopen a past run", icon=":material/science:")

@@ -3,8 +3,10 @@
 The workspace owns the ``RunManager`` that runs experiments in worker threads, and the stores of imported pair
 sets, all under one runs folder (``COMLRL_LAB_RUNS_DIR``, default ``./runs``). Pages reach runs only through it,
 by run id; the run directory of a run is ``<runs folder>/<run id>``, so a session that remembers only the id
-finds the run again after a server restart. Nothing here trains, runs SQL or draws widgets: the engine trains,
-the store owns the SQL, the pages lay out.
+finds the run again after a server restart. Every run id and folder that arrives from a URL (``?run.open=``) or a
+form is confined to the runs folder: a plain folder name directly in it (``run_folder``), never ``..``, an absolute
+path or a link out. Nothing here trains, runs SQL or draws widgets: the engine trains, the store owns the SQL, the
+pages lay out.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import streamlit as st
 from comlrl_lab.data.reward_distribution import DISTRIBUTION_DIR
 from comlrl_lab.engine import ExperimentSpec, RunManager
 from comlrl_lab.engine.manager import Progress
-from comlrl_lab.engine.run import SPEC_FILE, STORE_FILE
+from comlrl_lab.engine.run import SPEC_FILE, STORE_FILE, empty_round_notes
 from comlrl_lab.names.run_ids import new_run_id
 from comlrl_lab.store import (
     EXPORT_FORMATS,
@@ -55,6 +57,7 @@ __all__ = [
     "Workspace",
     "close_all",
     "dataframe_csv",
+    "empty_round_notes",
     "past_runs",
     "runs_root",
     "workspace",
@@ -109,13 +112,30 @@ class Workspace:
         self._lock = threading.RLock()
 
     # Runs ------------------------------------------------------------------------------------------------
+    def run_folder(self, name: str | Path) -> Path:
+        """``<runs folder>/<name>`` for a run id or a folder in the runs folder; ``ValueError`` for anything that
+        would leave it (``..``, an absolute path, a nested path, a link pointing out)."""
+        root = self.root.resolve()
+        text = str(name)
+        path = Path(text).expanduser()
+        if path.is_absolute() or len(path.parts) > 1:
+            inside = path.resolve() if path.is_absolute() else (root / path).resolve()
+            path = Path(inside.name) if inside.parent == root else Path(text)
+        if not text or len(path.parts) != 1 or path.name in (".", "..") or "\x00" in text:
+            raise ValueError(f"{text!r} is not a run in the runs folder {root}")
+        folder = root / path.name
+        if folder.resolve().parent != root:
+            raise ValueError(f"{text!r} is not a run in the runs folder {root} (it links elsewhere)")
+        return folder
+
     def create_run(self, spec: ExperimentSpec) -> str:
         """Validate and create a run (CoMLRL's messages on a bad config); models load on its first phase."""
         return self.manager.create(spec)
 
     def open_dir(self, run_dir: str | Path) -> str:
-        """Open an engine run (a folder with spec.json) or an imported pair set (run.duckdb only)."""
-        run_dir = Path(run_dir).expanduser().resolve()
+        """Open an engine run (a folder with spec.json) or an imported pair set (run.duckdb only), in the runs
+        folder (``run_folder``)."""
+        run_dir = self.run_folder(run_dir).resolve()
         if (run_dir / SPEC_FILE).is_file():
             with self._lock:
                 return self.manager.open(run_dir)
@@ -133,7 +153,12 @@ class Workspace:
         )
 
     def has_run(self, run_id: str) -> bool:
-        return run_id in self.manager.open_runs() or run_id in self._imported or (self.root / run_id).is_dir()
+        if run_id in self.manager.open_runs() or run_id in self._imported:
+            return True
+        try:
+            return self.run_folder(run_id).is_dir()
+        except ValueError:
+            return False
 
     def view(self, run_id: str) -> RunView:
         """The run ``run_id``, opened from ``<runs folder>/<run id>`` when this process has not seen it yet."""
@@ -141,7 +166,7 @@ class Workspace:
             if run_id in self._imported:
                 return self._imported[run_id]
             if run_id not in self.manager.open_runs():
-                self.open_dir(self.root / run_id)
+                self.open_dir(self.run_folder(run_id))
             if run_id in self._imported:
                 return self._imported[run_id]
             run = self.manager.run(run_id)

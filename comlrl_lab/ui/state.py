@@ -143,6 +143,7 @@ SWEEP_FORM = "sweep.form"
 SWEEP_START = "sweep.start"
 SWEEP_SEEDS = "sweep.seeds"
 SWEEP_PARALLEL = "sweep.parallel"
+SWEEP_CONFIRM = "sweep.confirm"
 SWEEP_STOP = "sweep.stop"
 SWEEP_LAUNCHER = "sweep.launcher"  # offered only where Slurm can be reached
 SWEEP_PARTITION = "sweep.partition"

@@ -21,7 +21,16 @@ import streamlit as st
 
 from comlrl_lab.engine import ExperimentSpec, cluster
 from comlrl_lab.engine.run import SPEC_FILE
-from comlrl_lab.engine.sweep import MANIFEST_FILE, SWEEPS_DIR, Sweep, SweepProgress, SweepRunner, parse_grid
+from comlrl_lab.engine.sweep import (
+    MANIFEST_FILE,
+    MAX_SWEEP_CELLS,
+    SWEEPS_DIR,
+    Sweep,
+    SweepProgress,
+    SweepRunner,
+    check_sweep_size,
+    parse_grid,
+)
 from comlrl_lab.ui import services, state
 from comlrl_lab.ui.compare import RunEntry
 
@@ -32,15 +41,23 @@ LAUNCHER_NAMES = {cluster.SLURM: "Slurm", cluster.SUBMITIT_LOCAL: "local submiti
 POLL_LOCAL_S, POLL_CLUSTER_S = 1.0, 5.0
 
 
-def new_sweep(base_dir: Path, entries: list[str], *, seeds: int, parallel: int, launcher: dict | None = None) -> Sweep:
-    """The sweep of ``entries`` over a past run's spec, written to the workspace (every cell's config checked first,
-    CoMLRL's messages); nothing runs yet."""
+def new_sweep(
+    base_dir: Path,
+    entries: list[str],
+    *,
+    seeds: int,
+    parallel: int,
+    launcher: dict | None = None,
+    confirmed: bool = False,
+) -> Sweep:
+    """The sweep of ``entries`` over a past run's spec, written to the workspace (its size bounded unless
+    ``confirmed``, every cell's config checked first, CoMLRL's messages); nothing runs yet."""
     spec = ExperimentSpec.load(base_dir / SPEC_FILE)
     spec.tags = []  # the base run's own tags (an earlier sweep's) must not mark the new cells
     grid = parse_grid(spec.config_class, entries)
-    return Sweep.create(
-        spec, grid, seeds=seeds, runs_root=services.workspace().root, parallel=parallel, launcher=launcher
-    )
+    root = services.workspace().root
+    check_sweep_size(spec, grid, seeds=seeds, runs_root=root, confirmed=confirmed)
+    return Sweep.create(spec, grid, seeds=seeds, runs_root=root, parallel=parallel, launcher=launcher)
 
 
 class SweepBoard:
@@ -50,9 +67,9 @@ class SweepBoard:
         self._runners: dict[str, SweepRunner] = {}
         self._lock = threading.Lock()
 
-    def start(self, base_dir: Path, entries: list[str], *, seeds: int, parallel: int) -> str:
+    def start(self, base_dir: Path, entries: list[str], *, seeds: int, parallel: int, confirmed: bool = False) -> str:
         """Make the sweep and start it in the background, on this server."""
-        sweep = new_sweep(base_dir, entries, seeds=seeds, parallel=parallel)
+        sweep = new_sweep(base_dir, entries, seeds=seeds, parallel=parallel, confirmed=confirmed)
         runner = SweepRunner(sweep, services.workspace().manager)
         with self._lock:
             self._runners[sweep.sweep_id] = runner
@@ -83,9 +100,12 @@ def board() -> SweepBoard:
     return _board(str(services.runs_root()))
 
 
-def submit_to_slurm(base_dir: Path, entries: list[str], *, seeds: int, options: cluster.ClusterOptions) -> str:
+def submit_to_slurm(
+    base_dir: Path, entries: list[str], *, seeds: int, options: cluster.ClusterOptions, confirmed: bool = False
+) -> str:
     """Make the sweep and submit its cells as one Slurm job array; the cluster runs them."""
-    sweep = new_sweep(base_dir, entries, seeds=seeds, parallel=1, launcher=options.launcher(cluster.SLURM))
+    launcher = options.launcher(cluster.SLURM)
+    sweep = new_sweep(base_dir, entries, seeds=seeds, parallel=1, launcher=launcher, confirmed=confirmed)
     cluster.submit(sweep, sweep.cells, cluster.SLURM, options)
     return sweep.sweep_id
 
@@ -135,6 +155,12 @@ def grid_panel(entries: list[RunEntry]) -> None:
             left, right = st.columns(2)
             seeds = left.number_input("Seeds", min_value=1, max_value=20, value=2, key=state.SWEEP_SEEDS)
             parallel = right.number_input("Runs at once", min_value=1, max_value=8, value=1, key=state.SWEEP_PARALLEL)
+            confirmed = st.checkbox(
+                "Run it even when it is large",
+                key=state.SWEEP_CONFIRM,
+                help=f"A grid of more than {MAX_SWEEP_CELLS} runs, or one that needs more disk than is free, starts "
+                "only with this ticked; the refusal shows its size first.",
+            )
             if on_slurm:
                 options = _slurm_fields()
             submitted = st.form_submit_button(
@@ -154,9 +180,12 @@ def grid_panel(entries: list[RunEntry]) -> None:
                         rows,
                         seeds=int(seeds),
                         options=cluster.ClusterOptions(**options, array_parallelism=int(parallel)),
+                        confirmed=confirmed,
                     )
                 else:
-                    new_id = board().start(by_id[base].run_dir, rows, seeds=int(seeds), parallel=int(parallel))
+                    new_id = board().start(
+                        by_id[base].run_dir, rows, seeds=int(seeds), parallel=int(parallel), confirmed=confirmed
+                    )
             except (ValueError, FileNotFoundError) as error:
                 st.error(str(error))
                 return

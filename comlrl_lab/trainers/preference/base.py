@@ -39,6 +39,14 @@ from comlrl_lab.trainers.preference.comparators.centralized import TaggedCentral
 from comlrl_lab.trainers.preference.context import CentralizedRoles, PartContext, Trained
 from comlrl_lab.trainers.preference.devices import DeviceLayout, resolve_layout
 from comlrl_lab.trainers.preference.distributed import DistContext
+from comlrl_lab.trainers.preference.fingerprint import (
+    ModelMismatch,
+    differences,
+    model_fingerprint,
+    nested_tensors,
+    tensors_fingerprint,
+    tokenizer_fingerprint,
+)
 from comlrl_lab.trainers.preference.optim import build_adamw
 from comlrl_lab.trainers.preference.sink import PHASES, NullSink, PhaseControl, PhaseRecords, RecordSink
 from comlrl_lab.trainers.preference.tracking import Trackers
@@ -286,6 +294,7 @@ class PreferenceTrainerBase:
         self._weights_touched = False  # a train phase has started, so the weights may differ from version 0
         self._writer = ckpt.BackgroundWriter()
         self._weights_from: Path | None = None  # the checkpoint last loaded, until the next save
+        self._fingerprints: dict[str, Any] | None = None  # of the run's initial models; see initial_fingerprints()
         # Differs from CoMLRL: it prunes with train(checkpoint_total_limit) only; save_total_limit is TRL's name.
         self.save_total_limit: int | None = self.args.save_total_limit
         self.last_message: str | None = None  # the collector's or learner's latest event, for progress lines
@@ -339,14 +348,7 @@ class PreferenceTrainerBase:
         if self.finished:
             self.trackers.finish()
         if self.checkpoint_dir is not None and self._saves_after(phase):
-            where = (records.round_index, phase, self.updates_seen)
-
-            def report(cost: dict[str, float]) -> None:
-                # The phase is committed before its checkpoint (a kill in between redoes the phase), so the cost
-                # is added to its records afterwards, from the writer thread when the write is in the background.
-                self.sink.add_phase_metrics(*where, {M.name(name, phase=phase): v for name, v in cost.items()})
-
-            self._write_checkpoint(self.checkpoint_dir, report)
+            self._write_checkpoint(self.checkpoint_dir, (records.round_index, phase, self.updates_seen))
         return records
 
     def _saves_after(self, phase: str) -> bool:
@@ -362,6 +364,7 @@ class PreferenceTrainerBase:
         elif phase == "select":
             self.collector.select(records, self.updates_seen)
         elif phase == "train":
+            self.initial_fingerprints()  # the last moment the weights are still the initial ones
             self._weights_touched = True
             trained = self.learner.train(self.collector.train_pairs, records, self.updates_seen)
             self.updates_seen += trained.updates
@@ -390,10 +393,13 @@ class PreferenceTrainerBase:
         checkpoint_dir: str | Path | None = None,
         checkpoint_interval: int = 1,
         checkpoint_total_limit: int | None = None,
+        *,
+        trust_checkpoint: bool = False,
         **generation_kwargs: Any,
     ) -> None:
         """Run every remaining phase. CoMLRL's signature; checkpoints are written after each phase when a
-        ``checkpoint_dir`` is given (or resumed from)."""
+        ``checkpoint_dir`` is given (or resumed from). ``trust_checkpoint`` (ours) lets a resume read a checkpoint
+        of format 1, whose state file is a pickle (``checkpoint.py``)."""
         if isinstance(checkpoint_interval, bool) or not isinstance(checkpoint_interval, int) or checkpoint_interval < 1:
             raise ValueError("checkpoint_interval must be a positive integer.")
         if checkpoint_total_limit is not None:
@@ -404,7 +410,7 @@ class PreferenceTrainerBase:
         generation_kwargs.pop("do_sample", None)
         self.generation_kwargs = generation_kwargs
         if resume_from_checkpoint is not None:
-            self.load_checkpoint(resume_from_checkpoint)
+            self.load_checkpoint(resume_from_checkpoint, trust_checkpoint=trust_checkpoint)
             checkpoint_dir = checkpoint_dir or ckpt.checkpoint_root(resume_from_checkpoint)
         if checkpoint_dir is not None:
             self.checkpoint_dir = Path(checkpoint_dir)
@@ -511,7 +517,47 @@ class PreferenceTrainerBase:
             "env_step": self.env_step,
             "streams": self.streams.state_dict(),
             "num_train_items": len(self.train_items),
+            "fingerprints": self.initial_fingerprints(),
         }
+
+    def initial_fingerprints(self) -> dict[str, Any]:
+        """Fingerprints of the run's initial models (``fingerprint.py``): taken before the first train phase, or
+        adopted from the checkpoint this trainer resumed from."""
+        if self._fingerprints is None:
+            self._fingerprints = {
+                "agents": [model_fingerprint(m) for m in self.agents],
+                "tokenizers": [tokenizer_fingerprint(t) for t in self.tokenizers],
+                "extras": tensors_fingerprint(nested_tensors(self.learner.extra_weights())),
+            }
+        return self._fingerprints
+
+    def _check_identity(self, state: dict[str, Any], has_weights: bool, where: str) -> None:
+        """Refuse a checkpoint whose run started from other tokenizers, other frozen weights, or (when it holds no
+        weights of its own to restore) other initial weights than this trainer's."""
+        saved = state.get("fingerprints")
+        if not saved:  # format 1: nothing recorded to compare
+            return
+        found = differences(saved, self.initial_fingerprints())
+        # Differs from CoMLRL: it restores whatever weights the checkpoint has and checks nothing; so do we when the
+        # checkpoint has them, but a tokenizer, a frozen base or (before the first train phase) initial weights that
+        # differ from the run's would silently continue another experiment, so they are refused.
+        if "tokenizers" in found:
+            raise ModelMismatch(
+                f"{where} was written with other tokenizers ({', '.join(found['tokenizers'])}) than this trainer's, "
+                "so its stored token ids would mean other words; build the trainer from the run's own models."
+            )
+        if "frozen" in found:
+            raise ModelMismatch(
+                f"{where} holds LoRA adapters trained on another base model ({', '.join(found['frozen'])}) than "
+                "this trainer's; build the trainer from the run's own models."
+            )
+        if not has_weights and ("trainable" in found or "extras" in found):
+            which = ", ".join(found.get("trainable", []) + found.get("extras", []))
+            raise ModelMismatch(
+                f"{where} holds no weights yet (no train phase had finished), and this trainer's initial weights "
+                f"differ from the run's ({which}): it would continue from other weights. Build the trainer from the "
+                "same models and seed as the run, or start a new run."
+            )
 
     def _load_state(self, state: dict[str, Any]) -> None:
         if state["trainer"] != type(self).__name__:
@@ -530,9 +576,9 @@ class PreferenceTrainerBase:
         # Differs from CoMLRL: it raises after a train() without checkpoint_dir; the state here is always tracked.
         return self._write_checkpoint(directory, None)
 
-    def _write_checkpoint(self, directory: str | Path, report: Callable[[dict[str, float]], None] | None) -> Path:
-        """Write (or start writing) a checkpoint; ``report`` gets its cost once it is committed, keyed by the
-        ``checkpoint/{phase}_...`` metric templates."""
+    def _write_checkpoint(self, directory: str | Path, where: tuple[int, str, int] | None) -> Path:
+        """Write (or start writing) a checkpoint. After phase ``where`` (round, phase, step), its cost is kept in the
+        checkpoint (``cost.json``) and, once it is committed, added to that phase's records (``checkpoint/*``)."""
         started = time.monotonic()
         weights = None
         if self._weights_dirty:
@@ -549,41 +595,60 @@ class PreferenceTrainerBase:
             }
         elif not self.dist.is_main:
             return Path(directory)
-        options = {"total_limit": self.save_total_limit, "weights_from": self._weights_from}
+        background = bool(self.args.save_in_background)
+        blocked: float | None = None
+
+        def describe(num_bytes: int, seconds: float) -> dict[str, Any]:
+            if where is None:
+                return {}
+            round_index, phase, step = where
+            cost = {M.CHECKPOINT_BYTES: float(num_bytes)}
+            if background:
+                cost.update({M.CHECKPOINT_SECONDS: blocked, M.CHECKPOINT_BACKGROUND_SECONDS: seconds})
+            else:
+                cost[M.CHECKPOINT_SECONDS] = time.monotonic() - started
+            metrics = {M.name(name, phase=phase): value for name, value in cost.items()}
+            return {"round": round_index, "phase": phase, "step": step, "metrics": metrics}
+
+        def report(written: ckpt.Written, _seconds: float = 0.0) -> None:
+            # The phase is committed before its checkpoint (a kill in between redoes the phase), so the cost is added
+            # to its records afterwards, from the writer thread when the write is in the background. A kill between
+            # the checkpoint's commit and this call leaves the cost in cost.json, which the engine adds on reopening.
+            if written.cost:
+                self.sink.add_phase_metrics(*where, written.cost["metrics"])
+
+        options = {"total_limit": self.save_total_limit, "weights_from": self._weights_from, "describe": describe}
         # After one save the trainer's weights are in the newest checkpoint, where the next save looks first.
         self._weights_from = None
-        if self.args.save_in_background:
+        if background:
             # Copies, since the next phase updates the weights, moments and replay state in place.
             state, weights = copy.deepcopy(self._state()), copy.deepcopy(weights)
             self._writer.wait()  # the write before this one, so that its wait counts as this phase's cost
             blocked = time.monotonic() - started
-
-            def done(written: ckpt.Written, seconds: float) -> None:
-                if report is not None:
-                    report(
-                        {
-                            M.CHECKPOINT_SECONDS: blocked,
-                            M.CHECKPOINT_BACKGROUND_SECONDS: seconds,
-                            M.CHECKPOINT_BYTES: float(written.num_bytes),
-                        }
-                    )
-
-            self._writer.submit(directory, state, weights, self.weights_version, on_done=done, **options)
+            self._writer.submit(directory, state, weights, self.weights_version, on_done=report, **options)
             self._weights_dirty = False
             return Path(directory)
         written = ckpt.save_checkpoint(directory, self._state(), weights, self.weights_version, **options)
         self._weights_dirty = False
-        if report is not None:
-            report({M.CHECKPOINT_SECONDS: time.monotonic() - started, M.CHECKPOINT_BYTES: float(written.num_bytes)})
+        report(written)
         return written.path
 
     def wait_for_checkpoint(self) -> None:
         """Block until a checkpoint being written in the background is on disk; re-raise its error."""
         self._writer.wait()
 
-    def load_checkpoint(self, directory: str | Path) -> None:
+    def load_checkpoint(self, directory: str | Path, *, trust_checkpoint: bool = False) -> None:
+        """Resume from the newest checkpoint under ``directory`` (or that checkpoint folder itself).
+
+        Weights the checkpoint holds are restored, as CoMLRL does; a checkpoint from other tokenizers, another frozen
+        base, or, before the first train phase, other initial weights is refused (``ModelMismatch``). A checkpoint of
+        format 1 (a pickle) is read only with ``trust_checkpoint=True``.
+        """
         self.wait_for_checkpoint()
-        state, weights = ckpt.load_checkpoint(directory)
+        state, weights = ckpt.load_checkpoint(directory, trust_checkpoint=trust_checkpoint)
+        self._check_identity(state, weights is not None, state["checkpoint_path"])
+        if state.get("fingerprints"):
+            self._fingerprints = state["fingerprints"]  # the run's initial models, recorded by every later checkpoint
         # A resume from an older checkpoint than the newest links its unchanged weights from that one.
         self._weights_from = Path(state["checkpoint_path"])
         if weights is None:

@@ -1394,6 +1394,15 @@ class _IterativePreferenceConfig:
             "applies_when": _API_ONLY,
         },
     )
+    comparator_api_max_response_bytes: int = field(
+        default=16 * 1024 * 1024,
+        kw_only=True,
+        metadata={
+            "help": "api comparator: largest response body in bytes (>= 1, default 16 MiB); a larger one fails the request as soon as it passes the bound, before the rest is read. CoMLRL reads any size.",
+            "group": "API comparator",
+            "applies_when": _API_ONLY,
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()  # type: ignore[misc]  # MADPOConfig or MARLHFConfig, next in the MRO
@@ -1425,6 +1434,7 @@ class _IterativePreferenceConfig:
         _check_positive("comparator_api_backoff_base", self.comparator_api_backoff_base)
         _check_positive("comparator_api_backoff_max", self.comparator_api_backoff_max)
         _check_positive("comparator_api_retry_after_max", self.comparator_api_retry_after_max)
+        _check_int_at_least("comparator_api_max_response_bytes", self.comparator_api_max_response_bytes, 1)
         url = self.comparator_api_url
         if url:
             parts = urlsplit(url) if isinstance(url, str) else None

@@ -16,6 +16,7 @@ engine may import the trainers, never the other way.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -29,6 +30,8 @@ URL_FIELD = "comparator_api_url"
 ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # Query parameter names holding a credential: api_key, access_token, sig, X-Amz-Signature, password, ...
 _SECRET_PARAM = re.compile(r"key|token|secret|pass|pwd|auth|sig|credential|session|cookie|bearer", re.IGNORECASE)
+# Where a value splits into parts that may be echoed alone: whitespace, and control characters (NUL included).
+_SEPARATORS = re.compile(r"[\s\x00-\x1f\x7f]+")
 
 
 class MissingCredentialError(ValueError):
@@ -121,9 +124,9 @@ def secret_strings(headers: Mapping[str, str], url: str, extra: Iterable[str | N
     """Every literal secret in resolved headers and URL (and ``extra``), longest first, for masking text."""
     found: set[str] = {str(v) for v in extra if v}
     found.update(str(v) for v in headers.values() if str(v).strip())
-    for value in headers.values():
-        # "Bearer abc": the token alone may be echoed without its prefix.
-        found.update(part for part in str(value).split() if len(part) >= 6)
+    for value in [*headers.values(), *(str(v) for v in extra if v)]:
+        # "Bearer abc": the token alone may be echoed without its prefix; "abc\x00d" may be cut at the NUL.
+        found.update(part for part in _SEPARATORS.split(str(value)) if len(part) >= 6)
     parts = urlsplit(url)
     if "@" in parts.netloc:
         userinfo = parts.netloc.rsplit("@", 1)[0]
@@ -133,7 +136,16 @@ def secret_strings(headers: Mapping[str, str], url: str, extra: Iterable[str | N
         if value and _SECRET_PARAM.search(name):
             found.add(value)
             found.add(quote(value, safe=""))
-    return tuple(sorted(found - {MASK, ""}, key=len, reverse=True))
+    spelled = {form for secret in found for form in spellings(secret)}
+    return tuple(sorted(spelled - {MASK, ""}, key=len, reverse=True))
+
+
+def spellings(secret: str) -> set[str]:
+    """``secret`` as messages may write it: as it is, and escaped the ways Python and JSON write a str or bytes
+    repr (an ``Illegal header value b'Bearer sk-...\\x00x'`` shows the NUL as four characters)."""
+    forms = {secret, secret.encode("unicode_escape").decode("ascii"), json.dumps(secret)[1:-1], repr(secret)[1:-1]}
+    forms.add(repr(secret.encode("utf-8", "backslashreplace"))[2:-1])
+    return forms
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:

@@ -451,11 +451,17 @@ class ApiComparatorClient:
             retry_after = None
             try:
                 # Differs from CoMLRL: bounded concurrency (the semaphore) and retries with backoff (this loop).
-                async with semaphore:
-                    # httpx's timeout is per socket operation; wait_for bounds the whole exchange.
-                    response = await asyncio.wait_for(
-                        client.post(self._url, content=content, headers=self._headers), timeout=timeout
-                    )
+                # httpx's timeout is per socket operation; asyncio.timeout bounds the whole exchange. Not wait_for:
+                # it runs the request in a task of its own, whose error is never read when a cancel (another request
+                # failed first) reaches it mid-flight: "Task exception was never retrieved" after a 307.
+                async with semaphore, asyncio.timeout(timeout):
+                    response, raw = await self._send(client, content)
+            except _BodyTooLarge as too_large:
+                message = (
+                    f"Comparator API at {endpoint} sent a response body of more than {too_large.size} bytes, past "
+                    f"comparator_api_max_response_bytes = {config.comparator_api_max_response_bytes}; it was not read further."
+                )
+                raise self._error(message, too_large.status, "") from None
             except (httpx.TimeoutException, asyncio.TimeoutError):
                 failure = f"timed out after {timeout:g} s"
             except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
@@ -466,7 +472,6 @@ class ApiComparatorClient:
                 ) from None
             else:
                 status = response.status_code
-                raw = response.text
                 if 200 <= status < 300:
                     return self._decode(raw, status), raw
                 if status == 402:
@@ -505,6 +510,27 @@ class ApiComparatorClient:
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def _send(self, client: httpx.AsyncClient, content: bytes) -> tuple[httpx.Response, str]:
+        """POST and read the body, at most ``max_response_bytes`` of it (decoded): eight concurrent 1 GB answers
+        must not take the process past its memory."""
+        limit = self.config.comparator_api_max_response_bytes
+        request = client.build_request("POST", self._url, content=content, headers=self._headers)
+        response = await client.send(request, stream=True)
+        try:
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > limit:
+                raise _BodyTooLarge(int(declared) - 1, response.status_code)
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > limit:
+                    raise _BodyTooLarge(limit, response.status_code)
+                chunks.append(chunk)
+        finally:
+            await response.aclose()
+        return response, b"".join(chunks).decode(response.encoding or "utf-8", errors="replace")
+
     def _decode(self, raw: str, status: int) -> Any:
         if not raw.strip():
             raise self._error(f"Comparator API at {self.endpoint} returned an empty body (HTTP {status}).", status, raw)
@@ -529,6 +555,15 @@ class ApiComparatorClient:
         )
 
 
+class _BodyTooLarge(Exception):
+    """A response body passed ``max_response_bytes`` (``size`` bytes were known to be too many)."""
+
+    def __init__(self, size: int, status: int):
+        super().__init__(size)
+        self.size = size
+        self.status = status
+
+
 class _RedactingFilter(logging.Filter):
     """Masks comparator credentials in httpx's own log lines, which print the full request URL."""
 
@@ -549,7 +584,13 @@ class _RedactingFilter(logging.Filter):
 
 
 _HTTP_LOG_FILTER = _RedactingFilter()
-for _name in ("httpx", "httpcore"):
+# A logger's filters see only the records logged to that logger, not its children's: httpcore logs through
+# "httpcore.http11" and friends, whose DEBUG traces hold the failing request's header values.
+for _name in (
+    "httpx",
+    "httpcore",
+    *(f"httpcore.{part}" for part in ("connection", "http11", "http2", "proxy", "socks")),
+):
     logging.getLogger(_name).addFilter(_HTTP_LOG_FILTER)
 
 
@@ -565,13 +606,17 @@ async def _all_or_cancel(coros: Sequence[Awaitable[Any]]) -> list[Any]:
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
     finally:
+        # Read every finished task's exception, not only the first, before anything here awaits: an outer
+        # _all_or_cancel that gives up on this call cancels it at that await, and asyncio reports any exception left
+        # unread as "Task exception was never retrieved" (several requests failing with the same 401 or 307).
+        for task in tasks:
+            if task.done() and not task.cancelled():
+                task.exception()
         pending = [t for t in tasks if not t.done()]
         for task in pending:
             task.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
-    # Read every finished task's exception, not only the first: asyncio reports any left unread as
-    # "Task exception was never retrieved" (several requests failing with the same 401 at once).
     errors = [task.exception() for task in tasks if not task.cancelled()]
     first = next((error for error in errors if error is not None), None)
     if first is not None:
