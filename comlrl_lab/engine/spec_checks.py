@@ -128,7 +128,7 @@ def locate(path: Path, text: str, error: Exception, names: Iterable[str]) -> Spe
 def preflight(spec: Any) -> None:
     """Check what the spec names on this machine: the task with its module and data files, model paths, devices."""
     from comlrl_lab.engine.spec import resolve_task
-    from comlrl_lab.models.loading import resolve_model_source
+    from comlrl_lab.models.loading import ModelLoadError, resolve_model_source
     from comlrl_lab.trainers.preference.devices import resolve_layout
 
     config = spec.build_config()
@@ -137,9 +137,12 @@ def preflight(spec: Any) -> None:
     for model in spec.agent_models:
         if not isinstance(model, str):
             continue
-        source = resolve_model_source(model)
+        try:
+            source = resolve_model_source(model)
+        except ModelLoadError as exc:  # a registry name that is not registered here
+            raise ValueError(f"agent_models: {exc}") from None
         if source.startswith((".", "~", "/")) and not Path(source).exists():
-            raise ValueError(f"agent_models: {model!r} is not a folder on this machine (no such path)")
+            raise ValueError(f"agent_models: {model!r} is not a folder or .gguf file on this machine (no such path)")
     count = 1 if getattr(config, "collaboration_mode", "") == "centralized" else int(config.num_agents)
     resolve_layout(config, count, model_config=spec.model_config)
 
