@@ -23,6 +23,7 @@ from comlrl_lab.data.formatters import resolve_formatters
 from comlrl_lab.data.phases import check_next_phase
 from comlrl_lab.data.records import JointCandidate, PreferencePair
 from comlrl_lab.data.run_ids import new_run_id
+from comlrl_lab.models.chat import chat_formatters
 from comlrl_lab.models.generation import SamplingSettings
 from comlrl_lab.models.loading import load_agents
 from comlrl_lab.models.lora import (
@@ -166,6 +167,11 @@ class PreferenceTrainerBase:
             self.formatters = [self._centralized_prompt]
         else:
             self.formatters = resolve_formatters(formatters, self.num_agents)
+        # Differs from CoMLRL: raw prompts there; use_chat_template (ours, default auto) renders them through an
+        # instruction-tuned model's chat template, and that agent's responses end at its end-of-turn token.
+        self.formatters = chat_formatters(
+            self.formatters, self.agents, self.tokenizers, self.args.use_chat_template, self.agent_sources
+        )
         self.train_items: list[dict] = load_items(train_dataset) if train_dataset is not None else []
         # An empty eval set means "no evaluation" (CoMLRL returns {}), not an error.
         has_eval = eval_dataset is not None and not (hasattr(eval_dataset, "__len__") and len(eval_dataset) == 0)
