@@ -193,9 +193,12 @@ def _models_add(args: argparse.Namespace) -> int:
     # download, sha256, extract, tokenizer, weights, write, register: add_model announces each before it starts.
     bar = tqdm(total=7, unit="step", dynamic_ncols=True, disable=args.quiet)
 
+    started = []
+
     def on_step(description: str) -> None:
-        if bar.desc:
+        if started:
             bar.update(1)
+        started.append(description)
         bar.set_description(description)
 
     try:

@@ -49,6 +49,12 @@ def plain_model(model: Any) -> Any:
     with torch.device("meta"):
         plain = type(model)(config)
     plain.load_state_dict(model.state_dict(), assign=True)
+    # Buffers outside the state dict (rotary frequencies) are computed at construction: take the loaded model's.
+    for name, buffer in model.named_buffers():
+        owner_name, _, attribute = name.rpartition(".")
+        owner = plain.get_submodule(owner_name)
+        if getattr(owner, attribute).is_meta:
+            setattr(owner, attribute, buffer)
     plain.tie_weights()
     plain.generation_config = model.generation_config
     return plain.eval()
