@@ -716,6 +716,8 @@ def test_model_objects_serialise_as_their_id():
         anonymous.to_dict()
 
 
-@pytest.mark.parametrize(("value", "canonical"), [("auto", "auto"), (True, "true"), (False, "false"), (" TRUE ", "true")])
+@pytest.mark.parametrize(
+    ("value", "canonical"), [("auto", "auto"), (True, "true"), (False, "false"), (" TRUE ", "true")]
+)
 def test_use_chat_template_reads_yaml_booleans_and_names(value, canonical):
     assert MADPOIterConfig(use_chat_template=value).use_chat_template == canonical
