@@ -24,6 +24,7 @@ import duckdb
 from comlrl_lab.data.reward_distribution import DISTRIBUTION_DIR
 from comlrl_lab.engine import ExperimentSpec, InvalidTransition, RunManager
 from comlrl_lab.engine.run import STORE_FILE, run_data_parallel
+from comlrl_lab.engine.spec_checks import memory_warning
 from comlrl_lab.store import RunStore
 from comlrl_lab.store.export import (
     EXPORT_FORMATS,
@@ -77,6 +78,9 @@ def _run(args: argparse.Namespace) -> int:
         if args.rounds is not None:
             spec.config["num_iterations"] = args.rounds
         run_id = manager.create(spec)
+        warning = memory_warning(spec)
+        if warning:
+            print(f"warning: {warning}; the run may be killed for memory", file=sys.stderr)
     run = manager.run(run_id)
     print(f"run {run_id} in {run.run_dir}")
     manager.start(run_id, rounds=10**6)

@@ -11,6 +11,7 @@ import torch
 from comlrl_lab.data.tasks import get_task
 from comlrl_lab.data.tasks.lexicon import polarity
 from comlrl_lab.models.chat import render_prompt, stop_at_end_of_turn
+from comlrl_lab.models.footprint import describe_model
 from comlrl_lab.models.generation import SamplingSettings, sample_candidates
 from comlrl_lab.models.loading import load_model, load_tokenizer
 from comlrl_lab.models.registry import SMOLLM2_135M_INSTRUCT, registered_path
@@ -36,6 +37,13 @@ def test_the_registered_folder_is_smollm2_with_its_chat_template(smollm2):
     assert sum(p.numel() for p in model.parameters()) == 134_515_008
     assert tokenizer.chat_template and tokenizer.pad_token == tokenizer.eos_token == "<|im_end|>"
     assert model.generation_config.eos_token_id == tokenizer.eos_token_id == 2
+
+
+def test_it_is_described_from_its_config():
+    footprint = describe_model(NAME)
+    # 30 layers of q, o (576 -> 576), k, v (576 -> 192), gate, up (576 -> 1536) and down, at r = 8.
+    per_layer = 8 * (2 * (576 + 576) + 2 * (576 + 192) + 3 * (576 + 1536))
+    assert (footprint.parameters, footprint.lora_parameters) == (134_515_008, 30 * per_layer)
 
 
 def test_through_its_chat_template_it_writes_the_asked_stance_and_ends_its_turn(smollm2):

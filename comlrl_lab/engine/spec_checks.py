@@ -147,6 +147,23 @@ def preflight(spec: Any) -> None:
     resolve_layout(config, count, model_config=spec.model_config)
 
 
+def memory_warning(spec: Any) -> str | None:
+    """A one-line warning when the spec's agents will not fit in the memory available now (``footprint``)."""
+    from comlrl_lab.models.footprint import describe_model, memory_check
+
+    config = spec.build_config()
+    models = list(spec.agent_models)
+    if len(models) == 1:
+        models = models * int(config.num_agents)
+    lora = config.lora_r is not None
+    dtype = spec.model_config.get("dtype", spec.model_config.get("torch_dtype"))
+    footprints = {
+        m: describe_model(m, dtype=dtype, lora_r=config.lora_r or 8, lora_target_modules=config.lora_target_modules)
+        for m in set(models)
+    }
+    return memory_check([footprints[m] for m in models], lora=lora)
+
+
 #: Config fields naming folders the trainer writes to; the engine keeps them inside the run directory.
 RUN_DIR_FIELDS = ("preference_replay_dir", "policy_checkpoint_dir")
 
