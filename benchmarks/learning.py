@@ -99,7 +99,7 @@ def run_curve(
     eval_items = task.eval_items()[: args.eval_items]
     values = {name: value for name, value in PRESETS[args.model]().config.items() if name not in _STABILISERS}
     values.update(
-        num_iterations=args.rounds,
+        num_iterations=max(args.rounds, 1),  # --rounds 0: the untrained model's evaluation alone
         preference_num_candidates=args.candidates,
         num_train_epochs=args.epochs,
         agent_learning_rate=args.lr,
@@ -125,7 +125,7 @@ def run_curve(
     first = trainer.evaluate()
     curve, sems = [first[metric_names.EVAL_REWARD_MEAN]], [first[metric_names.EVAL_REWARD_SEM]]
     groups = [group_means(trainer.last_eval_candidates, eval_items, args.by)] if args.by else []
-    while not trainer.finished:
+    while args.rounds and not trainer.finished:
         records = trainer.step()
         if records.phase == "evaluate":
             logged = {m["name"]: m["value"] for m in records.metrics}
