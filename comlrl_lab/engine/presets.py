@@ -46,17 +46,21 @@ QUICKSTART_CONFIG: dict[str, object] = {
 }
 
 
-def quickstart_spec(task: str = "length_ratio") -> ExperimentSpec:
-    """MADPOIter on the embedded model and a built-in task, sized to learn visibly in about two CPU minutes."""
+def _preset(name: str, model: str, task: str, train_items: int, config: dict[str, object]) -> ExperimentSpec:
     return ExperimentSpec(
         algorithm="MADPOIter",
-        name="quickstart",
-        agent_models=[TINY_MODEL_NAME, TINY_MODEL_NAME],
+        name=name,
+        agent_models=[model, model],
         task=task,
-        max_train_items=QUICKSTART_TRAIN_ITEMS,
-        max_eval_items=QUICKSTART_EVAL_ITEMS,
-        config=dict(QUICKSTART_CONFIG),
+        max_train_items=train_items,
+        max_eval_items=int(config["eval_num_samples"]),
+        config=dict(config),
     )
+
+
+def quickstart_spec(task: str = "length_ratio") -> ExperimentSpec:
+    """MADPOIter on the embedded model and a built-in task, sized to learn visibly in about two CPU minutes."""
+    return _preset("quickstart", TINY_MODEL_NAME, task, QUICKSTART_TRAIN_ITEMS, QUICKSTART_CONFIG)
 
 
 #: The registered name of the real-model preset's agents.
@@ -64,46 +68,28 @@ SMOLLM2_MODEL_NAME = SMOLLM2_135M_INSTRUCT.name
 SMOLLM2_TRAIN_ITEMS = 12
 SMOLLM2_EVAL_ITEMS = 16
 
-#: The real-model preset's config overrides. Sizes: a round samples 12 items x (4 + 4) candidates x 2 agents of
-#: at most 32 tokens (current comparator, both sides in one pass), trains 2 epochs on up to 24 pairs per agent with
-#: LoRA r=8, and evaluates 16 items x 2 responses.
+#: The real-model preset's config: the quickstart's loss and comparator with these sizes. A round samples 12 items
+#: x (4 + 4) candidates x 2 agents of at most 32 tokens (current comparator, both sides in one pass), trains 2 epochs
+#: on up to 24 pairs per agent with LoRA r=8, and evaluates 16 items x 2 responses.
 SMOLLM2_CONFIG: dict[str, object] = {
+    **QUICKSTART_CONFIG,
     "num_iterations": 3,
     "preference_num_candidates": 4,
     "preference_pairs_per_sample": 2,
-    "pair_selection": "reward_gap",
     "num_train_epochs": 2,
-    "train_batch_size": 8,
     "agent_learning_rate": 3.0e-4,
-    "dpo_beta": 0.1,
     "max_new_tokens": 32,
     "temperature": 0.7,
     "top_p": 0.9,
     "eval_num_samples": SMOLLM2_EVAL_ITEMS,
     "eval_samples_per_item": 2,
-    "comparator_policy": "current",
-    "preference_replay_mode": "lambda_decay",
-    "preference_replay_lambda": 0.5,
-    "madpo_reference": "initial",
-    "madpo_length_normalize": True,
-    "madpo_nll_weight": 0.2,
     "lora_r": 8,
     "lora_alpha": 16.0,
     "lora_target_modules": "all-linear",
     "use_chat_template": "auto",
-    "agent_devices": "cpu",
-    "seed": 0,
 }
 
 
 def smollm2_spec(task: str = "length_ratio") -> ExperimentSpec:
     """MADPOIter on SmolLM2-135M-Instruct with LoRA on both agents and its chat template, a built-in task."""
-    return ExperimentSpec(
-        algorithm="MADPOIter",
-        name="smollm2",
-        agent_models=[SMOLLM2_MODEL_NAME, SMOLLM2_MODEL_NAME],
-        task=task,
-        max_train_items=SMOLLM2_TRAIN_ITEMS,
-        max_eval_items=SMOLLM2_EVAL_ITEMS,
-        config=dict(SMOLLM2_CONFIG),
-    )
+    return _preset("smollm2", SMOLLM2_MODEL_NAME, task, SMOLLM2_TRAIN_ITEMS, SMOLLM2_CONFIG)
