@@ -148,7 +148,8 @@ def preflight(spec: Any) -> None:
 
 
 def memory_warning(spec: Any) -> str | None:
-    """A one-line warning when the spec's agents will not fit in the memory available now (``footprint``)."""
+    """A one-line warning when the spec's agents will not fit in the memory available now (``footprint``); None when
+    they fit, or when a model's config cannot be read (the run's own loading then says why)."""
     from comlrl_lab.models.footprint import describe_model, memory_check
 
     config = spec.build_config()
@@ -157,10 +158,13 @@ def memory_warning(spec: Any) -> str | None:
         models = models * int(config.num_agents)
     lora = config.lora_r is not None
     dtype = spec.model_config.get("dtype", spec.model_config.get("torch_dtype"))
-    footprints = {
-        m: describe_model(m, dtype=dtype, lora_r=config.lora_r or 8, lora_target_modules=config.lora_target_modules)
-        for m in set(models)
-    }
+    try:
+        footprints = {
+            m: describe_model(m, dtype=dtype, lora_r=config.lora_r or 8, lora_target_modules=config.lora_target_modules)
+            for m in set(models)
+        }
+    except (OSError, ValueError):  # a config that cannot be read now: loading the model reports why, in the run
+        return None
     return memory_check([footprints[m] for m in models], lora=lora)
 
 
