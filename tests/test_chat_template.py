@@ -125,3 +125,43 @@ def test_auto_leaves_the_embedded_model_as_it_was():
     assert [f(item) for f in trainer.formatters] == [f(item) for f in formatters]
     assert not any(isinstance(f, ChatFormatter) for f in trainer.formatters)
     assert trainer.agents[0].generation_config.eos_token_id == trainer.tokenizers[0].eos_token_id
+
+
+def test_an_api_comparator_is_sent_the_tasks_own_prompt_and_its_pairs_keep_the_rendered_one(
+    chat_model_dir, tmp_path, monkeypatch
+):
+    from http_stub import HttpStub, openai_chat
+
+    monkeypatch.setenv("COMLRL_TEST_API_KEY", "test-key")
+    task = get_task("length_ratio")
+    with HttpStub() as stub:
+        stub.route("/v1/chat/completions", openai_chat())
+        config = MADPOIterConfig(
+            num_iterations=1,
+            preference_num_candidates=2,
+            max_new_tokens=6,
+            eval_num_samples=1,
+            comparator_policy="api",
+            comparator_api_format="openai",
+            comparator_api_url=stub.url("/v1/chat/completions"),
+            comparator_api_model="stub-model",
+            comparator_api_key_env="COMLRL_TEST_API_KEY",
+            agent_devices="cpu",
+            output_dir=str(tmp_path),
+            seed=0,
+        )
+        trainer = MADPOIterTrainer(
+            agent_model=chat_model_dir,
+            num_agents=2,
+            train_dataset=task.train_items()[:1],
+            eval_dataset=task.train_items()[:1],
+            reward_func=task.reward_func,
+            formatters=list(task.formatters),
+            args=config,
+        )
+        records = trainer.step("collect")
+    item = trainer.train_items[0]
+    sent = sorted(r.json["messages"][-1]["content"] for r in stub.requests)
+    assert sent == sorted(f(item) for f in task.formatters)  # no <|im_start|> markup goes to the endpoint
+    comparator = [c for c in records.candidates if c.side == "comparator"]
+    assert comparator and all(c.prompts[0].startswith("<|im_start|>user\n") for c in comparator)

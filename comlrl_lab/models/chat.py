@@ -94,6 +94,11 @@ class ChatFormatter:
         return render_prompt(self.tokenizer, self.formatter(item))
 
 
+def raw_formatter(formatter: Callable[[dict], str]) -> Callable[[dict], str]:
+    """The formatter under a ``ChatFormatter`` (the task's own text, before the template); others unchanged."""
+    return formatter.formatter if isinstance(formatter, ChatFormatter) else formatter
+
+
 def chat_formatters(
     formatters: Sequence[Callable[[dict], str]],
     models: Sequence[Any],

@@ -32,6 +32,7 @@ from comlrl_lab.data.reward_distribution import (
     distribution_rows,
     write_distribution_file,
 )
+from comlrl_lab.models.chat import raw_formatter
 from comlrl_lab.trainers.preference.collection import (
     ScoreFn,
     agent_prompts,
@@ -168,6 +169,7 @@ class ComparatorCollector(CurrentCollector):
                 model_config=host.model_config,
                 dtype=model_dtype_spec(host.model_config),
                 row_seeds=host.row_seeds if args.batch_invariant_sampling else None,
+                request_formatters=[raw_formatter(f) for f in host.formatters],
             )
         )
         self.replay = ReplayBuffer(
