@@ -154,7 +154,7 @@ FEELING_TEMPLATES = (
 )
 
 
-def tone(text: str) -> float:
+def tone_polarity(text: str) -> float:
     """(positive - negative) / (positive + negative) corpus words of ``text``, in [-1, 1]; 0.0 with none."""
     ws = words(text)
     pos = sum(w in POSITIVE_WORDS for w in ws)
@@ -207,7 +207,7 @@ class SentenceMaker:
         """An answer in ``tone``; a positive or negative one always holds at least one word of that tone."""
         for _ in range(20):
             text = self._sentences(style, tone, topic, setting_noun)
-            p = tone(text)
+            p = tone_polarity(text)
             if tone in ("neutral", "mixed") or (tone == "positive" and p > 0) or (tone == "negative" and p < 0):
                 return text
         return text
