@@ -86,7 +86,6 @@ class RegisteredModel:
     parameters: int
     dtype: str
     size_bytes: int
-    source: str
 
 
 def models_dir(override: str | os.PathLike | None = None) -> Path:
@@ -131,7 +130,6 @@ def _read_entry(path: Path) -> RegisteredModel | None:
         parameters=int(manifest.get("parameters", 0)),
         dtype=str(manifest.get("dtype", "?")),
         size_bytes=_folder_size(path),
-        source=str(manifest.get("source", {}).get("requirement", "")),
     )
 
 
