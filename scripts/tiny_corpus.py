@@ -15,9 +15,25 @@ from dataclasses import dataclass
 
 from comlrl_lab.data.tasks import get_task, list_tasks
 from comlrl_lab.data.tasks.generate import shared_prompt
-from comlrl_lab.data.tasks.lexicon import NEGATIVE_WORDS, POSITIVE_WORDS, SETTINGS, STANCES, TOPICS, polarity
+from comlrl_lab.data.tasks.lexicon import SETTINGS, STANCES, TOPICS, words
 
 # fmt: off
+#: The corpus's evaluative words, and what makes an answer's tone positive or negative while it is built (the
+#: stance_agreement reward grades with VADER, which also rates these words; these lists only shape the corpus).
+POSITIVE_WORDS: frozenset[str] = frozenset(
+    {
+        "good", "great", "happy", "lovely", "bright", "kind", "warm", "calm", "fun", "beautiful",
+        "nice", "pleasant", "wonderful", "love", "loves", "enjoy", "enjoys", "like", "likes", "helpful",
+        "fresh", "safe", "glad", "friendly", "cheerful", "sweet", "best", "clean", "peaceful", "delightful",
+    }
+)
+NEGATIVE_WORDS: frozenset[str] = frozenset(
+    {
+        "bad", "awful", "sad", "boring", "ugly", "terrible", "dirty", "noisy", "angry", "hate",
+        "hates", "dislike", "dislikes", "poor", "broken", "dangerous", "gloomy", "harsh", "nasty", "worst",
+        "unpleasant", "scary", "lonely", "rude", "messy", "fear", "fears", "dull", "smelly", "horrible",
+    }
+)
 NOUNS = (
     "friend", "teacher", "child", "family", "neighbor", "door", "table", "chair", "sky", "sun",
     "wind", "water", "stone", "paper", "picture", "room", "light", "morning", "evening", "sister",
@@ -138,6 +154,14 @@ FEELING_TEMPLATES = (
 )
 
 
+def tone_polarity(text: str) -> float:
+    """(positive - negative) / (positive + negative) corpus words of ``text``, in [-1, 1]; 0.0 with none."""
+    ws = words(text)
+    pos = sum(w in POSITIVE_WORDS for w in ws)
+    neg = sum(w in NEGATIVE_WORDS for w in ws)
+    return 0.0 if pos + neg == 0 else (pos - neg) / (pos + neg)
+
+
 class SentenceMaker:
     """Random simple sentences in a given tone, optionally naming a topic."""
 
@@ -183,7 +207,7 @@ class SentenceMaker:
         """An answer in ``tone``; a positive or negative one always holds at least one word of that tone."""
         for _ in range(20):
             text = self._sentences(style, tone, topic, setting_noun)
-            p = polarity(text)
+            p = tone_polarity(text)
             if tone in ("neutral", "mixed") or (tone == "positive" and p > 0) or (tone == "negative" and p < 0):
                 return text
         return text

@@ -80,6 +80,7 @@ OUR_MADPO_DEFAULTS = {
     "save_in_background": False,
     "adamw_implementation": "fused",
     "batch_invariant_sampling": True,
+    "use_chat_template": "auto",
     "lora_r": None,
     "lora_alpha": 16.0,
     "lora_dropout": 0.0,
@@ -274,6 +275,7 @@ MADPO_ERRORS = [
     ({"max_grad_norm": 0.0}, "max_grad_norm must be > 0."),
     ({"madpo_reference": "final"}, "madpo_reference must be one of: none, initial."),
     ({"adamw_implementation": "adam"}, "adamw_implementation must be one of: fused, foreach, for_loop."),
+    ({"use_chat_template": "maybe"}, "use_chat_template must be one of: auto, true, false."),
     ({"madpo_length_normalize": "yes"}, "madpo_length_normalize must be true or false, got 'yes'."),
     ({"madpo_nll_weight": -0.1}, "madpo_nll_weight must be a finite number >= 0."),
     ({"madpo_nll_weight": float("inf")}, "madpo_nll_weight must be a finite number >= 0."),
@@ -737,3 +739,10 @@ def test_model_objects_serialise_as_their_id():
     anonymous = MADPOIterConfig(comparator_policy="model", comparator_agents=[object()])
     with pytest.raises(ValueError, match=re.escape("comparator_agents[0] holds a object without a model id")):
         anonymous.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("value", "canonical"), [("auto", "auto"), (True, "true"), (False, "false"), (" TRUE ", "true")]
+)
+def test_use_chat_template_reads_yaml_booleans_and_names(value, canonical):
+    assert MADPOIterConfig(use_chat_template=value).use_chat_template == canonical

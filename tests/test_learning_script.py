@@ -113,6 +113,22 @@ def test_examples_quickstart_is_the_preset_and_a_valid_experiment():
     assert (config.madpo_reference, config.madpo_length_normalize, config.madpo_nll_weight) == ("initial", True, 0.2)
 
 
+def test_examples_smollm2_is_the_real_model_preset_with_lora_on_both_agents():
+    from comlrl_lab.engine import ExperimentSpec
+    from comlrl_lab.engine.presets import QUICKSTART_CONFIG, SMOLLM2_MODEL_NAME, smollm2_spec
+
+    from_file = ExperimentSpec.load(ROOT / "examples" / "smollm2.yaml")
+    assert from_file.to_dict() == smollm2_spec().to_dict()
+    assert from_file.agent_models == [SMOLLM2_MODEL_NAME] * 2 == ["smollm2-135m-instruct"] * 2
+    config = from_file.build_config()
+    assert (config.lora_r, config.lora_target_modules, config.use_chat_template) == (8, "all-linear", "auto")
+    stabilisers = ("madpo_reference", "madpo_length_normalize", "madpo_nll_weight")
+    assert all(getattr(config, name) == QUICKSTART_CONFIG[name] for name in stabilisers)
+    # learning.py --model smollm2-135m-instruct takes this preset's sizes as its defaults.
+    learning = load_learning()
+    assert learning.PRESETS["smollm2-135m-instruct"]().max_train_items == from_file.max_train_items == 12
+
+
 def test_the_combined_setting_is_the_presets_stabilisers():
     learning = load_learning()
     from comlrl_lab.engine.presets import QUICKSTART_CONFIG

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import pytest
 from comlrl_lab.data.tasks import Task, get_task, list_tasks, load_object
 from comlrl_lab.data.tasks.generate import DATA_DIR, make_items
 from comlrl_lab.data.tasks.length_ratio import length_ratio_reward
-from comlrl_lab.data.tasks.lexicon import NEGATIVE_WORDS, POSITIVE_WORDS, TOPICS
+from comlrl_lab.data.tasks.lexicon import TOPICS, polarity
 from comlrl_lab.data.tasks.stance_agreement import stance_agreement_reward
 from comlrl_lab.data.tasks.topic_relay import topic_relay_reward
 
@@ -124,20 +125,40 @@ def test_topic_relay_known_answers(first, second, expected):
     assert topic_relay_reward([first], [second], batch_items=[RAIN]) == [pytest.approx(expected)]
 
 
+def compound(valence_sum: float) -> float:
+    """VADER's normalisation of a sentence's summed valences (its documented alpha = 15)."""
+    return valence_sum / math.sqrt(valence_sum**2 + 15)
+
+
+# Valences from VADER's lexicon: lovely 2.8, warm 0.9, great 3.1, awful -2.0, sad -2.1, clean 1.7; a negation
+# ("not") scales the next word's valence by -0.74.
 @pytest.mark.parametrize(
     ("stance", "first", "second", "expected"),
     [
-        ("positive", "A lovely warm day.", "It is good but noisy.", 0.4),  # p = 1 and 0
-        ("positive", "A lovely warm day.", "Good and kind people, a bad road.", 0.4 + 0.4 / 3 + 0.2),  # p2 = 1/3
-        ("negative", "An awful road.", "The sad town.", 1.0),
+        ("positive", "A lovely warm day.", "The red door.", 0.4 * compound(2.8 + 0.9)),  # agent 2 neutral: no agreement
+        ("negative", "An awful road.", "The sad town.", 0.4 * -compound(-2.0) + 0.4 * -compound(-2.1) + 0.2),
         ("negative", "A lovely day.", "A great town.", 0.2),  # they agree, on the wrong stance
-        ("negative", "A lovely day.", "An awful town.", 0.4),
+        ("negative", "A lovely day.", "An awful town.", 0.4 * -compound(-2.0)),
+        # Negation: "not clean" is negative, where counting words would call it positive.
+        (
+            "negative",
+            "The river is not clean.",
+            "An awful road.",
+            0.4 * -compound(-0.74 * 1.7) + 0.4 * -compound(-2.0) + 0.2,
+        ),
         ("positive", "The red door.", "", 0.0),
     ],
 )
 def test_stance_agreement_known_answers(stance, first, second, expected):
     item = {**RAIN, "stance": stance}
-    assert stance_agreement_reward([first], [second], batch_items=[item]) == [pytest.approx(expected)]
+    assert stance_agreement_reward([first], [second], batch_items=[item]) == [pytest.approx(expected, abs=1e-4)]
+
+
+def test_polarity_reads_english_beyond_the_tiny_corpus():
+    assert polarity("The festival was absolutely wonderful and everyone smiled.") > 0.5
+    assert polarity("The museum was crowded, dirty and disappointing.") < -0.5
+    assert polarity("The train leaves at noon.") == 0.0
+    assert polarity("I don't like the harbor.") < 0 < polarity("I like the harbor.")
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)
@@ -171,7 +192,8 @@ def test_item_fields_are_required_when_the_reward_needs_them():
 def test_rewards_stay_in_range_on_random_text(name):
     task = get_task(name)
     rng = random.Random(0)
-    pool = sorted(POSITIVE_WORDS | NEGATIVE_WORDS) + list(TOPICS[:10]) + ["the", "is", "and", "big", "old", "x"]
+    tones = ["good", "lovely", "happy", "calm", "bad", "awful", "sad", "noisy", "not", "very", "but"]
+    pool = tones + list(TOPICS[:10]) + ["the", "is", "and", "big", "old", "x"]
     items = task.eval_items()
     texts = [" ".join(rng.choice(pool) for _ in range(rng.randint(0, 25))) for _ in range(400)]
     rewards = task.reward_func(texts[:200], texts[200:], batch_items=[items[j % len(items)] for j in range(200)])

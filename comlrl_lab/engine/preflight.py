@@ -1,5 +1,5 @@
 """What a spec names, checked on this machine before a run directory exists: the task with its module and data
-files, model paths, and every device field. A mistake costs no run directory and no model load.
+files, model paths, and every device field (`preflight`), and whether the agents fit in memory (`memory_warning`). A mistake costs no run directory and no model load.
 
 The config itself has been validated by then (``ExperimentSpec.build_config``); this module does not build
 trainers or load model weights.
@@ -17,7 +17,7 @@ def preflight(spec: ExperimentSpec, config: Any) -> None:
     """Check what ``spec`` (with its validated ``config``) names here: the run folders, the task, model paths,
     devices."""
     # torch comes in with these two: the workbench imports the engine without it.
-    from comlrl_lab.models.loading import check_available, resolve_model_source
+    from comlrl_lab.models.loading import ModelLoadError, check_available, resolve_model_source
     from comlrl_lab.trainers.preference.devices import resolve_layout
 
     inside_run_dir(config)
@@ -25,9 +25,33 @@ def preflight(spec: ExperimentSpec, config: Any) -> None:
     for model in spec.agent_models:
         if not isinstance(model, str):
             continue
-        source = resolve_model_source(model)
+        try:
+            source = resolve_model_source(model)
+        except ModelLoadError as exc:  # a registry name that is not registered here
+            raise ValueError(f"agent_models: {exc}") from None
         if source.startswith((".", "~", "/")) and not Path(source).exists():
-            raise ValueError(f"agent_models: {model!r} is not a folder on this machine (no such path)")
+            raise ValueError(f"agent_models: {model!r} is not a folder or .gguf file on this machine (no such path)")
         check_available(model, "agent_models:")
     count = 1 if config.collaboration_mode == "centralized" else int(config.num_agents)
     resolve_layout(config, count, model_config=spec.model_config)
+
+
+def memory_warning(spec: Any) -> str | None:
+    """A one-line warning when the spec's agents will not fit in the memory available now (``footprint``); None when
+    they fit, or when a model's config cannot be read (the run's own loading then says why)."""
+    from comlrl_lab.models.footprint import describe_model, memory_check
+
+    config = spec.build_config()
+    models = list(spec.agent_models)
+    if len(models) == 1:
+        models = models * int(config.num_agents)
+    lora = config.lora_r is not None
+    dtype = spec.model_config.get("dtype", spec.model_config.get("torch_dtype"))
+    try:
+        footprints = {
+            m: describe_model(m, dtype=dtype, lora_r=config.lora_r or 8, lora_target_modules=config.lora_target_modules)
+            for m in set(models)
+        }
+    except (OSError, ValueError):  # a config that cannot be read now: loading the model reports why, in the run
+        return None
+    return memory_check([footprints[m] for m in models], lora=lora)

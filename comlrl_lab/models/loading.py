@@ -1,9 +1,11 @@
-"""Load agent models and tokenizers: the embedded tiny model by name, a local directory, or a hub id.
+"""Load agent models and tokenizers: the embedded tiny model, a registered name, a folder, a ``.gguf`` file or a hub id.
 
 ``load_agents`` follows the argument semantics and runtime messages of CoMLRL's trainer constructors
 (agent_model / agents / tokenizer / model_config), and returns an ``AgentBundle``. Hub ids are looked up in
 the local cache first; the network is tried only when it answers, so a machine without network fails fast
-with ``ModelLoadError`` instead of waiting on timeouts. This module does not generate, score or train.
+with ``ModelLoadError`` instead of waiting on timeouts. A registered name (``comlrl-lab models add``) is its
+folder in the models folder; a ``.gguf`` file is dequantised on every load (``gguf.py``), which registering
+it once avoids. This module does not generate, score or train.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from typing import Any
 import torch
 
 from comlrl_lab.models.devices import resolve_devices, resolve_dtype
+from comlrl_lab.models.gguf import is_gguf_file, load_gguf
+from comlrl_lab.models.registry import RegistryError, check_model_name, registered_path
 from comlrl_lab.models.tiny_model import is_tiny_model_name, tiny_model_path
 
 DEFAULT_ATTN_IMPLEMENTATION = "sdpa"
@@ -55,13 +59,24 @@ class AgentBundle:
 
 
 def resolve_model_source(source: str) -> str:
-    """The embedded model's directory for its names; any other string unchanged (a path or a hub id)."""
+    """The folder of the embedded model's names and of registered names; any other string unchanged (a path, a
+    ``.gguf`` file or a hub id). A bare name meant for the registry but not in it raises ``ModelLoadError``."""
     if is_tiny_model_name(source):
         path = tiny_model_path()
         if not os.path.isdir(path):
             raise ModelLoadError(f"the embedded model {source!r} is missing: {path} does not exist.")
         return path
-    return os.path.expanduser(source)
+    path = os.path.expanduser(source)
+    if os.path.exists(path):
+        return path
+    registered = registered_path(source)
+    if registered is not None:
+        return str(registered)
+    try:
+        check_model_name(source)
+    except RegistryError as exc:
+        raise ModelLoadError(str(exc)) from None
+    return path
 
 
 def _looks_like_path(source: str) -> bool:
@@ -161,6 +176,8 @@ def _load_pretrained(loader: Callable[..., Any], source: str, what: str, **kwarg
     path = resolve_model_source(source.strip())
     if os.path.isdir(path):
         return loader(path, **kwargs)
+    if is_gguf_file(path):
+        return load_gguf(loader, path, **kwargs)
     if _looks_like_path(path):
         raise ModelLoadError(f"{what} directory {source!r} does not exist.")
     local_reason: Exception | None = None

@@ -1,13 +1,17 @@
-"""Word lists and word-level text helpers shared by the built-in tasks, their item generator and the tiny corpus.
+"""Word lists and text helpers shared by the built-in tasks, their item generator and the tiny corpus.
 
-The lists are small on purpose: rewards stay readable and checkable by hand, and the embedded tiny model
-(trained on text built from the same lists) uses the words the rewards look for. This module does not
-score anything itself; each task module turns these helpers into its reward.
+The item lists (topics, settings, stances) are small on purpose: items stay readable, and the embedded tiny model
+was trained on prompts built from them. Sentiment is not a list of ours: ``polarity`` is VADER's compound score
+(the ``vaderSentiment`` package, MIT: a 7,500-entry lexicon rated by people, with rules for negation, degree words,
+"but", capitals and punctuation), so "not clean" reads as negative in any English a model writes. This module
+does not score anything itself; each task module turns these helpers into its reward.
 """
 
 from __future__ import annotations
 
 import re
+from functools import cache
+from typing import Any
 
 # fmt: off
 #: Nouns a task item can be about. Single lower-case words, so "mentions the topic" is a word match.
@@ -28,22 +32,6 @@ SETTINGS: tuple[str, ...] = (
 )
 
 STANCES: tuple[str, ...] = ("positive", "negative")
-
-#: Evaluative words. A word in neither list is neutral.
-POSITIVE_WORDS: frozenset[str] = frozenset(
-    {
-        "good", "great", "happy", "lovely", "bright", "kind", "warm", "calm", "fun", "beautiful",
-        "nice", "pleasant", "wonderful", "love", "loves", "enjoy", "enjoys", "like", "likes", "helpful",
-        "fresh", "safe", "glad", "friendly", "cheerful", "sweet", "best", "clean", "peaceful", "delightful",
-    }
-)
-NEGATIVE_WORDS: frozenset[str] = frozenset(
-    {
-        "bad", "awful", "sad", "boring", "ugly", "terrible", "dirty", "noisy", "angry", "hate",
-        "hates", "dislike", "dislikes", "poor", "broken", "dangerous", "gloomy", "harsh", "nasty", "worst",
-        "unpleasant", "scary", "lonely", "rude", "messy", "fear", "fears", "dull", "smelly", "horrible",
-    }
-)
 
 #: Function words that do not count as "content" when comparing two answers.
 STOPWORDS: frozenset[str] = frozenset(
@@ -70,15 +58,24 @@ def word_count(text: str) -> int:
 
 
 def mentions(text: str, topic: str) -> bool:
-    """Whether ``topic`` (or its plural with "s"/"es") is one of the words of ``text``."""
+    """Whether ``topic`` (or its plural with "s"/"es", or either's possessive) is one of the words of ``text``."""
     topic = topic.lower()
     forms = {topic, topic + "s", topic + "es"}
-    return any(w in forms for w in words(text))
+    return any(w.removesuffix("'s") in forms for w in words(text))
+
+
+@cache
+def _sentiment() -> Any:
+    from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
+
+    return SentimentIntensityAnalyzer()
+
+
+#: VADER's own cut-off: a compound score within this distance of 0 is neutral.
+NEUTRAL_BAND = 0.05
 
 
 def polarity(text: str) -> float:
-    """(positive - negative) / (positive + negative) lexicon words, in [-1, 1]; 0.0 with none of either."""
-    ws = words(text)
-    pos = sum(w in POSITIVE_WORDS for w in ws)
-    neg = sum(w in NEGATIVE_WORDS for w in ws)
-    return 0.0 if pos + neg == 0 else (pos - neg) / (pos + neg)
+    """VADER's compound sentiment score of ``text``, in [-1, 1]: the sum of its words' valences after VADER's rules,
+    normalised as x / sqrt(x^2 + 15). 0.0 for text with no sentiment word."""
+    return float(_sentiment().polarity_scores(text)["compound"])

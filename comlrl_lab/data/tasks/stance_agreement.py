@@ -1,16 +1,17 @@
 """The stance-agreement task: agent 1 gives an opinion, agent 2 a reason, both with the item's stance.
 
-Each answer's polarity p_i = (positive - negative) / (positive + negative) lexicon words (0 with none). With
-s = +1 for a "positive" item and -1 for a "negative" one, a_i = max(0, s * p_i) and ``agree`` = 1 when both
-polarities are non-zero with the same sign: ``reward = 0.4 * a_1 + 0.4 * a_2 + 0.2 * agree``. The agents
-are rewarded for holding the asked stance and, a little, for agreeing with each other.
+Each answer's polarity p_i is its VADER compound sentiment score in [-1, 1] (``lexicon.polarity``: a maintained
+English lexicon with negation and degree rules, 0 with no sentiment word). With s = +1 for a "positive" item and -1
+for a "negative" one, a_i = max(0, s * p_i) and ``agree`` = 1 when both polarities are outside VADER's neutral band
+(|p| >= 0.05) with the same sign: ``reward = 0.4 * a_1 + 0.4 * a_2 + 0.2 * agree``. The agents are rewarded for
+holding the asked stance, more for a stronger one, and a little for agreeing with each other.
 """
 
 from __future__ import annotations
 
 from comlrl_lab.data.rewards import batched_reward, set_reward_range
 from comlrl_lab.data.tasks.base import Task, agent_header, align_completions, items_for_batch
-from comlrl_lab.data.tasks.lexicon import polarity
+from comlrl_lab.data.tasks.lexicon import NEUTRAL_BAND, polarity
 
 STANCE_WEIGHT = 0.4
 AGREEMENT_WEIGHT = 0.2
@@ -34,7 +35,7 @@ def stance_agreement_score(text1: str, text2: str, stance: str) -> float:
     """The joint reward of one pair of answers for an item with ``stance``."""
     sign = stance_sign(stance)
     p1, p2 = polarity(text1), polarity(text2)
-    agree = 1.0 if p1 * p2 > 0 else 0.0
+    agree = 1.0 if min(abs(p1), abs(p2)) >= NEUTRAL_BAND and p1 * p2 > 0 else 0.0
     return STANCE_WEIGHT * max(0.0, sign * p1) + STANCE_WEIGHT * max(0.0, sign * p2) + AGREEMENT_WEIGHT * agree
 
 
@@ -53,7 +54,8 @@ TASK = Task(
     title="Stance agreement",
     description=(
         "Agent 1 gives an opinion and agent 2 a reason, both with the item's stance (positive or negative), "
-        "judged by small word lists: 0.4 per agent for holding the stance, 0.2 when the two agree."
+        "judged by VADER's English sentiment score p in [-1, 1]: 0.4 x max(0, p toward the stance) per agent, "
+        "0.2 when the two agree."
     ),
     num_agents=2,
     formatters=(format_agent1, format_agent2),

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from comlrl_lab.data.datasets import load_items
 from comlrl_lab.data.formatters import resolve_formatters
 from comlrl_lab.data.records import JointCandidate, PreferencePair
+from comlrl_lab.models.chat import chat_formatters
 from comlrl_lab.models.loading import load_agents
 from comlrl_lab.models.lora import (
     LoraSettings,
@@ -168,6 +169,11 @@ class PreferenceTrainerBase:
             devices=devices.agents,
         )
         roles, formatters = self._prompt_formatters(formatters, centralized_comparator_adapter, len(bundle.models))
+        # Differs from CoMLRL: raw prompts there; use_chat_template (ours, default auto) renders them through an
+        # instruction-tuned model's chat template, and that agent's responses end at its end-of-turn token.
+        formatters = chat_formatters(
+            formatters, list(bundle.models), list(bundle.tokenizers), self.args.use_chat_template, list(bundle.sources)
+        )
         train_items, self.eval_items = _task_items(train_dataset, eval_dataset)
         streams = RandomStreams(self.args.seed, cuda_offset=devices.cuda_offset)
         models = self._prepare_agents(list(bundle.models), streams, dist)

@@ -32,6 +32,7 @@ from comlrl_lab.data.reward_distribution import (
     distribution_rows,
     write_distribution_file,
 )
+from comlrl_lab.models.chat import raw_formatter
 from comlrl_lab.names import metric_names as M
 from comlrl_lab.trainers.preference.collection import (
     ScoreFn,
@@ -169,6 +170,7 @@ class ComparatorCollector(CurrentCollector):
                 model_config=context.model_config,
                 dtype=model_dtype_spec(context.model_config),
                 row_seeds=self.comparator_row_seeds if args.batch_invariant_sampling else None,
+                request_formatters=[raw_formatter(f) for f in context.formatters],
             )
         )
         self.replay = ReplayBuffer(

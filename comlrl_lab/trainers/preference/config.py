@@ -575,6 +575,15 @@ class MADPOConfig:
             "group": "Generation",
         },
     )
+    use_chat_template: str = field(
+        default="auto",
+        kw_only=True,
+        metadata={
+            "help": "Send each agent's prompt as one user message through its tokenizer's chat template (apply_chat_template with add_generation_prompt=True) and stop a response at the template's end-of-turn token; the rendered prompt is what pairs and exports keep. 'auto': when the tokenizer has a template (instruction-tuned models; the embedded tiny model has none), 'true': always (an error without a template), 'false': never, as CoMLRL.",
+            "choices": ("auto", "true", "false"),
+            "group": "Generation",
+        },
+    )
     lora_r: int | None = field(
         default=None,
         kw_only=True,
@@ -758,6 +767,7 @@ class MADPOConfig:
         _check_positive("max_grad_norm", self.max_grad_norm, optional=True)
         _choose(self, "adamw_implementation")
         _choose(self, "save_strategy")
+        _choose(self, "use_chat_template")
         _check_int_at_least("save_total_limit", self.save_total_limit, 1, optional=True)
         _check_int_at_least("lora_r", self.lora_r, 1, optional=True)
         _check_positive("lora_alpha", self.lora_alpha)

@@ -35,6 +35,8 @@ class ComparatorContext:
     dtype: Any = None
     #: (purpose, item indices, agent) -> one sampling seed per item, or None to sample from the stream.
     row_seeds: Callable[[str, Sequence[int], int], list[int] | None] | None = None
+    #: Per agent, the prompt a remote endpoint is sent: the task's own text, not the agents' chat rendering.
+    request_formatters: list[Callable[[dict], str]] | None = None
 
 
 def encode_text(tokenizer: Any, text: str) -> list[int]:

@@ -26,8 +26,15 @@ class RemoteApiComparator(Comparator):
     ):
         if self.centralized:
             return self._generate_centralized(items, item_indices, prompts, num_candidates)
+        # The endpoint gets the task's own prompt (its chat format is its own); the candidates keep the agents'.
+        sent = self.context.request_formatters
         requests = [
-            ApiRequest(prompt=prompts[i][k], agent_idx=i, batch_item=dict(items[k]), num_candidates=num_candidates)
+            ApiRequest(
+                prompt=sent[i](items[k]) if sent else prompts[i][k],
+                agent_idx=i,
+                batch_item=dict(items[k]),
+                num_candidates=num_candidates,
+            )
             for k in range(len(items))
             for i in range(self.num_agents)
         ]
