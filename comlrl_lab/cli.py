@@ -24,13 +24,12 @@ from comlrl_lab.engine import ExperimentSpec, InvalidTransition, RunManager
 from comlrl_lab.engine.run import STORE_FILE, run_data_parallel
 from comlrl_lab.store import RunStore
 from comlrl_lab.store.export import (
-    EXPORT_FORMATS,
-    ROUND_FILES,
     ExportError,
     export_pairs,
     export_reward_distribution_files,
     export_round_files,
 )
+from comlrl_lab.store.formats import EXPORT_FORMATS, ROUND_FILES
 from comlrl_lab.store.importer import import_replay_dir
 from comlrl_lab.trainers.preference.distributed import DistContext
 

@@ -73,7 +73,7 @@ def test_the_id_scan_finds_a_maker_of_its_own(tmp_path):
 
 def test_cli_and_workbench_offer_the_store_table():
     from comlrl_lab import cli
-    from comlrl_lab.store.export import EXPORT_FORMATS, PAIR_FORMATS, ROUND_FILES
+    from comlrl_lab.store.formats import EXPORT_FORMATS, PAIR_FORMATS, ROUND_FILES
     from comlrl_lab.ui import services
 
     assert services.EXPORT_FORMATS is EXPORT_FORMATS and services.ROUND_FILES == ROUND_FILES
@@ -92,7 +92,7 @@ def _lists_export_formats(path: Path) -> list[str]:
     Readers of data and of imports take json, jsonl and csv too, so a list counts only when it names a format
     nothing but an export writes (parquet, rounds).
     """
-    from comlrl_lab.store.export import EXPORT_FORMATS
+    from comlrl_lab.store.formats import EXPORT_FORMATS
 
     export_only = {"parquet", "rounds"}
     labels = {spec.label for spec in EXPORT_FORMATS.values()}
@@ -109,7 +109,7 @@ def _lists_export_formats(path: Path) -> list[str]:
 
 
 def test_no_module_lists_export_formats_outside_the_table():
-    paths = [*_modules(skip=("store/export.py",)), *sorted((ROOT / "pages").glob("*.py")), ROOT / "app.py"]
+    paths = [*_modules(skip=("store/formats.py",)), *sorted((ROOT / "pages").glob("*.py")), ROOT / "app.py"]
     assert [hit for path in paths for hit in _lists_export_formats(path)] == []
 
 
