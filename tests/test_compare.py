@@ -115,7 +115,7 @@ def app(runs, monkeypatch):
     st.cache_resource.clear()
     at = AppTest.from_file(APP, default_timeout=30)
     at.run()
-    at.switch_page("pages/compare.py").run()
+    at.switch_page("app_pages/compare.py").run()
     assert not at.exception, [e.value for e in at.exception]
     yield at
     services.close_all()
@@ -181,7 +181,7 @@ def test_twenty_runs_of_twenty_rounds_are_prepared_and_drawn_within_two_seconds(
     st.cache_resource.clear()
     at = AppTest.from_file(APP, default_timeout=30)
     at.run()
-    at.switch_page("pages/compare.py").run()
+    at.switch_page("app_pages/compare.py").run()
     timings = []
     for _ in range(3):
         st.cache_resource.clear()  # every run of the page builds the comparison again
@@ -210,7 +210,7 @@ def test_a_grid_run_from_the_compare_page_fills_in_and_opens_there(tmp_path, mon
     try:
         at = AppTest.from_file(APP, default_timeout=60)
         at.run()
-        at.switch_page("pages/compare.py").run()
+        at.switch_page("app_pages/compare.py").run()
         at.selectbox(key=state.sweep_field_key(0)).set_value("preference_replay_mode")
         at.text_input(key=state.sweep_values_key(0)).input("current, all_history")
         at.number_input(key=state.SWEEP_SEEDS).set_value(2)

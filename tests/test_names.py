@@ -109,7 +109,7 @@ def _lists_export_formats(path: Path) -> list[str]:
 
 
 def test_no_module_lists_export_formats_outside_the_table():
-    paths = [*_modules(skip=("store/formats.py",)), *sorted((ROOT / "pages").glob("*.py")), ROOT / "app.py"]
+    paths = [*_modules(skip=("store/formats.py",)), *sorted((ROOT / "app_pages").glob("*.py")), ROOT / "app.py"]
     assert [hit for path in paths for hit in _lists_export_formats(path)] == []
 
 
@@ -137,7 +137,7 @@ def test_first_run_id_is_the_oldest_run(tmp_path):
 
 
 def test_only_the_store_reads_a_run_id_out_of_it():
-    paths = [*_modules(), *sorted((ROOT / "pages").glob("*.py")), *sorted((ROOT / "tests").glob("*.py"))]
+    paths = [*_modules(), *sorted((ROOT / "app_pages").glob("*.py")), *sorted((ROOT / "tests").glob("*.py"))]
     needles = ('["run_id"].iloc', "['run_id'].iloc", "SELECT run_id FROM runs")
     offenders = [
         f"{path.relative_to(ROOT)}: {needle}"

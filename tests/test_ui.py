@@ -13,7 +13,7 @@ from comlrl_lab.ui import state
 
 ROOT = Path(__file__).resolve().parents[1]
 STATE_FILE = ROOT / "comlrl_lab" / "ui" / "state.py"
-UI_FILES = sorted([ROOT / "app.py", *(ROOT / "pages").glob("*.py"), *(ROOT / "comlrl_lab" / "ui").glob("*.py")])
+UI_FILES = sorted([ROOT / "app.py", *(ROOT / "app_pages").glob("*.py"), *(ROOT / "comlrl_lab" / "ui").glob("*.py")])
 KEY_PATTERN = re.compile(r"^[a-z]+(\.[A-Za-z0-9_]+)+$")  # a varying part may be a name such as MADPOIter
 
 
@@ -242,3 +242,20 @@ def test_checkpoint_costs_show_background_seconds_only_when_some_were_written_in
     mixed = pd.concat([foreground, pd.DataFrame([metric("train", M.CHECKPOINT_BACKGROUND_SECONDS, 1.5)])])
     shown = frames.checkpoint_display(frames.checkpoint_costs(mixed))
     assert list(shown["seconds in the background"]) == [0.0, 1.5]  # the collect checkpoint: none in the background
+
+
+def test_the_screens_are_not_in_a_pages_folder_and_title_case_addresses_lead_to_them(tmp_path, monkeypatch):
+    # With a pages/ folder beside app.py, a freshly started server runs /rounds's file without app.py (Streamlit's
+    # old multipage mode) until some visitor has opened "/": no sidebar card, no open run from the address.
+    from streamlit.testing.v1 import AppTest
+
+    from comlrl_lab.ui import services
+
+    root = Path(__file__).resolve().parents[1]
+    assert not (root / "pages").exists() and (root / "app_pages" / "rounds.py").is_file()
+    monkeypatch.setenv(services.RUNS_DIR_ENV, str(tmp_path))
+    at = AppTest.from_file(str(root / "app.py"), default_timeout=60).run()
+    paths = {info["url_pathname"] for info in at._registered_pages.values()}
+    assert {"setup", "rounds", "pairs", "replay", "learning", "compare", "data"} <= paths
+    assert {"Setup", "Rounds", "Pairs", "Replay", "Learning", "Compare", "Data"} <= paths
+    services.close_all()

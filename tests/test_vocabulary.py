@@ -271,7 +271,7 @@ def test_algorithm_table_agrees_with_configs_and_trainers():
 
 def test_no_module_parses_algorithm_names():
     offenders = []
-    for path in [*(ROOT / "comlrl_lab").rglob("*.py"), *(ROOT / "pages").rglob("*.py"), ROOT / "app.py"]:
+    for path in [*(ROOT / "comlrl_lab").rglob("*.py"), *(ROOT / "app_pages").rglob("*.py"), ROOT / "app.py"]:
         text = path.read_text(encoding="utf-8")
         for needle in ('endswith("Iter")', "'Iter' if", '"Iter" if', 'startswith("MARLHF")', 'startswith("MADPO")'):
             if needle in text:

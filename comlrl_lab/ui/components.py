@@ -18,12 +18,12 @@ from comlrl_lab.engine.manager import Progress
 from comlrl_lab.ui import diff, figures, services, state
 from comlrl_lab.ui.frames import PHASE_LABELS
 
-SETUP_PAGE = "pages/setup.py"
-ROUNDS_PAGE = "pages/rounds.py"
-PAIRS_PAGE = "pages/pairs.py"
-REPLAY_PAGE = "pages/replay.py"
-LEARNING_PAGE = "pages/learning.py"
-DATA_PAGE = "pages/data.py"
+SETUP_PAGE = "app_pages/setup.py"
+ROUNDS_PAGE = "app_pages/rounds.py"
+PAIRS_PAGE = "app_pages/pairs.py"
+REPLAY_PAGE = "app_pages/replay.py"
+LEARNING_PAGE = "app_pages/learning.py"
+DATA_PAGE = "app_pages/data.py"
 
 STATUS_BADGES = {
     "idle": ("idle", "gray", ":material/pause_circle:"),

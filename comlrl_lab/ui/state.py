@@ -271,6 +271,20 @@ def sync_run_with_url() -> None:
         st.query_params[URL_RUN] = run_id
 
 
+def query_lists() -> dict[str, list[str]]:
+    """The URL's query, every value of a repeated name kept (``to_dict`` keeps the last one only)."""
+    return {name: st.query_params.get_all(name) for name in st.query_params}
+
+
+def alias_page(page):
+    """A hidden page at ``page``'s address in title case (``/Pairs``) that moves on to ``page``, query kept."""
+
+    def move_on() -> None:
+        st.switch_page(page, query_params=query_lists())
+
+    return st.Page(move_on, title=page.title, url_path=page.url_path.title(), visibility="hidden")
+
+
 def switch_page(page) -> None:
     """``st.switch_page`` that keeps the open run in the URL.
 
