@@ -174,7 +174,7 @@ if len(runs):
             "Status",
             sorted(runs["status"].unique()),
             key=state.RUNS_STATUS,
-            help="The engine's status for runs this server has open; 'closed' for the others.",
+            help="The engine's status for runs this server has open; for the others, what their last snapshot recorded.",
         )
         tags = cols[3].multiselect(
             "Tag",

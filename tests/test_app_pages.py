@@ -369,7 +369,11 @@ def test_rounds_pause_lets_the_phase_finish_and_stops_before_the_next(open_app, 
     assert progress.status == "paused" and progress.next_phase is not None, progress
     at.run()
     assert any(":orange-badge[:material/pause_circle: paused]" in m.value for m in at.markdown)
-    assert {m.label: m.value for m in at.metric}["phases left"] == "–"
+    assert {m.label: m.value for m in at.metric}["ETA"] == "–"
+    # The event log says what happened, newest first.
+    events = at.dataframe[-1].value
+    assert events["message"].iloc[0].startswith("paused before ") and events["message"].iloc[-1].startswith("started: ")
+    assert any(m.startswith("pause asked") for m in events["message"])
     assert at.button(key=state.ROUNDS_PAUSE).disabled
     assert at.button(key=state.phase_button_key(progress.next_phase)).disabled is False
     assert {m.label: m.value for m in at.metric}["round"] == "1 / 2"

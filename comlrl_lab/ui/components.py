@@ -14,7 +14,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from comlrl_lab.engine.manager import Progress
+from comlrl_lab.engine import eta
+from comlrl_lab.engine.manager import PHASE_UNITS, Progress
 from comlrl_lab.ui import diff, figures, services, state
 from comlrl_lab.ui.frames import PHASE_LABELS
 
@@ -62,23 +63,24 @@ def status_badge(progress: Progress | None) -> None:
     st.badge(label, color=color, icon=icon)
 
 
-def fmt_eta(seconds: float | None) -> str:
-    if seconds is None:
-        return "–"
-    seconds = max(0, int(round(seconds)))
-    return f"{seconds // 60}m {seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
-
-
 def progress_text(progress: Progress) -> str:
+    """One line about the work in hand: "Round 2/5 · Collect · 64/128 prompts · 1,820 tok/s · ETA 12s"."""
+    rounds = f"/{progress.num_rounds}" if progress.num_rounds else ""
+    if progress.status == "loading":
+        parts = [f"Loading models for round {progress.shown_round}{rounds}", f"{progress.elapsed():.0f}s so far"]
+        left = progress.eta()
+        parts.append(f"ETA {eta.text(left)}" if left is not None else "first load: no estimate yet")
+        return " · ".join(parts)
     phase = progress.phase or progress.next_phase
-    label = PHASE_LABELS.get(phase or "", phase or "")
-    parts = [f"Round {progress.round_index} · {label}"]
+    parts = [f"Round {progress.shown_round}{rounds} · {PHASE_LABELS.get(phase or '', phase or '')}"]
     if progress.total:
-        parts.append(f"{progress.done}/{progress.total}")
+        unit = PHASE_UNITS.get(phase or "", "step")
+        parts.append(f"{progress.done}/{progress.total} {unit}{'s' if progress.total != 1 else ''}")
     if progress.tokens_per_second:
         parts.append(f"{progress.tokens_per_second:,.0f} tok/s")
-    if progress.eta_seconds is not None:
-        parts.append(f"ETA {fmt_eta(progress.eta_seconds)}")
+    if progress.busy:
+        left = progress.eta()
+        parts.append(f"ETA {eta.text(left)}" if left is not None else "finishing…")
     return " · ".join(parts)
 
 
@@ -161,8 +163,17 @@ def progress_panel(view: services.RunView, started: Progress) -> None:
             with top[0]:
                 status_badge(now)
             top[1].metric("tokens/s", f"{now.tokens_per_second:,.0f}" if now.busy else "–")
-            top[2].metric("ETA (phase)", fmt_eta(now.eta_seconds) if now.busy else "–")
-            top[3].metric("phases left", now.phases_left if now.busy else "–")
+            top[2].metric(
+                "ETA (phase)",
+                eta.text(now.eta()) if now.busy else "–",
+                help="From the same phase in earlier rounds and this phase's own rate; '–' until one is known.",
+            )
+            top[3].metric(
+                f"ETA ({now.phases_left} phase{'s' if now.phases_left != 1 else ''} queued)" if now.busy else "ETA",
+                eta.text(now.queue_eta()) if now.busy else "–",
+                help="Until every queued phase is done, from how long each phase took in this run; known once "
+                "each queued phase has run once.",
+            )
             if now.busy:
                 st.progress(now.fraction, text=progress_text(now))
             elif now.status == "finished":

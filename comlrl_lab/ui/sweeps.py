@@ -15,7 +15,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from comlrl_lab.engine import ExperimentSpec
+from comlrl_lab.engine import ExperimentSpec, eta
 from comlrl_lab.engine.run import SPEC_FILE
 from comlrl_lab.engine.sweep import MANIFEST_FILE, SWEEPS_DIR, Sweep, SweepProgress, SweepRunner, parse_grid
 from comlrl_lab.ui import services, state
@@ -166,6 +166,8 @@ def _progress(sweep_id: str) -> None:
             text += f", {now.running} running"
         if now.errors:
             text += f", {now.errors} failed"
+        if now.eta_seconds is not None:
+            text += f", about {eta.text(now.eta_seconds)} left"
         st.progress(now.fraction, text=text)
         if now.busy:
             if st.button("Stop the sweep", key=state.SWEEP_STOP, icon=":material/stop:"):
