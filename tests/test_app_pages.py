@@ -450,6 +450,39 @@ def test_the_url_keeps_the_open_run_and_setup_has_its_own_address(open_app, seed
     assert {"setup", "rounds", "pairs", "replay", "learning", "data"} <= paths
 
 
+def test_a_reload_keeps_the_pairs_filters_and_the_open_pair(open_app, seeded, monkeypatch):
+    at = open_app("app_pages/pairs.py")
+    at.selectbox(key=state.PAIRS_ROUND).select(2).run()
+    at.number_input(key=state.PAIRS_MIN_GAP).set_value(0.05).run()
+    keys = at.selectbox(key=state.PAIRS_OPEN).options
+    at.selectbox(key=state.PAIRS_OPEN).select_index(1).run()
+    opened = at.selectbox(key=state.PAIRS_OPEN).value
+    assert not at.exception, [e.value for e in at.exception]
+    assert (at.query_params[state.PAIRS_ROUND], at.query_params[state.PAIRS_MIN_GAP]) == ("2", "0.05")
+    assert at.query_params[state.PAIRS_OPEN] == f"{opened[0]}:{opened[1]}" and len(keys) > 1
+
+    # A reload is a new session on the same address: the same filters and the same open pair.
+    monkeypatch.setenv(services.RUNS_DIR_ENV, str(seeded.root))
+    reloaded = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    reloaded.query_params = {k: v for k, v in at.query_params.items()}
+    reloaded.session_state[state.SETUP_PRESET] = forms.PRESET_NONE
+    reloaded.run()
+    reloaded.switch_page("app_pages/pairs.py").run()
+    assert not reloaded.exception, [e.value for e in reloaded.exception]
+    assert reloaded.selectbox(key=state.PAIRS_ROUND).value == 2
+    assert reloaded.number_input(key=state.PAIRS_MIN_GAP).value == pytest.approx(0.05)
+    assert reloaded.selectbox(key=state.PAIRS_OPEN).value == opened
+
+    # A round the run does not have is said and dropped, not an error.
+    bad = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    bad.query_params = {state.URL_RUN: seeded.run_id, state.PAIRS_ROUND: "99"}
+    bad.session_state[state.SETUP_PRESET] = forms.PRESET_NONE
+    bad.run()
+    bad.switch_page("app_pages/pairs.py").run()
+    assert not bad.exception and bad.selectbox(key=state.PAIRS_ROUND).value is None
+    assert any("pairs.round: 99 no longer offered" in c.value for c in bad.caption)
+
+
 def test_pairs_sql_box_answers_read_only_queries_and_refuses_writes(open_app, seeded, downloads):
     at = open_app("app_pages/pairs.py")
     at.text_area(key=state.SQL_QUERY).input(

@@ -18,6 +18,7 @@ from comlrl_lab.engine import eta
 from comlrl_lab.engine.manager import PHASE_UNITS, Progress
 from comlrl_lab.ui import diff, figures, services, state
 from comlrl_lab.ui.frames import PHASE_LABELS
+from comlrl_lab.ui.url_state import UrlKey
 
 SETUP_PAGE = "app_pages/setup.py"
 ROUNDS_PAGE = "app_pages/rounds.py"
@@ -226,6 +227,18 @@ def _failure_site(traceback_text: str | None) -> str | None:
 
 
 # -- pairs --------------------------------------------------------------------------------------------------
+
+#: The Pairs page's view in its address: the filters, the page of the table and the open pair.
+PAIRS_URL_KEYS = (
+    UrlKey(state.PAIRS_ROUND, "int"),
+    UrlKey(state.PAIRS_SIDE, "text"),
+    UrlKey(state.PAIRS_ITEM, "int"),
+    UrlKey(state.PAIRS_MIN_GAP, "float"),
+    UrlKey(state.PAIRS_MAX_GAP, "float"),
+    UrlKey(state.PAIRS_TEXT, "text", ""),
+    UrlKey(state.PAIRS_PAGE, "int", 1),
+    UrlKey(state.PAIRS_OPEN, "pair"),
+)
 
 
 def pair_filters(rounds: pd.DataFrame, keys: state.PairFilterKeys, *, heading: str | None = None) -> dict[str, Any]:

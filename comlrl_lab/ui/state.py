@@ -134,6 +134,10 @@ COMPARE_DIFF_TABLE = "compare.diff_table"
 COMPARE_PAIRS_TABLE = "compare.pairs_table"
 COMPARE_GAPS_CHART = "compare.gaps_chart"
 COMPARE_SIDES_CHART = "compare.sides_chart"
+COMPARE_GROUPS_TABLE = "compare.groups_table"
+COMPARE_OUTCOMES_TABLE = "compare.outcomes_table"
+COMPARE_DIFF_A = "compare.diff_a"  # the two groups whose difference the page states
+COMPARE_DIFF_B = "compare.diff_b"
 
 # Sweeps ("Run a grid" on the Compare page)
 SWEEP_ID = "sweep.id"  # the sweep this session started
