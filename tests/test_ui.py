@@ -244,6 +244,31 @@ def test_checkpoint_costs_show_background_seconds_only_when_some_were_written_in
     assert list(shown["seconds in the background"]) == [0.0, 1.5]  # the collect checkpoint: none in the background
 
 
+def test_the_server_does_not_collect_all_garbage_after_every_script_run():
+    # Streamlit's default gc.collect(2) after each run (a live-progress fragment reruns every second) holds the GIL
+    # for 0.3-1.2 s with torch and transformers loaded, which starved the training thread of a watched run.
+    import tomllib
+
+    config = tomllib.loads((Path(__file__).resolve().parents[1] / ".streamlit" / "config.toml").read_text())
+    assert config["runner"]["postScriptGC"] is False
+
+
+def test_the_madpo_loss_card_shows_the_dpo_loss_and_the_winner_nll_gets_its_own_panel():
+    from comlrl_lab.data import metric_names as m
+    from comlrl_lab.ui import figures
+
+    nll = m.name(m.MADPO_WINNER_NLL, agent=1)
+    metrics = _metrics({m.MADPO_LOSS: [0.6931, 0.6745], nll: [1.5010, 1.4587]})
+    tiles = {t.label: t for t in figures.learning_tiles(metrics)}
+    assert (tiles["DPO / BT loss"].value, tiles["DPO / BT loss"].delta) == ("0.6745", "-0.0186")
+    panels = figures.training_panels(metrics)
+    assert [t.name for t in panels["loss"].data] == [m.MADPO_LOSS]  # an NLL near 1.5 is not on the loss's axis
+    assert [t.name for t in panels["nll"].data] == [nll]
+    # MARLHF: the Bradley-Terry fit's loss, not its held-out loss.
+    marlhf = figures.learning_tiles(_metrics({m.BT_LOSS: [0.60, 0.52], m.BT_VAL_LOSS: [0.7, 0.9]}))
+    assert {t.label: t.value for t in marlhf}["DPO / BT loss"] == "0.5200"
+
+
 def test_the_screens_are_not_in_a_pages_folder_and_title_case_addresses_lead_to_them(tmp_path, monkeypatch):
     # With a pages/ folder beside app.py, a freshly started server runs /rounds's file without app.py (Streamlit's
     # old multipage mode) until some visitor has opened "/": no sidebar card, no open run from the address.
