@@ -104,7 +104,9 @@ def mode_comparison() -> None:
         help="0 keeps only the newest dataset; 1 weights every dataset equally. The weights below follow as you move it.",
     )
     st.dataframe(
-        frames.mode_weights(sizes, nu, k=int(k_value), lam=float(lam_value), run_mode=mode, run_k=k, run_lam=lam),
+        frames.mode_weights_view(
+            frames.mode_weights(sizes, nu, k=int(k_value), lam=float(lam_value), run_mode=mode, run_k=k, run_lam=lam)
+        ),
         hide_index=True,
         width="stretch",
         key=state.REPLAY_MODE_WEIGHTS,
