@@ -99,6 +99,9 @@ def _run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from comlrl_lab.engine.manager import RunManager
+    from comlrl_lab.engine.run import quiet_library_progress
+
+    quiet_library_progress()
 
     manager = RunManager(args.runs_root)
     run_id = manager.open(args.resume) if args.resume else manager.create(spec)
@@ -148,7 +151,10 @@ def _sweep(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from comlrl_lab.engine.manager import RunManager
+    from comlrl_lab.engine.run import quiet_library_progress
     from comlrl_lab.engine.sweep import Sweep, SweepRunner, parse_grid
+
+    quiet_library_progress()
 
     try:
         if args.resume:

@@ -277,6 +277,7 @@ def test_kill_9_during_training_then_resume_keeps_every_committed_row_once(model
         timeout=600,
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "Loading weights" not in resumed.stderr  # transformers' bars stay out of the CLI's output
 
     with RunStore(run_dir / "run.duckdb", read_only=True) as store:
         run_id = store.first_run_id()

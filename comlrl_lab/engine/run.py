@@ -50,6 +50,12 @@ CHECKPOINT_DIR = "checkpoint"
 SNAPSHOT_DIR = "snapshots"
 
 
+def quiet_library_progress() -> None:
+    """Keep the libraries' own progress bars (transformers' "Loading weights" for every model) out of the workbench
+    server's log and from under the CLI's bar; set before transformers is first imported. A user's setting stands."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
 def apply_torch_threads(spec: ExperimentSpec) -> None:
     """Set torch's CPU thread count from ``COMLRL_LAB_TORCH_THREADS``; "auto" (default) picks 1 for the tiny model.
 

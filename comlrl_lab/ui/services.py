@@ -26,7 +26,7 @@ from comlrl_lab.data.reward_distribution import DISTRIBUTION_DIR
 from comlrl_lab.data.run_ids import new_run_id
 from comlrl_lab.engine import ExperimentSpec, RunManager
 from comlrl_lab.engine.manager import Progress
-from comlrl_lab.engine.run import SNAPSHOT_DIR, SPEC_FILE, STORE_FILE
+from comlrl_lab.engine.run import SNAPSHOT_DIR, SPEC_FILE, STORE_FILE, quiet_library_progress
 from comlrl_lab.engine.runs_folder import RUNS_DIR_ENV, runs_root
 from comlrl_lab.store import (
     EXPORT_FORMATS,
@@ -339,6 +339,7 @@ _OPENED: list[Workspace] = []
 
 @st.cache_resource(show_spinner=False)
 def _workspace(root: str) -> Workspace:
+    quiet_library_progress()
     workspace = Workspace(root)
     _OPENED.append(workspace)
     return workspace
