@@ -1,13 +1,17 @@
-"""Ready-made experiments: the quickstart preset, the Setup page's starting point for the embedded model.
+"""Ready-made experiments: the quickstart presets, the Setup page's starting point for the embedded model.
 
-CoMLRL's defaults (learning rate 5e-6, 80 candidates, 256 tokens) are sized for real models on GPUs; on the 1M-
-parameter embedded model and two CPU cores they run for a long time and learn nothing visible. The quickstart
-preset is sized for that case and uses the opt-in MADPO stabilisers. ``benchmarks/learning.py --settings
-combined`` measures it over seeds; ``examples/quickstart.yaml`` is the same spec as a file (a test keeps the
-two equal). It only describes runs; it does not start them.
+CoMLRL's defaults (learning rate 5e-6, 20 to 80 candidates, 256 tokens) are sized for real models on GPUs; on the
+1M-parameter embedded model and two CPU cores they run for a long time and learn nothing visible. The quickstart
+presets are sized for that case: MADPOIter with the opt-in MADPO stabilisers (``benchmarks/learning.py --settings
+combined`` measures it over seeds; ``examples/quickstart.yaml`` is the same spec as a file, a test keeps the two
+equal), and MARLHFIter (``scripts/marlhf_curve.py --seeds 3``; ``examples/marlhf_quickstart.yaml``).
+``preset_config(algorithm)`` gives the Setup form the preset of the algorithm chosen. It only describes runs; it
+does not start them.
 """
 
 from __future__ import annotations
+
+from dataclasses import fields
 
 from comlrl_lab.engine.spec import ExperimentSpec
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
@@ -53,3 +57,58 @@ def quickstart_spec(task: str = "length_ratio") -> ExperimentSpec:
         max_eval_items=QUICKSTART_EVAL_ITEMS,
         config=dict(QUICKSTART_CONFIG),
     )
+
+
+#: The MARLHF quickstart's config overrides (MARLHFIterConfig fields): a fresh reward model fitted on every round's
+#: replay sample for four epochs, then one epoch of magrpo with four generations per item.
+MARLHF_QUICKSTART_CONFIG: dict[str, object] = {
+    "num_iterations": 4,
+    "rl_algorithm": "magrpo",
+    "num_generations": 4,
+    "preference_num_candidates": 8,
+    "preference_pairs_per_sample": 8,
+    "pair_selection": "reward_gap",
+    "preference_replay_mode": "all_history",
+    "preference_replay_sample_size": 800,
+    "max_new_tokens": 16,
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": None,
+    "agent_learning_rate": 5.0e-4,
+    "reward_learning_rate": 1.0e-3,
+    "reward_num_train_epochs": 4,
+    "reward_train_batch_size": 8,
+    "bt_validation_fraction": 0.25,
+    "num_train_epochs": 1,
+    "rollout_buffer_size": 4,
+    "train_batch_size": 4,
+    "eval_num_samples": QUICKSTART_EVAL_ITEMS,
+    "eval_samples_per_item": 4,
+    "agent_devices": "cpu",
+    "seed": 0,
+}
+MARLHF_QUICKSTART_TRAIN_ITEMS = 64
+
+
+def marlhf_quickstart_spec(task: str = "length_ratio") -> ExperimentSpec:
+    """MARLHFIter on the embedded model and a built-in task, sized to learn visibly in a few CPU minutes."""
+    return ExperimentSpec(
+        algorithm="MARLHFIter",
+        name="marlhf-quickstart",
+        agent_models=[TINY_MODEL_NAME, TINY_MODEL_NAME],
+        task=task,
+        max_train_items=MARLHF_QUICKSTART_TRAIN_ITEMS,
+        max_eval_items=QUICKSTART_EVAL_ITEMS,
+        config=dict(MARLHF_QUICKSTART_CONFIG),
+    )
+
+
+def preset_config(algorithm: str) -> dict[str, object]:
+    """The quickstart overrides for ``algorithm``'s config (the iterative preset's fields that the non-iterative
+    config also has), or none."""
+    from comlrl_lab.trainers.preference.algorithms import algorithm as algorithm_row
+
+    row = algorithm_row(algorithm)
+    base = QUICKSTART_CONFIG if row.family == "MADPO" else MARLHF_QUICKSTART_CONFIG
+    names = {f.name for f in fields(row.config_class)}
+    return {name: value for name, value in base.items() if name in names}

@@ -30,7 +30,7 @@ import streamlit as st
 
 from comlrl_lab.data.tasks import get_task, list_tasks
 from comlrl_lab.engine import ExperimentSpec
-from comlrl_lab.engine.presets import quickstart_spec
+from comlrl_lab.engine.presets import preset_config, quickstart_spec
 from comlrl_lab.engine.spec import resolve_task
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME, is_tiny_model_name
 from comlrl_lab.trainers.preference import config as config_module
@@ -254,9 +254,9 @@ def _raw_default(spec: FieldSpec) -> Any:
 
 def base_config_value(algorithm: str, spec: FieldSpec) -> Any:
     """The raw value field ``spec`` of ``algorithm`` starts from: the session's preset's, else CoMLRL's default."""
-    preset = session_preset()
-    if preset is not None and preset.algorithm == algorithm and spec.name in preset.config:
-        return to_raw(spec, preset.config[spec.name])
+    overrides = preset_config(algorithm) if session_preset() is not None else {}
+    if spec.name in overrides:
+        return to_raw(spec, overrides[spec.name])
     return _raw_default(spec)
 
 
