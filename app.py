@@ -45,6 +45,6 @@ state.sync_run_with_url()
 with st.sidebar:
     st.markdown("### comlrl-lab")
     st.caption("Preference-based multi-agent RL of LLMs, one round at a time.")
-    components.sidebar_run_card()
+    components.sidebar_run_card(poll=page.url_path != "rounds")
 
 page.run()

@@ -1,8 +1,9 @@
 """Pieces several pages share: the open-run guard, the sidebar run card, the live progress panel, pair filters, a pair view.
 
-The progress panel is an ``st.fragment`` that polls ``RunManager.progress`` once a second while the run is busy
-(and not at all when idle), and asks for a full rerun when a phase finishes so the rest of the page catches up.
-It reads only the engine's lock-protected snapshot, never the store, so polling costs next to nothing.
+The progress panel is an ``st.fragment`` that polls ``RunManager.progress`` every ``PANEL_POLL_S`` seconds while the
+run is busy (and not at all when idle), and asks for a full rerun when a phase finishes so the rest of the page
+catches up. It reads only the engine's lock-protected snapshot, never the store; what a redraw costs training is
+the server's threads taking the GIL, so the page polls as little as a live view allows.
 """
 
 from __future__ import annotations
@@ -92,8 +93,15 @@ def _choose_run() -> None:
     state.set_current_run(st.session_state.get(state.SIDEBAR_RUN))
 
 
-def sidebar_run_card() -> None:
-    """Run picker and a small live status card, shown on every page."""
+#: Seconds between live-progress redraws. Each redraw is a fragment run in the server, whose threads take the GIL
+#: from the training thread; on two shared cores every such hand-over costs the training thread a scheduler slice.
+PANEL_POLL_S = 2.0
+SIDEBAR_POLL_S = 5.0
+
+
+def sidebar_run_card(*, poll: bool = True) -> None:
+    """Run picker and a small live status card, shown on every page; ``poll`` False leaves the live redraws to the
+    page (the Rounds page has its own progress panel)."""
     past = services.past_runs()
     options = list(past["run_id"]) if len(past) else []
     current = state.current_run_id()
@@ -114,10 +122,10 @@ def sidebar_run_card() -> None:
         help="Every page shows this run. Runs live in the runs folder; a run keeps everything it committed.",
     )
     if current:
-        _sidebar_status(current)
+        _sidebar_status(current, poll=poll)
 
 
-def _sidebar_status(run_id: str) -> None:
+def _sidebar_status(run_id: str, *, poll: bool) -> None:
     ws = services.workspace()
     try:
         progress = ws.progress(run_id)
@@ -126,7 +134,7 @@ def _sidebar_status(run_id: str) -> None:
         return
     busy = progress is not None and progress.busy
 
-    @st.fragment(run_every=2.0 if busy else None)
+    @st.fragment(run_every=SIDEBAR_POLL_S if busy and poll else None)
     def card() -> None:
         now = ws.progress(run_id)
         if busy and now is not None and not now.busy:
@@ -153,7 +161,7 @@ def progress_panel(view: services.RunView, started: Progress) -> None:
     ws = services.workspace()
     run_id = view.run_id
 
-    @st.fragment(run_every=1.0 if started.busy else None)
+    @st.fragment(run_every=PANEL_POLL_S if started.busy else None)
     def panel() -> None:
         now = ws.progress(run_id) or started
         moved = (now.round_index, now.next_phase, now.busy) != (started.round_index, started.next_phase, started.busy)

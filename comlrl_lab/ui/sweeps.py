@@ -18,7 +18,7 @@ import streamlit as st
 from comlrl_lab.engine import ExperimentSpec, eta
 from comlrl_lab.engine.run import SPEC_FILE
 from comlrl_lab.engine.sweep import MANIFEST_FILE, SWEEPS_DIR, Sweep, SweepProgress, SweepRunner, parse_grid
-from comlrl_lab.ui import services, state
+from comlrl_lab.ui import components, services, state
 from comlrl_lab.ui.compare import RunEntry
 
 GRID_ROWS = 2
@@ -154,7 +154,7 @@ def show_sweep(sweep_id: str) -> None:
 def _progress(sweep_id: str) -> None:
     started = board().progress(sweep_id)
 
-    @st.fragment(run_every=1.0 if started is not None and started.busy else None)
+    @st.fragment(run_every=components.PANEL_POLL_S if started is not None and started.busy else None)
     def panel() -> None:
         now = board().progress(sweep_id)
         if now is None:
