@@ -4,7 +4,7 @@ CoMLRL's defaults (learning rate 5e-6, 20 to 80 candidates, 256 tokens) are size
 1M-parameter embedded model and two CPU cores they run for a long time and learn nothing visible. The quickstart
 presets are sized for that case: MADPOIter with the opt-in MADPO stabilisers (``benchmarks/learning.py --settings
 combined`` measures it over seeds; ``examples/quickstart.yaml`` is the same spec as a file, a test keeps the two
-equal), and MARLHFIter (``scripts/marlhf_curve.py --seeds 3``; ``examples/marlhf_quickstart.yaml``).
+equal), and MARLHFIter (``MARLHF_QUICKSTART_CONFIG``, ``examples/marlhf_quickstart.yaml``: ``scripts/marlhf_curve.py --seeds 3`` measures it).
 ``preset_config(algorithm)`` gives the Setup form the preset of the algorithm chosen. It only describes runs; it
 does not start them.
 """
@@ -87,20 +87,8 @@ MARLHF_QUICKSTART_CONFIG: dict[str, object] = {
     "agent_devices": "cpu",
     "seed": 0,
 }
+#: Training items of the MARLHF quickstart (examples/marlhf_quickstart.yaml; its evaluation items as above).
 MARLHF_QUICKSTART_TRAIN_ITEMS = 64
-
-
-def marlhf_quickstart_spec(task: str = "length_ratio") -> ExperimentSpec:
-    """MARLHFIter on the embedded model and a built-in task, sized to learn visibly in a few CPU minutes."""
-    return ExperimentSpec(
-        algorithm="MARLHFIter",
-        name="marlhf-quickstart",
-        agent_models=[TINY_MODEL_NAME, TINY_MODEL_NAME],
-        task=task,
-        max_train_items=MARLHF_QUICKSTART_TRAIN_ITEMS,
-        max_eval_items=QUICKSTART_EVAL_ITEMS,
-        config=dict(MARLHF_QUICKSTART_CONFIG),
-    )
 
 
 def preset_config(algorithm: str) -> dict[str, object]:
