@@ -293,3 +293,31 @@ def test_a_dataset_a_replay_mode_cannot_use_shows_an_empty_cell_not_none():
     lines = frames.mode_weights_view(table).hide(axis="index").to_string(delimiter="|").splitlines()
     row = next(line for line in lines if line.startswith("nearest_k"))
     assert row == "nearest_k (k = 1)|||1.0000|1"  # rounds 1 and 2 are not eligible under k = 1
+
+
+def test_every_optimiser_update_is_drawn_one_panel_per_kind_of_quantity():
+    from comlrl_lab.data import metric_names as m
+    from comlrl_lab.ui import charts, figures
+
+    agent = m.name(m.MADPO_AGENT_MARGIN, agent=1)
+    nll = m.name(m.MADPO_WINNER_NLL, agent=1)
+    names = [m.MADPO_LOSS, nll, m.MADPO_JOINT_MARGIN, agent, m.MADPO_PAIR_ACCURACY]
+    panels = figures.step_panels(names)
+    assert panels == [
+        ("DPO / Bradley-Terry loss", [m.MADPO_LOSS]),
+        ("per-token NLL of the winner", [nll]),
+        ("log-prob margin", [m.MADPO_JOINT_MARGIN, agent]),
+        ("share", [m.MADPO_PAIR_ACCURACY]),
+    ]
+    steps = _metrics({name: [0.5, 0.6] for name in names}).rename(columns={"name": "series"})
+    fig = charts.step_curves(steps, panels, title="Per update")
+    axes = {trace.name: trace.yaxis for trace in fig.data}
+    assert axes[m.MADPO_LOSS] == "y" and axes[nll] == "y2" and axes[agent] == axes[m.MADPO_JOINT_MARGIN] == "y3"
+    assert axes[m.MADPO_PAIR_ACCURACY] == "y4"
+
+
+def test_no_page_text_uses_a_glyph_the_workbench_font_lacks():
+    # "hover the ⓘ" rendered as an empty box in Chromium: Streamlit's help icon is a question mark.
+    root = Path(__file__).resolve().parents[1]
+    for path in [*root.glob("app_pages/*.py"), *root.glob("comlrl_lab/ui/*.py")]:
+        assert "ⓘ" not in path.read_text(encoding="utf-8"), path

@@ -4,9 +4,9 @@ CoMLRL's defaults (learning rate 5e-6, 20 to 80 candidates, 256 tokens) are size
 1M-parameter embedded model and two CPU cores they run for a long time and learn nothing visible. The quickstart
 presets are sized for that case: MADPOIter with the opt-in MADPO stabilisers (``benchmarks/learning.py --settings
 combined`` measures it over seeds; ``examples/quickstart.yaml`` is the same spec as a file, a test keeps the two
-equal), and MARLHFIter (``MARLHF_QUICKSTART_CONFIG``, ``examples/marlhf_quickstart.yaml``: ``scripts/marlhf_curve.py --seeds 3`` measures it).
-``preset_config(algorithm)`` gives the Setup form the preset of the algorithm chosen. It only describes runs; it
-does not start them.
+equal), and MARLHFIter (``MARLHF_QUICKSTART_CONFIG``, as a file ``examples/marlhf_quickstart.yaml``;
+``scripts/marlhf_curve.py --seeds 3`` measures it). ``preset_config(algorithm)`` gives the Setup form the preset of
+the algorithm chosen. It only describes runs; it does not start them.
 """
 
 from __future__ import annotations

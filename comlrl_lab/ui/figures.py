@@ -9,6 +9,7 @@ trains then costs a cache lookup. Nothing here mutates a cached figure; pages on
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -217,10 +218,20 @@ def logged_distribution(run_id: str, version: str, round_index: int) -> go.Figur
     return charts.binned_distribution(frame, title=f"Logged reward distribution, round {round_index}")
 
 
+def step_panels(names: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """The per-update chart's panels: (y-axis title, series) per kind of metric, in the Learning page's order."""
+    titles = {kind: y_title for kinds, _, y_title in TRAINING_PANELS.values() for kind in kinds}
+    titles.update({kind: "share" for kind in metric_names.ACCURACY_KINDS})
+    panels: dict[str, list[str]] = {}
+    for name in names:
+        panels.setdefault(titles.get(metric_names.kind_of(name), "value"), []).append(name)
+    return list(panels.items())
+
+
 @st.cache_resource(max_entries=CACHE_ENTRIES, show_spinner=False)
 def step_curves(run_id: str, version: str, names: tuple[str, ...]) -> go.Figure | None:
     steps = frames.per_step(_store(run_id).metrics(run_id), list(names))
-    return charts.step_curves(steps, title="Per update", y_title="value") if len(steps) else None
+    return charts.step_curves(steps, step_panels(names), title="Per update") if len(steps) else None
 
 
 # -- Replay and pairs -----------------------------------------------------------------------------------------
