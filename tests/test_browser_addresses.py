@@ -58,9 +58,7 @@ def _shoot(page, name: str) -> None:
 
 def test_a_fresh_servers_first_visitor_opens_a_title_case_address_with_its_run(app):
     server, page, run_id = app
-    page.goto(f"{server.url}/Rounds?{state.URL_RUN}={run_id}")
-    page.locator("h1").filter(has_text="Rounds").wait_for()
-    driver.wait_idle(page)
+    _open(page, f"{server.url}/Rounds?{state.URL_RUN}={run_id}", "Rounds")
     assert page.url.split("?")[0].endswith("/rounds")
     assert not page.get_by_text("Page not found").count()
     # The router ran (its sidebar card and the page list), and the run in the address is open.
@@ -72,6 +70,13 @@ def test_a_fresh_servers_first_visitor_opens_a_title_case_address_with_its_run(a
     _shoot(page, "10-rounds-first-visit")
 
 
+def _open(page, address: str, title: str) -> None:
+    """Go to ``address`` (a full URL, or None to reload) and wait until the page titled ``title`` has drawn."""
+    page.goto(address) if address else page.reload()
+    page.locator("h1").filter(has_text=title).wait_for()
+    driver.wait_idle(page)
+
+
 def _choose(page, widget_key: str, option: str) -> None:
     page.locator(f"{driver.key(widget_key)} input[role='combobox']").click()
     page.locator("[role='option']").filter(has_text=option).first.click()
@@ -80,9 +85,7 @@ def _choose(page, widget_key: str, option: str) -> None:
 
 def test_a_reload_keeps_the_pairs_filters_and_the_open_pair(app):
     server, page, run_id = app
-    page.goto(f"{server.url}/Pairs?{state.URL_RUN}={run_id}")
-    page.locator("h1").filter(has_text="Pairs").wait_for()
-    driver.wait_idle(page)
+    _open(page, f"{server.url}/Pairs?{state.URL_RUN}={run_id}", "Pairs")
     _choose(page, state.PAIRS_ROUND, "round 2")
     search = page.locator(f"{driver.key(state.PAIRS_TEXT)} input")
     search.fill("the")
@@ -91,9 +94,7 @@ def test_a_reload_keeps_the_pairs_filters_and_the_open_pair(app):
     _choose(page, state.PAIRS_OPEN, "pair 1 ")
     opened = page.locator(f"{driver.key(state.PAIRS_OPEN)} input[role='combobox']").input_value()
     assert "pairs.round=2" in page.url and "pairs.text=the" in page.url
-    page.reload()
-    page.locator("h1").filter(has_text="Pairs").wait_for()
-    driver.wait_idle(page)
+    _open(page, None, "Pairs")
     assert page.locator(f"{driver.key(state.PAIRS_ROUND)} input[role='combobox']").input_value() == "round 2"
     assert page.locator(f"{driver.key(state.PAIRS_TEXT)} input").input_value() == "the"
     assert page.locator(f"{driver.key(state.PAIRS_OPEN)} input[role='combobox']").input_value() == opened
@@ -102,9 +103,7 @@ def test_a_reload_keeps_the_pairs_filters_and_the_open_pair(app):
 
 def test_compare_answers_in_numbers_and_a_reload_keeps_its_view(app):
     server, page, _ = app
-    page.goto(f"{server.url}/Compare")
-    page.locator("h1").filter(has_text="Compare runs").wait_for()
-    driver.wait_idle(page)
+    _open(page, f"{server.url}/Compare", "Compare runs")
     _choose(page, state.COMPARE_TAGS, "sweep-a")
     _choose(page, state.COMPARE_DIFF_A, "B")
     _choose(page, state.COMPARE_DIFF_B, "A")
@@ -113,9 +112,7 @@ def test_compare_answers_in_numbers_and_a_reload_keeps_its_view(app):
     assert "paired by seed" in page.locator("[data-testid='stMarkdown']").filter(has_text="B − A").first.inner_text()
     # Left out: the seeded run is another experiment (MADPOIter on other settings), not a repeat; nothing unstarted.
     assert "compare.tags=sweep-a" in page.url
-    page.reload()
-    page.locator("h1").filter(has_text="Compare runs").wait_for()
-    driver.wait_idle(page)
+    _open(page, None, "Compare runs")
     page.get_by_text("B − A at round 3").first.wait_for()
     page.locator(driver.key(state.COMPARE_TAGS)).get_by_text("sweep-a").first.wait_for()
     assert page.locator(driver.key(state.COMPARE_RUNS)).get_by_text("current-s2").count() == 1

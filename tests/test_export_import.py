@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from store_fixtures import make_pairs, phase_payload
+from store_fixtures import held_store, make_pairs, phase_payload
 
 from comlrl_lab import cli
 from comlrl_lab.data.records import SEED_RECORD_FIELDS, PreferencePair, round_file_payload
@@ -132,19 +130,10 @@ def test_the_cli_exports_a_run_another_process_holds_from_its_snapshot(tmp_path,
             snapshot_parquet(store, "r", run_dir / "snapshots")
         store.log_event("r", "info", "stop asked during train", round=3)
     # The workbench keeps the runs it shows open read-write, which locks every other process out of the file.
-    holder = subprocess.Popen(
-        [sys.executable, "-c", f"import duckdb, time; c = duckdb.connect({str(run_dir / 'run.duckdb')!r}); "
-         "print(1, flush=True); time.sleep(60)"],
-        stdout=subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        assert holder.stdout.readline().strip() == b"1"
+    with held_store(run_dir / "run.duckdb") as holder:
         capsys.readouterr()
         assert cli.main(["export", str(run_dir), "--format", "jsonl", "--dest", str(tmp_path / "p.jsonl")]) == 0
         assert cli.main(["export", str(run_dir), "--format", "rounds", "--dest", str(tmp_path / "rounds")]) == 0
-    finally:
-        holder.kill()
-        holder.wait()
     lines = (tmp_path / "p.jsonl").read_text(encoding="utf-8").splitlines()
     assert [json.loads(line) for line in lines] == all_records()
     assert sorted(p.name for p in (tmp_path / "rounds").iterdir()) == [f"iteration_000{r}.json" for r in (1, 2, 3)]

@@ -6,10 +6,8 @@ not import the run machinery, DuckDB or pandas.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from comlrl_lab.data.phases import InvalidTransition
+from comlrl_lab.lazy_imports import lazy_names
 
 _LAZY = {
     "ALGORITHMS": "spec",
@@ -21,13 +19,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = ["ALGORITHMS", "ExperimentSpec", "InvalidTransition", "Progress", "Run", "RunManager", "build_trainer"]

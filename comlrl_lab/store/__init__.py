@@ -6,8 +6,7 @@ Names resolve on first use, so the export formats (``store.formats``) are readab
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from comlrl_lab.lazy_imports import lazy_names
 
 _LAZY = {
     "EXPORT_FORMATS": "formats",
@@ -33,13 +32,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = sorted(_LAZY)
