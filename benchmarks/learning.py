@@ -20,18 +20,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from field_args import field_arg
 
 from comlrl_lab.engine.presets import QUICKSTART_CONFIG, SMOLLM2_MODEL_NAME, quickstart_spec, smollm2_spec
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
 from comlrl_lab.trainers.preference import MADPOIterConfig
-from comlrl_lab.ui.stats import ci95_half_width
+from comlrl_lab.ui.intervals import Interval
+from comlrl_lab.ui.intervals import mean_interval as mean_ci
 
 _STABILISERS = ("madpo_reference", "madpo_length_normalize", "madpo_nll_weight")
 #: Per agent model: the preset whose config and item counts a run starts from.
@@ -44,30 +44,6 @@ SETTINGS: dict[str, dict[str, object]] = {
     "nll": {"madpo_nll_weight": QUICKSTART_CONFIG["madpo_nll_weight"]},
     "combined": {name: QUICKSTART_CONFIG[name] for name in _STABILISERS},
 }
-
-
-@dataclass(frozen=True)
-class Interval:
-    """A mean and the half-width of its 95% confidence interval (NaN with fewer than two values)."""
-
-    mean: float
-    half_width: float
-    n: int
-
-    def excludes_zero(self) -> bool:
-        return self.n >= 2 and abs(self.mean) > self.half_width
-
-    def __str__(self) -> str:
-        if self.n < 2:
-            return f"{self.mean:+.3f}"
-        return f"{self.mean:+.3f} ± {self.half_width:.3f}"
-
-
-def mean_ci(values: Sequence[float]) -> Interval:
-    """Mean ± t_{0.975, n-1} · s / sqrt(n) of ``values`` (sample std s)."""
-    n = len(values)
-    mean = statistics.fmean(values)
-    return Interval(mean, ci95_half_width(statistics.stdev(values) if n > 1 else math.nan, n), n)
 
 
 def group_means(candidates: Sequence, items: Sequence[dict], field: str) -> dict[str, float]:

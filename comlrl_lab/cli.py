@@ -10,15 +10,21 @@ finished phase. Started by ``torchrun --nproc_per_node=K -m comlrl_lab.cli run S
 script under torchrun), ``run`` becomes data parallel: rank 0 owns the run directory and the store, every rank
 collects and trains its share, and a run resumes with any K. ``models add / list / remove`` manage the model
 registry (``comlrl_lab.models.registry``).
+
+Each command imports what it needs when it runs (torch alone takes seconds), so ``--help`` and a mistake in a spec
+answer at once.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import re
+import shutil
 import signal
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Iterator
@@ -26,31 +32,30 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import duckdb
-
-from comlrl_lab.data.reward_distribution import DISTRIBUTION_DIR
-from comlrl_lab.engine import ExperimentSpec, InvalidTransition, RunManager
-from comlrl_lab.engine.preflight import memory_warning
-from comlrl_lab.engine.run import STORE_FILE, empty_round_notes, run_data_parallel
-from comlrl_lab.names.phases import PHASES
-from comlrl_lab.store import RunStore
-from comlrl_lab.store.export import (
-    EXPORT_FORMATS,
-    ROUND_FILES,
-    ExportError,
-    export_pairs,
-    export_reward_distribution_files,
-    export_round_files,
-)
-from comlrl_lab.store.importer import import_replay_dir
-from comlrl_lab.trainers.preference.fields import parse_assignment
+from comlrl_lab.engine.runs_folder import RUNS_DIR_ENV
+from comlrl_lab.names.phases import PHASES, InvalidTransition
+from comlrl_lab.store.formats import EXPORT_FORMATS, ROUND_FILES
 
 if TYPE_CHECKING:  # torch loads with it; `comlrl-lab --help` and the models commands do without
+    from comlrl_lab.engine.spec import ExperimentSpec
     from comlrl_lab.trainers.preference.distributed import DistContext
+
+
+def _dist() -> DistContext | None:
+    """The torchrun context, or None outside torchrun (told from the environment, without importing torch)."""
+    if os.environ.get("WORLD_SIZE", "1").strip() in ("", "1"):
+        return None
+    from comlrl_lab.trainers.preference.distributed import DistContext
+
+    dist = DistContext.from_env()
+    return dist if dist.enabled else None
 
 
 def _load_spec(args: argparse.Namespace) -> ExperimentSpec | None:
     """The spec of ``run``/``sweep``: the file, with ``--set`` and ``--rounds`` applied; None without a SPEC."""
+    from comlrl_lab.engine.spec import ExperimentSpec
+    from comlrl_lab.trainers.preference.fields import parse_assignment
+
     if not args.spec:
         return None
     spec = ExperimentSpec.load(args.spec)
@@ -64,6 +69,8 @@ def _load_spec(args: argparse.Namespace) -> ExperimentSpec | None:
 
 def _run_ranks(args: argparse.Namespace, dist: DistContext) -> int:
     """``run`` under torchrun: every rank steps the run in the foreground; rank 0 prints."""
+    from comlrl_lab.engine.run import run_data_parallel
+
     spec = None if args.resume else _load_spec(args)
     if spec is None and not args.resume:
         print("comlrl-lab run: give a SPEC file or --resume RUN_DIR", file=sys.stderr)
@@ -82,14 +89,42 @@ def _run_ranks(args: argparse.Namespace, dist: DistContext) -> int:
     return 0
 
 
+def bar_text(progress: Any) -> tuple[str, str, str | None]:
+    """(description, unit, ETA of all the queued work) of the progress bar for one ``Progress``."""
+    from comlrl_lab.engine.manager import PHASE_UNITS
+
+    rounds = f"/{progress.num_rounds}" if progress.num_rounds else ""
+    phase = progress.phase or progress.next_phase
+    if progress.status == "loading":
+        return "loading models", "step", _eta_text(progress.queue_eta())
+    if phase is None:
+        return f"done: {progress.shown_round}{rounds} rounds", "step", None
+    description = f"round {progress.shown_round}{rounds} {phase}"
+    return description, PHASE_UNITS.get(phase, "step"), _eta_text(progress.queue_eta())
+
+
+def _eta_text(seconds: float | None) -> str | None:
+    from comlrl_lab.engine import eta
+
+    return None if seconds is None else eta.text(seconds)
+
+
 def _run(args: argparse.Namespace) -> int:
+    dist = _dist()
+    if dist is not None:
+        return _run_ranks(args, dist)
+    if not args.resume and not args.spec:
+        print("comlrl-lab run: give a SPEC file or --resume RUN_DIR", file=sys.stderr)
+        return 2
+    spec = None if args.resume else _load_spec(args)  # a mistake in the spec answers before the engine loads
     from tqdm import tqdm
 
-    from comlrl_lab.trainers.preference.distributed import DistContext
+    from comlrl_lab.engine.manager import RunManager
+    from comlrl_lab.engine.preflight import memory_warning
+    from comlrl_lab.engine.run import empty_round_notes, quiet_library_progress
 
-    dist = DistContext.from_env()
-    if dist.enabled:
-        return _run_ranks(args, dist)
+    quiet_library_progress()
+
     manager = RunManager(args.runs_root)
     if args.resume:
         run_id = manager.open(args.resume, trust_checkpoint=args.trust_checkpoint)
@@ -99,10 +134,6 @@ def _run(args: argparse.Namespace) -> int:
             manager.close()
             raise
     else:
-        spec = _load_spec(args)
-        if spec is None:
-            print("comlrl-lab run: give a SPEC file or --resume RUN_DIR", file=sys.stderr)
-            return 2
         run_id = manager.create(spec)
         warning = memory_warning(spec)
         if warning:
@@ -111,13 +142,21 @@ def _run(args: argparse.Namespace) -> int:
     print(f"run {run_id} in {run.run_dir}")
     manager.start(run_id, rounds=10**6)
     bar = tqdm(total=0, unit="step", dynamic_ncols=True, disable=args.quiet)
+    shown: tuple | None = None
     try:
         while True:
             progress = manager.wait(run_id, timeout=0.5)
-            bar.total = progress.total
-            bar.n = progress.done
-            bar.set_description(f"round {progress.round_index} {progress.phase or progress.next_phase or 'done'}")
-            bar.set_postfix(tok_s=f"{progress.tokens_per_second:.0f}")
+            where = (progress.status == "loading", progress.round_index, progress.phase)
+            if where != shown:  # a new phase: its own bar, so the rate and elapsed time are the phase's
+                shown = where
+                bar.reset(total=progress.total)
+            description, unit, queue_eta = bar_text(progress)
+            bar.total, bar.n, bar.unit = progress.total, progress.done, unit
+            bar.set_description(description)
+            postfix = {"tok_s": f"{progress.tokens_per_second:.0f}"}
+            if queue_eta is not None:
+                postfix["all_eta"] = queue_eta
+            bar.set_postfix(postfix)
             bar.refresh()
             if not progress.busy:
                 break
@@ -136,7 +175,11 @@ def _run(args: argparse.Namespace) -> int:
         if args.verbose and progress.last_traceback:
             print(progress.last_traceback, file=sys.stderr)
         return 1
-    print(f"{progress.status}: round {progress.round_index}, results in {run.run_dir}")
+    if progress.next_phase is None:
+        print(f"{progress.status}: {progress.num_rounds} of {progress.num_rounds} rounds, results in {run.run_dir}")
+    else:
+        where = f"round {progress.round_index} {progress.next_phase}"
+        print(f"{progress.status}: next is {where}, results in {run.run_dir}")
     return 0
 
 
@@ -147,10 +190,13 @@ _CLUSTER_ARGS = ("partition", "time", "gpus_per_run", "cpus_per_run", "mem", "ar
 def _sweep(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from comlrl_lab.engine.manager import RunManager
+    from comlrl_lab.engine.run import quiet_library_progress
     from comlrl_lab.engine.sweep import Sweep, SweepRunner, check_sweep_size, parse_grid
 
     if args.spec == "status":
         return _sweep_status(args)
+    quiet_library_progress()
     try:
         if args.sweep_dir is not None:
             raise ValueError(
@@ -198,6 +244,8 @@ def _sweep(args: argparse.Namespace) -> int:
             progress = runner.wait(timeout=0.5)
             bar.total, bar.n = progress.phases_total, progress.phases_done
             bar.set_description(f"cells {progress.finished}/{progress.cells} finished, {progress.running} running")
+            eta = _eta_text(progress.eta_seconds)
+            bar.set_postfix({"eta": eta} if eta else {})
             bar.refresh()
             if not progress.busy:
                 break
@@ -333,11 +381,43 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _export_source(run_dir: Path) -> Iterator[Any]:
+    """The run's store, read-only; when another process holds it (the workbench showing the run, a CLI run), a
+    copy of its Parquet snapshot, which holds every phase committed so far."""
+    import duckdb
+
+    from comlrl_lab.engine.run import SNAPSHOT_DIR, STORE_FILE
+    from comlrl_lab.store import RunStore, store_from_snapshot
+
+    try:
+        store = RunStore(run_dir / STORE_FILE, read_only=True)
+    except duckdb.IOException as error:
+        if "lock" not in str(error).lower() or not (run_dir / SNAPSHOT_DIR / "runs.parquet").is_file():
+            raise
+        print(f"note: {_lock_holder(str(error))}; exporting its snapshot of the last committed phase", file=sys.stderr)
+        with tempfile.TemporaryDirectory(prefix="comlrl-export-") as tmp:
+            store = store_from_snapshot(run_dir / SNAPSHOT_DIR, Path(tmp) / STORE_FILE)
+            with store:
+                yield store
+        return
+    with store:
+        yield store
+
+
 def _export_run(args: argparse.Namespace, run_dir: Path) -> None:
-    with RunStore(run_dir / STORE_FILE, read_only=True) as store:
+    from comlrl_lab.data.reward_distribution import DISTRIBUTION_DIR
+    from comlrl_lab.store.export import (
+        ExportError,
+        export_pairs,
+        export_reward_distribution_files,
+        export_round_files,
+    )
+
+    with _export_source(run_dir) as store:
         run_id = args.run_id or store.first_run_id()
         if run_id is None:
-            raise ExportError(f"{run_dir / STORE_FILE} holds no run")
+            raise ExportError(f"{run_dir} holds no run")
         filters = {k: v for k, v in {"round": args.round, "winner_side": args.winner_side}.items() if v is not None}
         if args.format == ROUND_FILES:
             export_round_files(store, run_id, args.dest)
@@ -347,9 +427,32 @@ def _export_run(args: argparse.Namespace, run_dir: Path) -> None:
 
 
 def _import(args: argparse.Namespace) -> int:
-    with RunStore(args.store) as store:
-        report = import_replay_dir(store, args.directory, run_id=args.run_id)
-    print(f"imported {report.pairs} pairs from {len(report.imported_files)} files")
+    from comlrl_lab.engine.run import STORE_FILE
+    from comlrl_lab.names.run_ids import new_run_id
+    from comlrl_lab.store import RunStore, import_replay_dir
+
+    if args.store:
+        path = Path(args.store)
+    else:
+        name = Path(args.directory).resolve().name
+        path = Path(args.runs_root) / new_run_id(name, prefix="import", fallback="pairs") / STORE_FILE
+    try:
+        with RunStore(path) as store:
+            report = import_replay_dir(store, args.directory, run_id=args.run_id)
+    except BaseException:
+        if not args.store:
+            shutil.rmtree(path.parent, ignore_errors=True)  # the folder made for it: an empty pair set is no run
+        raise
+    if report.imported_files:
+        print(f"imported {report.pairs} pairs from {len(report.imported_files)} files into {path}")
+    elif not args.store:
+        shutil.rmtree(path.parent, ignore_errors=True)
+    if args.store:
+        print(
+            f"note: the workbench lists the pair sets in its runs folder ({args.runs_root}/<name>/{STORE_FILE}); "
+            "without --store the import goes there",
+            file=sys.stderr,
+        )
     for name, reason in report.skipped:
         print(f"skipped {name}: {reason}", file=sys.stderr)
     for name, reason in report.ignored:
@@ -410,6 +513,8 @@ def _models_remove(args: argparse.Namespace) -> int:
     return 0
 
 
+_RUNS = os.environ.get(RUNS_DIR_ENV) or "runs"
+_RUNS_HELP = f"the runs folder, where the workbench looks (default: ${RUNS_DIR_ENV}, else runs)"
 SET_HELP = "override a config field of the spec (repeatable); VALUE is the field's text, as in the URL or a grid: 1e-3, true, none"
 
 
@@ -420,7 +525,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run an experiment spec (YAML or JSON) to the end, headless")
     run.add_argument("spec", nargs="?", help="experiment spec file (.yaml/.yml/.json)")
     run.add_argument("--resume", metavar="RUN_DIR", help="continue a run directory after its last finished phase")
-    run.add_argument("--runs-root", default="runs", help="where new run directories are created (default: runs)")
+    run.add_argument("--runs-root", default=_RUNS, help=_RUNS_HELP)
     run.add_argument("--rounds", type=int, help="override num_iterations")
     run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help=SET_HELP)
     run.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -442,7 +547,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--seeds", type=int, default=1, help="seeds per grid point, counting up from the spec's seed")
     sweep.add_argument("--parallel", type=int, help="cells run at the same time (default: 1, or the sweep's own)")
     sweep.add_argument("--resume", metavar="SWEEP_DIR", help="finish the unfinished cells of a sweep")
-    sweep.add_argument("--runs-root", default="runs", help="where cell run directories are created (default: runs)")
+    sweep.add_argument("--runs-root", default=_RUNS, help=_RUNS_HELP)
     sweep.add_argument("--rounds", type=int, help="override num_iterations")
     sweep.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help=SET_HELP)
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -477,9 +582,12 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--verbose", action="store_true", help="print the traceback on error")
     export.set_defaults(func=_export)
 
-    imp = sub.add_parser("import", help="import a CoMLRL preference_replay directory into a DuckDB file")
+    imp = sub.add_parser("import", help="import a CoMLRL preference_replay directory, to browse it in the workbench")
     imp.add_argument("directory")
-    imp.add_argument("--store", required=True, help="DuckDB file to import into (created if missing)")
+    imp.add_argument("--runs-root", default=_RUNS, help=_RUNS_HELP + "; the pair set gets a folder of its own there")
+    imp.add_argument(
+        "--store", help="a DuckDB file to import into instead (created if missing); the app does not list it"
+    )
     imp.add_argument("--run-id", help="run id to file the pairs under (default: from the directory name)")
     imp.add_argument("--verbose", action="store_true", help="print the traceback on error")
     imp.set_defaults(func=_import)
@@ -528,12 +636,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def describe_error(error: BaseException) -> str:
     """One line for a failure: the spec checks already name file, line and field; a lock names its holder."""
-    if isinstance(error, duckdb.IOException) and "lock" in str(error).lower():
-        return _lock_holder(str(error))
+    duckdb = sys.modules.get("duckdb")  # a DuckDB error means DuckDB is loaded; otherwise it need not be
+    if duckdb is not None and isinstance(error, duckdb.IOException) and "lock" in str(error).lower():
+        return f"{_lock_holder(str(error))}; stop it, or wait for it to finish, then try again"
     if isinstance(error, OSError) and error.filename is not None and error.strerror:
         return f"{error.filename}: {error.strerror}"
     text = " ".join(str(error).split()) or type(error).__name__
-    plain = (ValueError, LookupError, FileNotFoundError, InvalidTransition, ExportError)
+    export = sys.modules.get("comlrl_lab.store.export")
+    plain = (ValueError, LookupError, FileNotFoundError, InvalidTransition) + ((export.ExportError,) if export else ())
     return text if isinstance(error, plain) else f"{type(error).__name__}: {text}"
 
 
@@ -543,14 +653,14 @@ def _lock_holder(message: str) -> str:
     pid = re.search(r"PID (\d+)", message)
     where = path.group(1) if path else "the store"
     if pid is None:
-        return f"{where} is open in another process; close that process first ({message.splitlines()[0]})"
+        return f"{where} is open in another process ({message.splitlines()[0]})"
     holder = f"process {pid.group(1)}"
     with contextlib.suppress(OSError):
         command = Path(f"/proc/{pid.group(1)}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         command = " ".join(command.split())
         if command:
             holder += f" ({command[:160]})"
-    return f"{where} is held by {holder}; stop it, or wait for it to finish, then try again"
+    return f"{where} is held by {holder}"
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
-"""A headless MARLHFIter run on a built-in task with the embedded tiny model, printing its learning curve.
+"""Headless MARLHFIter runs on a built-in task with the embedded tiny model, printing their learning curves.
 
-    python scripts/marlhf_curve.py                       # 4 rounds of length_ratio, magrpo, seed 0
+    python scripts/marlhf_curve.py                       # the MARLHF quickstart preset: 4 rounds of length_ratio
+    python scripts/marlhf_curve.py --seeds 3             # the same over seeds 0-2, with the rise as mean ± 95% CI
     python scripts/marlhf_curve.py --task topic_relay --algorithm iac --rounds 6
+
+The defaults are the MARLHF quickstart preset's (``engine/presets.py``), so the plain command measures the preset.
 
 Per round it prints the pairs collected, the Bradley-Terry fit of that round's fresh reward model (training and
 held-out accuracy after the last BT epoch), the reward model's mean score during policy learning, and the task
@@ -22,31 +25,41 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from comlrl_lab.data.tasks import get_task, list_tasks  # noqa: E402
 from comlrl_lab.engine import ExperimentSpec, build_trainer  # noqa: E402
+from comlrl_lab.engine.presets import MARLHF_QUICKSTART_CONFIG as PRESET  # noqa: E402
+from comlrl_lab.engine.presets import MARLHF_QUICKSTART_TRAIN_ITEMS, QUICKSTART_EVAL_ITEMS  # noqa: E402
 from comlrl_lab.names.run_ids import new_run_id  # noqa: E402
 from comlrl_lab.trainers.preference.sink import MemorySink  # noqa: E402
+from comlrl_lab.ui.intervals import mean_interval  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="length_ratio", choices=list_tasks())
     parser.add_argument("--model", default="comlrl-lab/tiny")
-    parser.add_argument("--algorithm", default="magrpo", help="rl_algorithm")
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--train-items", type=int, default=64)
-    parser.add_argument("--eval-items", type=int, default=60)
-    parser.add_argument("--candidates", type=int, default=8, help="preference_num_candidates")
-    parser.add_argument("--pairs-per-item", type=int, default=8, help="preference_pairs_per_sample")
-    parser.add_argument("--pair-selection", default="reward_gap")
-    parser.add_argument("--generations", type=int, default=4, help="num_generations")
-    parser.add_argument("--max-new-tokens", type=int, default=16)
-    parser.add_argument("--agent-lr", type=float, default=5e-4)
-    parser.add_argument("--reward-lr", type=float, default=1e-3)
-    parser.add_argument("--reward-epochs", type=int, default=4)
-    parser.add_argument("--rl-epochs", type=int, default=1)
-    parser.add_argument("--replay-mode", default="all_history")
-    parser.add_argument("--replay-sample-size", type=int, default=800, help="preference_replay_sample_size")
+    parser.add_argument("--algorithm", default=PRESET["rl_algorithm"], help="rl_algorithm")
+    parser.add_argument("--rounds", type=int, default=PRESET["num_iterations"])
+    parser.add_argument("--train-items", type=int, default=MARLHF_QUICKSTART_TRAIN_ITEMS)
+    parser.add_argument("--eval-items", type=int, default=QUICKSTART_EVAL_ITEMS)
+    parser.add_argument("--eval-samples-per-item", type=int, default=PRESET["eval_samples_per_item"])
+    parser.add_argument("--candidates", type=int, default=PRESET["preference_num_candidates"])
+    parser.add_argument("--pairs-per-item", type=int, default=PRESET["preference_pairs_per_sample"])
+    parser.add_argument("--pair-selection", default=PRESET["pair_selection"])
+    parser.add_argument("--generations", type=int, default=PRESET["num_generations"], help="num_generations")
+    parser.add_argument("--max-new-tokens", type=int, default=PRESET["max_new_tokens"])
+    parser.add_argument("--agent-lr", type=float, default=PRESET["agent_learning_rate"])
+    parser.add_argument("--reward-lr", type=float, default=PRESET["reward_learning_rate"])
+    parser.add_argument("--reward-epochs", type=int, default=PRESET["reward_num_train_epochs"])
+    parser.add_argument("--rl-epochs", type=int, default=PRESET["num_train_epochs"])
+    parser.add_argument("--replay-mode", default=PRESET["preference_replay_mode"])
+    parser.add_argument(
+        "--replay-sample-size",
+        type=int,
+        default=PRESET["preference_replay_sample_size"],
+        help="preference_replay_sample_size",
+    )
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=PRESET["seed"], help="the first seed")
+    parser.add_argument("--seeds", type=int, default=1, help="runs with seeds --seed, --seed + 1, ...")
     parser.add_argument("--output-dir", default=None, help="run directory (default: a temporary one)")
     return parser.parse_args(argv)
 
@@ -56,41 +69,37 @@ def last(records, name: str) -> float:
     return values[-1] if values else math.nan
 
 
-def main(argv: list[str] | None = None) -> dict[str, list[float]]:
-    args = parse_args(argv)
+def run_curve(args: argparse.Namespace, seed: int) -> dict[str, list[float]]:
+    """One run of the preset with the command line's changes; its per-round held-out BT accuracy and eval reward."""
     task = get_task(args.task)
     output_dir = args.output_dir or tempfile.mkdtemp(prefix="marlhf_curve_")
-    config = dict(
-        rl_algorithm=args.algorithm,
-        num_iterations=args.rounds,
-        num_generations=args.generations,
-        preference_num_candidates=args.candidates,
-        preference_pairs_per_sample=args.pairs_per_item,
-        preference_replay_mode=args.replay_mode,
-        preference_replay_sample_size=args.replay_sample_size,
-        pair_selection=args.pair_selection,
-        max_new_tokens=args.max_new_tokens,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=None,
-        agent_learning_rate=args.agent_lr,
-        reward_learning_rate=args.reward_lr,
-        reward_num_train_epochs=args.reward_epochs,
-        reward_train_batch_size=8,
-        num_train_epochs=args.rl_epochs,
-        rollout_buffer_size=4,
-        train_batch_size=4,
-        eval_num_samples=args.eval_items,
-        agent_devices=args.device,
-        bt_validation_fraction=0.25,
-        seed=args.seed,
-    )
+    config = {
+        **PRESET,
+        "rl_algorithm": args.algorithm,
+        "num_iterations": args.rounds,
+        "num_generations": args.generations,
+        "preference_num_candidates": args.candidates,
+        "preference_pairs_per_sample": args.pairs_per_item,
+        "preference_replay_mode": args.replay_mode,
+        "preference_replay_sample_size": args.replay_sample_size,
+        "pair_selection": args.pair_selection,
+        "max_new_tokens": args.max_new_tokens,
+        "agent_learning_rate": args.agent_lr,
+        "reward_learning_rate": args.reward_lr,
+        "reward_num_train_epochs": args.reward_epochs,
+        "num_train_epochs": args.rl_epochs,
+        "eval_num_samples": args.eval_items,
+        "eval_samples_per_item": args.eval_samples_per_item,
+        "agent_devices": args.device,
+        "seed": seed,
+    }
     spec = ExperimentSpec(
         algorithm="MARLHFIter",
         agent_models=[args.model] * task.num_agents,
         task=args.task,
         config=config,
         max_train_items=args.train_items,
+        max_eval_items=args.eval_items,
     )
     sink = MemorySink()
     started = time.monotonic()
@@ -98,8 +107,8 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
     curve: dict[str, list[float]] = {"bt_val_accuracy": [math.nan], "eval_reward": []}
     curve["eval_reward"].append(trainer.evaluate()["eval/turn_1/reward_mean"])
     print(
-        f"MARLHFIter on {args.task}, {args.algorithm}, seed {args.seed}, {args.train_items} train items, "
-        f"{args.eval_items} eval items; run dir {output_dir}"
+        f"MARLHFIter on {args.task}, {args.algorithm}, seed {seed}, {args.train_items} train items, "
+        f"{args.eval_items} eval items x {args.eval_samples_per_item}; run dir {output_dir}"
     )
     header = f"{'round':>5} {'pairs':>5} {'BT pairs':>8} {'val':>4} {'BT acc':>7} {'BT val acc':>10} {'BT val loss':>11} {'RM mean':>8} {'eval reward':>11} {'seconds':>8}"
     print(header)
@@ -117,13 +126,25 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
             f"{last(records, 'round/rl/reward_model_mean'):>8.3f} {curve['eval_reward'][-1]:>11.4f} {time.monotonic() - started:>8.1f}",
             flush=True,
         )
-    final_acc, rewards = curve["bt_val_accuracy"][-1], curve["eval_reward"]
-    print(f"BT held-out accuracy, last round: {final_acc:.3f} ({'above' if final_acc > 0.7 else 'NOT above'} 0.7)")
-    print(
-        f"eval task reward: {' -> '.join(f'{r:.4f}' for r in rewards)} "
-        f"({'rising' if rewards[-1] > rewards[0] else 'NOT rising'}); wall time {time.monotonic() - started:.0f} s"
-    )
+    curve["seconds"] = [time.monotonic() - started]
     return curve
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, list[float]]]:
+    args = parse_args(argv)
+    curves = [run_curve(args, args.seed + offset) for offset in range(args.seeds)]
+    rounds = len(curves[0]["eval_reward"])
+    per_round = [mean_interval([c["eval_reward"][r] for c in curves]) for r in range(rounds)]
+    rise = mean_interval([c["eval_reward"][-1] - c["eval_reward"][0] for c in curves])
+    accuracy = mean_interval([c["bt_val_accuracy"][-1] for c in curves])
+    print(f"\n{args.seeds} seed(s), mean ± 95% CI (Student's t over seeds):")
+    print("eval task reward by round: " + " | ".join(i.text() for i in per_round))
+    print(
+        f"rise (last round - round 0): {rise}  ({'learns' if rise.excludes_zero() and rise.mean > 0 else 'no clear rise'})"
+    )
+    print(f"BT held-out accuracy, last round: {accuracy.text()}")
+    print(f"wall time per run: {mean_interval([c['seconds'][0] for c in curves]).text(1)} s")
+    return curves
 
 
 if __name__ == "__main__":

@@ -16,6 +16,13 @@ from comlrl_lab.engine import ExperimentSpec
 from comlrl_lab.names import metric_names as mn
 
 
+def write_spec(
+    run_dir: Path, config: dict, *, tags: Sequence[str] = (), algorithm: str = "MADPOIter", task: str = "length_ratio"
+) -> None:
+    """The run's spec.json alone: a run that was created and never started."""
+    ExperimentSpec(algorithm=algorithm, task=task, config=dict(config), tags=list(tags)).save(run_dir / "spec.json")
+
+
 def write_run(
     root: Path,
     run_id: str,
@@ -39,8 +46,7 @@ def write_run(
     snaps = run_dir / "snapshots"
     (snaps / "metrics").mkdir(parents=True)
     (snaps / "pairs").mkdir()
-    spec = ExperimentSpec(algorithm=algorithm, task=task, config=dict(config), tags=list(tags))
-    spec.save(run_dir / "spec.json")
+    write_spec(run_dir, config, tags=tags, algorithm=algorithm, task=task)
     manifest = {}
     for r in range(1, rounds + 1):
         for phase, values in (

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from comlrl_lab.data.records import JointCandidate, PreferencePair
@@ -101,3 +105,21 @@ def expected_counts(round_index: int, phase: str, *, pairs_per_round: int = CRAS
         "events": "events",
     }
     return {table: len(payload.get(key, [])) for table, key in keys.items()}
+
+
+@contextlib.contextmanager
+def held_store(path: Path) -> Iterator[subprocess.Popen]:
+    """Another process holding the DuckDB file ``path`` read-write (as the workbench holds the runs it shows), until
+    the block ends; yields that process."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"import duckdb, time; c = duckdb.connect({str(path)!r}); print(1, flush=True); "
+         "time.sleep(60)"],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == b"1"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "comlrl_lab"
 CONFIG_FILE = PACKAGE / "trainers" / "preference" / "config.py"
 #: The product: the package, the pages and the app (not tests, benchmarks or scripts).
-PRODUCT = sorted([*PACKAGE.rglob("*.py"), *(ROOT / "pages").glob("*.py"), ROOT / "app.py"])
+PRODUCT = sorted([*PACKAGE.rglob("*.py"), *(ROOT / "app_pages").glob("*.py"), ROOT / "app.py"])
 
 
 def _modules(*, skip: tuple[str, ...] = ()) -> list[Path]:
@@ -504,7 +504,7 @@ def test_the_id_scan_finds_a_maker_of_its_own(tmp_path):
 
 def test_cli_and_workbench_offer_the_store_table():
     from comlrl_lab import cli
-    from comlrl_lab.store.export import EXPORT_FORMATS, PAIR_FORMATS, ROUND_FILES
+    from comlrl_lab.store.formats import EXPORT_FORMATS, PAIR_FORMATS, ROUND_FILES
     from comlrl_lab.ui import services
 
     assert services.EXPORT_FORMATS is EXPORT_FORMATS and services.ROUND_FILES == ROUND_FILES
@@ -523,7 +523,7 @@ def _lists_export_formats(path: Path) -> list[str]:
     Readers of data and of imports take json, jsonl and csv too, so a list counts only when it names a format
     nothing but an export writes (parquet, rounds).
     """
-    from comlrl_lab.store.export import EXPORT_FORMATS
+    from comlrl_lab.store.formats import EXPORT_FORMATS
 
     export_only = {"parquet", "rounds"}
     labels = {spec.label for spec in EXPORT_FORMATS.values()}
@@ -600,7 +600,7 @@ def test_only_the_phase_module_checks_the_order():
 # -- session-state keys are named in ui/state.py -------------------------------------------------------------
 
 STATE_FILE = ROOT / "comlrl_lab" / "ui" / "state.py"
-UI_FILES = sorted([ROOT / "app.py", *(ROOT / "pages").glob("*.py"), *(ROOT / "comlrl_lab" / "ui").glob("*.py")])
+UI_FILES = sorted([ROOT / "app.py", *(ROOT / "app_pages").glob("*.py"), *(ROOT / "comlrl_lab" / "ui").glob("*.py")])
 KEY_PATTERN = re.compile(r"^[a-z]+(\.[A-Za-z0-9_]+)+$")  # a varying part may be a name such as MADPOIter
 
 

@@ -6,11 +6,10 @@ A run that fails later is marked ``failed`` in ``runs.status``; a stop is not a 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from store_fixtures import held_store
 from workbench_fixtures import user_task_spec
 
 from comlrl_lab import cli
@@ -129,17 +128,8 @@ def test_resume_of_a_non_run_and_of_a_finished_run(tmp_path, capsys):
 def test_the_lock_conflict_names_the_process_that_holds_the_run(tmp_path, capsys):
     store_path = tmp_path / "run" / "run.duckdb"
     RunStore(store_path).close()
-    holder = subprocess.Popen(
-        [sys.executable, "-c", f"import duckdb, time; c = duckdb.connect({str(store_path)!r}); print(1, flush=True); "
-         "time.sleep(60)"],
-        stdout=subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        assert holder.stdout.readline().strip() == b"1"
+    with held_store(store_path) as holder:
         code, err = run_cli(tmp_path, capsys, "export", str(store_path.parent), "--dest", str(tmp_path / "x.json"))
-    finally:
-        holder.kill()
-        holder.wait()
     assert code == 2 and len(err) == 1
     assert f"{store_path} is held by process {holder.pid} (" in err[0] and "duckdb.connect" in err[0]
 

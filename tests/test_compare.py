@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import streamlit as st
-from compare_fixtures import write_run
+from compare_fixtures import write_run, write_spec
 from streamlit.testing.v1 import AppTest
 
 from comlrl_lab.store.snapshots import pair_rows, round_metrics
@@ -99,13 +99,105 @@ def test_curves_are_the_mean_over_seeds_with_a_student_t_band(runs):
 def test_pair_statistics_per_group(runs):
     data = compare.compare(compare.filter_runs(compare.catalogue(runs), tags=["sweep-a"]))
     table = data.pair_table.set_index("group")
-    current = table.loc["preference_replay_mode=current"]
+    # Groups are named A, B, ... in the tables and charts, where a long label would not fit; the label stays beside.
+    assert table["settings"].to_dict() == {
+        "A": "preference_replay_mode=all_history",
+        "B": "preference_replay_mode=current",
+    }
+    current = table.loc["B"]
     assert current["runs"] == 3 and current["pairs"] == 36 and current["pairs per round"] == 4
     assert current["current wins"] == pytest.approx(0.25)
-    assert table.loc["preference_replay_mode=all_history", "current wins"] == pytest.approx(0.75)
+    assert table.loc["A", "current wins"] == pytest.approx(0.75)
     assert current["gap median"] == 0.5 and current["winner tokens"] == 8 and current["loser tokens"] == 4
     sides = data.sides_figure.to_dict()["data"]
-    assert [t["name"] for t in sides] == ["current agents", "comparator"]
+    assert [t["name"] for t in sides] == ["current agents", "comparator"] and list(sides[0]["x"]) == ["A", "B"]
+    assert [t["name"] for t in data.gaps_figure.to_dict()["data"]] == ["A", "B"]
+
+
+def test_final_and_best_evaluation_of_each_group_as_mean_and_t_interval(runs):
+    data = compare.compare(compare.filter_runs(compare.catalogue(runs), tags=["sweep-a"]))
+    outcomes = data.outcomes.set_index("group")
+    half = 4.303 * 0.1 / math.sqrt(3)  # seeds 0.0, 0.1, 0.2 apart: s = 0.1 over 3 runs
+    # all_history: 0.2 + 0.2 * 3 + offset at round 3, its best round; current: 0.2 + 0.1 * 3 + offset.
+    assert outcomes.loc["A", ["runs", "final round"]].tolist() == [3, 3]
+    assert outcomes.loc["A", "final"] == pytest.approx(0.9) and outcomes.loc["A", "final ±"] == pytest.approx(half)
+    assert outcomes.loc["B", "final"] == pytest.approx(0.6) and outcomes.loc["B", "best"] == pytest.approx(0.6)
+    assert outcomes.loc["B", "best ±"] == pytest.approx(half)
+
+
+def test_two_groups_with_the_same_seeds_are_compared_paired_by_seed(tmp_path):
+    root = tmp_path / "runs"
+    # Final evaluations: A 0.50 / 0.60 / 0.70 and B 0.40 / 0.45 / 0.65 for seeds 0, 1, 2.
+    for mode, finals in (("all_history", (0.50, 0.60, 0.70)), ("current", (0.40, 0.45, 0.65))):
+        for seed, final in enumerate(finals):
+            write_run(
+                root,
+                f"{mode}-s{seed}",
+                config={**BASE, "preference_replay_mode": mode, "seed": seed},
+                rounds=3,
+                eval_reward=lambda r, final=final: final if r == 3 else 0.3,
+            )
+    write_run(root, "current-s7", config={**BASE, "seed": 7}, rounds=3, eval_reward=lambda r: 0.5)
+    data = compare.compare(compare.catalogue(root)[:6])
+    interval, at = compare.group_difference(data, "A", "B")
+    # Per-seed differences 0.10, 0.15, 0.05: mean 0.1, s = 0.05, t(0.975, 2) = 4.303.
+    assert at == 3 and interval.method == "paired by seed" and interval.n == 3
+    assert interval.mean == pytest.approx(0.1) and interval.half_width == pytest.approx(4.303 * 0.05 / math.sqrt(3))
+    # B with a fourth seed the other group lacks: Welch's interval over 3 + 4 runs.
+    data = compare.compare(compare.catalogue(root))
+    interval, _ = compare.group_difference(data, "A", "B")
+    assert interval.method == "Welch" and interval.n == 7
+
+
+def test_a_repeat_of_a_runs_settings_and_seed_counts_once_and_unstarted_runs_are_left_out(tmp_path):
+    root = tmp_path / "runs"
+    config = {**BASE, "preference_replay_mode": "current"}
+    write_run(root, "base", config={**config, "seed": 0}, rounds=3, eval_reward=lambda r: 0.5)
+    # The seed-0 cell of a grid made from the base run: the same experiment, bit for bit.
+    write_run(root, "grid-c000", config={**config, "seed": 0}, rounds=3, eval_reward=lambda r: 0.5, tags=["sweep"])
+    write_run(root, "grid-c001", config={**config, "seed": 1}, rounds=3, eval_reward=lambda r: 0.7, tags=["sweep"])
+    (root / "never-started").mkdir()
+    write_spec(root / "never-started", config)
+    data = compare.compare(compare.catalogue(root))
+    (group,) = data.groups
+    assert [r.run_id for r in group.runs] == ["base", "grid-c001"]
+    assert data.repeats == {"base": ("grid-c000",)}
+    assert data.unstarted == ("never-started",)
+    assert data.outcomes.loc[0, "runs"] == 2 and data.outcomes.loc[0, "final"] == pytest.approx(0.6)
+
+
+def test_runs_of_different_lengths_are_grouped_up_to_the_rounds_they_share(tmp_path):
+    root = tmp_path / "runs"
+    write_run(root, "long", config={**BASE, "num_iterations": 5, "seed": 0}, rounds=5, eval_reward=lambda r: 0.1 * r)
+    write_run(root, "short", config={**BASE, "seed": 1}, rounds=3, eval_reward=lambda r: 0.1 * r + 0.1)
+    data = compare.compare(compare.catalogue(root))
+    (group,) = data.groups  # num_iterations is a length, not a setting
+    assert data.stats.loc[data.stats["curve"] == "Evaluation reward", "round"].tolist() == [1, 2, 3]
+    assert data.cuts == (
+        "A: curves stop at round 3, the last round all its 2 runs reached (the furthest reached round 5)",
+    )
+    assert data.outcomes.loc[0, ["final round", "final"]].tolist() == pytest.approx([3, 0.35])
+
+
+def test_the_legend_names_exactly_the_settings_that_differ():
+    def entry(run_id, **config):
+        settings = {"dpo_beta": 0.1, "preference_replay_k": None, "preference_replay_lambda": None, **config}
+        return compare.RunEntry(run_id, Path(run_id), "MADPOIter", "length_ratio", (), 0, settings)
+
+    groups = compare.group_runs(
+        [
+            entry("a", preference_replay_mode="nearest_k", preference_replay_k=2),
+            entry("b", preference_replay_mode="lambda_decay", preference_replay_lambda=0.5),
+            entry("c", preference_replay_mode="all_history"),
+            entry("d", preference_replay_mode="all_history", dpo_beta=0.2),
+        ]
+    )
+    assert [(g.name, g.label) for g in groups] == [
+        ("A", "dpo_beta=0.1, preference_replay_k=2, preference_replay_mode=nearest_k"),
+        ("B", "dpo_beta=0.1, preference_replay_lambda=0.5, preference_replay_mode=lambda_decay"),
+        ("C", "dpo_beta=0.1, preference_replay_mode=all_history"),
+        ("D", "dpo_beta=0.2, preference_replay_mode=all_history"),
+    ]
 
 
 @pytest.fixture
@@ -115,7 +207,7 @@ def app(runs, monkeypatch):
     st.cache_resource.clear()
     at = AppTest.from_file(APP, default_timeout=30)
     at.run()
-    at.switch_page("pages/compare.py").run()
+    at.switch_page("app_pages/compare.py").run()
     assert not at.exception, [e.value for e in at.exception]
     yield at
     services.close_all()
@@ -135,16 +227,49 @@ def test_compare_page_shows_groups_their_curves_the_diff_and_pair_statistics(app
     app.multiselect(key=state.COMPARE_TAGS).set_value(["sweep-a"]).run()
     assert len(app.multiselect(key=state.COMPARE_RUNS).value) == 6
     traces = _curve_traces(app)
-    assert set(traces) == {"preference_replay_mode=all_history", "preference_replay_mode=current"}
-    assert any("**preference_replay_mode=current**: 3 runs" in c.value for c in app.caption)
-    assert len(app.dataframe[0].value) == 6  # the runs matching the filters
-    diff = app.dataframe[1].value
-    assert list(diff.index) == ["preference_replay_mode"]
-    pairs = app.dataframe[2].value
+    assert set(traces) == {"A: preference_replay_mode=all_history", "B: preference_replay_mode=current"}
+    runs_table, groups, outcomes, diff, pairs = (d.value for d in app.dataframe)
+    assert len(runs_table) == 6  # the runs matching the filters
+    assert groups[["group", "settings that differ", "runs"]].values.tolist() == [
+        ["A", "preference_replay_mode=all_history", 3],
+        ["B", "preference_replay_mode=current", 3],
+    ]
+    half = 4.303 * 0.1 / math.sqrt(3)
+    assert outcomes["final evaluation"].tolist() == [f"{0.9:.3f} ± {half:.3f}", f"{0.6:.3f} ± {half:.3f}"]
+    assert outcomes["n (runs)"].tolist() == [3, 3]
+    # A - B, paired by seed (both ran seeds 0, 1, 2): 0.3 in every seed.
+    assert any(
+        "**A − B** at round 3: **0.300 ± 0.000**" in m.value and "paired by seed" in m.value for m in app.markdown
+    )
+    assert list(diff.index) == ["preference_replay_mode"] and list(diff.columns) == ["A", "B"]
     assert pairs["current wins"].tolist() == pytest.approx([0.75, 0.25])
     # Ungrouped: one curve per run.
     app.toggle(key=state.COMPARE_BY_SEED).set_value(False).run()
     assert len(_curve_traces(app)) == 6
+
+
+def test_a_reload_keeps_the_compare_pages_filters_and_choices(app, runs, monkeypatch):
+    app.multiselect(key=state.COMPARE_TAGS).set_value(["sweep-a"]).run()
+    app.multiselect(key=state.COMPARE_RUNS).set_value(["current-s0", "current-s1", "all_history-s0"]).run()
+    app.slider(key=state.COMPARE_SMOOTHING).set_value(2).run()
+    app.selectbox(key=state.COMPARE_DIFF_A).set_value("B").run()
+    app.selectbox(key=state.COMPARE_DIFF_B).set_value("A").run()
+    query = dict(app.query_params)
+    assert query[state.COMPARE_TAGS] == "sweep-a" and query[state.COMPARE_SMOOTHING] == "2"
+    assert query[state.COMPARE_RUNS] == ["current-s0", "current-s1", "all_history-s0"]
+
+    reloaded = AppTest.from_file(APP, default_timeout=30)
+    reloaded.query_params = dict(app.query_params)
+    reloaded.run()
+    reloaded.switch_page("app_pages/compare.py").run()
+    assert not reloaded.exception, [e.value for e in reloaded.exception]
+    assert reloaded.multiselect(key=state.COMPARE_TAGS).value == ["sweep-a"]
+    assert reloaded.multiselect(key=state.COMPARE_RUNS).value == ["current-s0", "current-s1", "all_history-s0"]
+    assert reloaded.slider(key=state.COMPARE_SMOOTHING).value == 2
+    assert (reloaded.selectbox(key=state.COMPARE_DIFF_A).value, reloaded.selectbox(key=state.COMPARE_DIFF_B).value) == (
+        "B",
+        "A",
+    )
 
 
 def _synthetic(root, runs: int, rounds: int) -> None:
@@ -181,7 +306,7 @@ def test_twenty_runs_of_twenty_rounds_are_prepared_and_drawn_within_two_seconds(
     st.cache_resource.clear()
     at = AppTest.from_file(APP, default_timeout=30)
     at.run()
-    at.switch_page("pages/compare.py").run()
+    at.switch_page("app_pages/compare.py").run()
     timings = []
     for _ in range(3):
         st.cache_resource.clear()  # every run of the page builds the comparison again
@@ -210,7 +335,7 @@ def test_a_grid_run_from_the_compare_page_fills_in_and_opens_there(tmp_path, mon
     try:
         at = AppTest.from_file(APP, default_timeout=60)
         at.run()
-        at.switch_page("pages/compare.py").run()
+        at.switch_page("app_pages/compare.py").run()
         at.selectbox(key=state.sweep_field_key(0)).set_value("preference_replay_mode")
         at.text_input(key=state.sweep_values_key(0)).input("current, all_history")
         at.number_input(key=state.SWEEP_SEEDS).set_value(2)
@@ -227,7 +352,7 @@ def test_a_grid_run_from_the_compare_page_fills_in_and_opens_there(tmp_path, mon
         at.run()
         assert len(at.multiselect(key=state.COMPARE_RUNS).value) == 4
         traces = _curve_traces(at)
-        assert set(traces) == {"preference_replay_mode=current", "preference_replay_mode=all_history"}
+        assert set(traces) == {"A: preference_replay_mode=current", "B: preference_replay_mode=all_history"}
         assert all(len(t["x"]) == 2 for t in traces.values())  # two rounds each
         assert any("has finished" in s.value for s in at.success)
 

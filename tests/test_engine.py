@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import duckdb
@@ -179,8 +180,54 @@ def test_stop_cancels_the_phase_and_returns_to_the_last_finished_one(model_dir, 
     if "stopped" in (progress.message or ""):
         assert progress.next_phase == "collect"
         assert manager.run(run_id).store.committed_phases(run_id) == []
-        cancelled = events[events["level"] == "info"]
+        cancelled = events[events["message"].str.contains("cancelled")]
         assert len(cancelled) == 1 and (cancelled.iloc[0]["round"], cancelled.iloc[0]["phase"]) == (1, "collect")
+    manager.close()
+
+
+def test_the_event_log_keeps_starts_phases_pauses_stops_and_resumes(model_dir, tmp_path):
+    manager = RunManager(tmp_path / "runs")
+    run_id = manager.create(small_spec(model_dir, num_iterations=1))
+    run = manager.run(run_id)
+    manager.start(run_id, phases=1)
+    manager.wait(run_id, timeout=300)
+    manager.start(run_id, rounds=1)
+    manager.pause(run_id)  # asked while select runs (or before it starts): the run stops after one phase
+    assert manager.wait(run_id, timeout=300).status == "paused"
+    messages = run.store.events(run_id)["message"].tolist()[::-1]  # oldest first
+    assert messages[0] == "started: collect of round 1"
+    assert messages[1].startswith("models loaded in ") and messages[2].startswith("collect of round 1 done in ")
+    assert messages[3] == "resumed: 3 phases from select of round 1"
+    assert any(m.startswith("pause asked") for m in messages) and messages[-1].startswith("paused before ")
+
+    # A stop cancels the phase; running it again commits that phase, and the log about it stays.
+    _, phase = run.cursor()
+    manager.start(run_id, phases=1)
+    manager.stop(run_id)
+    manager.wait(run_id, timeout=300)
+    manager.start(run_id, rounds=1)
+    assert manager.wait(run_id, timeout=300).status == "finished"
+    events = run.store.events(run_id)
+    messages = events["message"].tolist()[::-1]
+    assert any(m == f"stop asked during {phase}" for m in messages)
+    assert messages[-1] == "finished: all 1 rounds"
+    assert f"{phase} of round 1 done in" in " ".join(messages)
+    manager.close()
+
+
+def test_a_finished_runs_store_and_snapshot_both_say_finished(model_dir, tmp_path):
+    import pandas as pd
+
+    manager = RunManager(tmp_path / "runs")
+    run_id = manager.create(small_spec(model_dir, num_iterations=1))
+    manager.start(run_id, phases=2)
+    manager.wait(run_id, timeout=300)
+    snapshot = manager.run(run_id).run_dir / "snapshots" / "runs.parquet"
+    assert pd.read_parquet(snapshot)["status"].tolist() == ["running"]
+    manager.start(run_id, rounds=1)
+    assert manager.wait(run_id, timeout=300).status == "finished"
+    assert manager.run(run_id).store.run(run_id)["status"] == "finished"
+    assert pd.read_parquet(snapshot)["status"].tolist() == ["finished"]
     manager.close()
 
 
@@ -220,6 +267,7 @@ def test_kill_9_during_training_then_resume_keeps_every_committed_row_once(model
         timeout=600,
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "Loading weights" not in resumed.stderr  # transformers' bars stay out of the CLI's output
 
     with RunStore(run_dir / "run.duckdb", read_only=True) as store:
         run_id = store.first_run_id()
@@ -233,16 +281,11 @@ def test_kill_9_during_training_then_resume_keeps_every_committed_row_once(model
 
 
 def test_the_phase_eta_comes_from_the_same_phase_in_earlier_rounds():
-    from comlrl_lab.engine.manager import EngineControl
+    from comlrl_lab.engine.manager import Progress
 
-    published: dict = {}
-    control = EngineControl(published.update)
-    control.begin(1, "train", total=10)
-    control.advance(5)  # half the steps in no time: counting steps says "done in a moment"
-    assert published["eta_seconds"] is not None and published["eta_seconds"] < 1.0
-
-    control.record_phase("train", 24.0)
-    control.record_phase("collect", 3.0)
-    control.begin(2, "train", total=10)
-    control.advance(5)
-    assert 23.0 < published["eta_seconds"] <= 24.0  # the last train phase took 24 s
+    # Half the steps in 5 s and no history: the phase's own rate says 5 s more.
+    running = Progress("r", status="running", phase="train", done=5, total=10, started_at=100.0)
+    assert running.eta(now=105.0) == pytest.approx(5.0)
+    # The last train phases took 24 s: 19 s more, though the counts alone would say 5.
+    history = {"train": (30.0, 24.0, 24.0, 24.0)}
+    assert replace(running, history=history).eta(now=105.0) == pytest.approx(19.0)

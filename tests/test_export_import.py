@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from store_fixtures import make_pairs, phase_payload
+from store_fixtures import held_store, make_pairs, phase_payload
 
 from comlrl_lab import cli
 from comlrl_lab.data.records import SEED_RECORD_FIELDS, PreferencePair, round_file_payload
@@ -120,6 +120,37 @@ def test_export_then_import_gives_identical_records(three_rounds, tmp_path, fmt)
         export_pairs(target, report.run_id, fmt, second)
         assert [p.to_record() for p in target.load_pairs(report.run_id)] == all_records()
     assert first.read_bytes() == second.read_bytes()
+
+
+def test_the_cli_exports_a_run_another_process_holds_from_its_snapshot(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    with RunStore(run_dir / "run.duckdb") as store:
+        for r in (1, 2, 3):
+            store.commit_phase("r", r, "collect", pairs=make_pairs(r, 8 if r != 2 else 0), status="running")
+            snapshot_parquet(store, "r", run_dir / "snapshots")
+        store.log_event("r", "info", "stop asked during train", round=3)
+    # The workbench keeps the runs it shows open read-write, which locks every other process out of the file.
+    with held_store(run_dir / "run.duckdb") as holder:
+        capsys.readouterr()
+        assert cli.main(["export", str(run_dir), "--format", "jsonl", "--dest", str(tmp_path / "p.jsonl")]) == 0
+        assert cli.main(["export", str(run_dir), "--format", "rounds", "--dest", str(tmp_path / "rounds")]) == 0
+    lines = (tmp_path / "p.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line) for line in lines] == all_records()
+    assert sorted(p.name for p in (tmp_path / "rounds").iterdir()) == [f"iteration_000{r}.json" for r in (1, 2, 3)]
+    err = capsys.readouterr().err
+    assert f"is held by process {holder.pid}" in err and "exporting its snapshot of the last committed phase" in err
+
+
+def test_the_cli_imports_into_the_runs_folder_where_the_workbench_lists_it(tmp_path, capsys):
+    export_dir = tmp_path / "replay"
+    with RunStore(tmp_path / "source.duckdb") as source:
+        source.commit_phase("r", 1, "collect", pairs=make_pairs(1, 3))
+        export_round_files(source, "r", export_dir)
+    assert cli.main(["import", str(export_dir), "--runs-root", str(tmp_path / "runs")]) == 0
+    listed = Workspace(tmp_path / "runs").past_runs()
+    (folder,) = listed["path"]
+    assert listed["kind"].tolist() == ["imported pairs"] and Path(folder).name.startswith("import-replay")
+    assert f"into {Path(folder) / 'run.duckdb'}" in capsys.readouterr().out
 
 
 def test_round_files_round_trip_with_provenance(three_rounds, tmp_path):

@@ -136,3 +136,34 @@ def test_the_combined_setting_is_the_presets_stabilisers():
     assert learning.SETTINGS["combined"] == {
         name: QUICKSTART_CONFIG[name] for name in ("madpo_reference", "madpo_length_normalize", "madpo_nll_weight")
     }
+
+
+def test_examples_marlhf_quickstart_is_the_preset_and_the_setup_form_starts_marlhf_from_it():
+    from comlrl_lab.engine import ExperimentSpec
+    from comlrl_lab.engine.presets import (
+        MARLHF_QUICKSTART_CONFIG,
+        MARLHF_QUICKSTART_TRAIN_ITEMS,
+        QUICKSTART_EVAL_ITEMS,
+        preset_config,
+    )
+    from comlrl_lab.trainers.preference import MARLHFConfig
+
+    from_file = ExperimentSpec.load(ROOT / "examples" / "marlhf_quickstart.yaml")
+    assert (from_file.algorithm, from_file.task, from_file.agent_models) == (
+        "MARLHFIter",
+        "length_ratio",
+        ["comlrl-lab/tiny", "comlrl-lab/tiny"],
+    )
+    assert (from_file.max_train_items, from_file.max_eval_items) == (
+        MARLHF_QUICKSTART_TRAIN_ITEMS,
+        QUICKSTART_EVAL_ITEMS,
+    )
+    assert from_file.config == MARLHF_QUICKSTART_CONFIG
+    config = from_file.build_config()
+    # CoMLRL's defaults are 256 tokens, 20 candidates and a learning rate of 5e-6.
+    assert (config.max_new_tokens, config.preference_num_candidates, config.agent_learning_rate) == (16, 8, 5e-4)
+    assert preset_config("MARLHFIter") == MARLHF_QUICKSTART_CONFIG
+    # The non-iterative trainer takes the preset's fields it has (no replay buffer, no rounds).
+    single = preset_config("MARLHF")
+    assert "preference_replay_mode" not in single and single["agent_learning_rate"] == 5e-4
+    MARLHFConfig(**single)

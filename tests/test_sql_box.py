@@ -250,3 +250,22 @@ def test_reads_still_work_and_report_the_row_limit(shared_store):
     assert set(shared_store.readonly_sql("SHOW TABLES")["name"]) >= {"pairs", "runs", "pair_records"}
     assert shared_store.readonly_sql("SELECT * FROM range(5)", limit=2).attrs["truncated"] is True
     assert len(shared_store.readonly_sql("SELECT * FROM information_schema.columns WHERE table_name = 'pairs'")) > 5
+
+
+def test_one_box_process_answers_query_after_query_and_a_stopped_one_is_replaced(shared_store):
+    # Starting a box costs an interpreter and the import of duckdb and pyarrow (about a second): it is reused.
+    sql_box._CHILDREN.close()
+    shared_store.readonly_sql("SELECT 1 AS x")
+    (first,) = sql_box._CHILDREN._idle[sql_box.MEMORY_LIMIT_BYTES]
+    assert shared_store.readonly_sql("SELECT 2 AS x")["x"].tolist() == [2]
+    assert sql_box._CHILDREN._idle[sql_box.MEMORY_LIMIT_BYTES] == [first] and first.answered == 2
+    # A refused statement leaves the box usable; one that overran its time is killed and not reused.
+    with pytest.raises(QueryExecutionError):
+        shared_store.readonly_sql("SELECT 1 / 'x'")  # passes the parser, fails in DuckDB
+    assert first.proc.poll() is None and first.answered == 3
+    with pytest.raises(QueryExecutionError, match="longer than"):
+        shared_store.readonly_sql("SELECT sum(hash(range)) FROM range(100000000000)", timeout_s=1.0)
+    assert first.proc.poll() is not None
+    assert shared_store.readonly_sql("SELECT 3 AS x")["x"].tolist() == [3]
+    (second,) = sql_box._CHILDREN._idle[sql_box.MEMORY_LIMIT_BYTES]
+    assert second is not first and second.answered == 1

@@ -25,6 +25,7 @@ from comlrl_lab.store import (
     ReadOnlyQueryError,
     RunStore,
     SchemaVersionError,
+    schema,
 )
 from comlrl_lab.store import writer as store_writer
 
@@ -208,10 +209,36 @@ def test_metrics_added_after_a_commit_join_the_phase_and_a_recommit_replaces_the
 def test_log_event_survives_phase_commits(store):
     store.commit_phase("r", 1, "collect", events=[{"level": "info", "message": "in phase"}])
     store.log_event("r", "error", "boom", traceback="Traceback ...", round=1)
+    # The log names the phase it is about (a stop during collect); committing that phase later must keep it.
+    store.log_event("r", "info", "collect of round 1 cancelled", round=1, phase="collect")
     store.commit_phase("r", 1, "collect", events=[{"level": "info", "message": "in phase again"}])
     events = store.events("r")
-    assert sorted(events["message"]) == ["boom", "in phase again"]
+    assert sorted(events["message"]) == ["boom", "collect of round 1 cancelled", "in phase again"]
     assert store.events("r", level="error")["traceback"].tolist() == ["Traceback ..."]
+    store.discard_after("r", 0, None)  # a resume before round 1: the phase's rows go, the log stays
+    assert sorted(store.events("r")["message"]) == ["boom", "collect of round 1 cancelled"]
+
+
+def test_a_phase_commit_sets_the_runs_status_in_the_same_transaction(store):
+    store.create_run("r", trainer="MADPOIter")
+    store.commit_phase("r", 1, "collect", pairs=make_pairs(1, 2), status="running")
+    assert store.run("r")["status"] == "running"
+    store.commit_phase("r", 1, "evaluate", status="finished")
+    assert store.run("r")["status"] == "finished"
+    store.commit_phase("r", 1, "evaluate")  # no status given: the run keeps its own
+    assert store.run("r")["status"] == "finished"
+
+
+def test_a_version_2_store_is_migrated_and_keeps_its_events_as_the_log(tmp_path):
+    path = tmp_path / "old.duckdb"
+    with duckdb.connect(str(path)) as con:
+        for ddl in schema.TABLES.values():
+            con.execute(ddl.replace(",\n            logged BOOLEAN NOT NULL DEFAULT false", ""))
+        con.execute("INSERT INTO schema_version VALUES (2, now())")
+        con.execute("INSERT INTO events VALUES ('r', now(), 1, 'collect', 'error', 'boom', NULL)")
+    with RunStore(path) as s:
+        s.commit_phase("r", 1, "collect", pairs=make_pairs(1, 1))
+        assert s.events("r")["message"].tolist() == ["boom"]
 
 
 # -- named queries -----------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ Session-state keys are named in ``comlrl_lab.ui.state``: tests/test_architecture
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from comlrl_lab.ui import state
 
@@ -149,3 +150,82 @@ def test_checkpoint_costs_show_background_seconds_only_when_some_were_written_in
     mixed = pd.concat([foreground, pd.DataFrame([metric("train", M.CHECKPOINT_BACKGROUND_SECONDS, 1.5)])])
     shown = frames.checkpoint_display(frames.checkpoint_costs(mixed))
     assert list(shown["seconds in the background"]) == [0.0, 1.5]  # the collect checkpoint: none in the background
+
+
+def test_the_server_does_not_collect_all_garbage_after_every_script_run():
+    # Streamlit's default gc.collect(2) after each run (a live-progress fragment reruns every second) holds the GIL
+    # for 0.3-1.2 s with torch and transformers loaded, which starved the training thread of a watched run.
+    import tomllib
+
+    config = tomllib.loads((Path(__file__).resolve().parents[1] / ".streamlit" / "config.toml").read_text())
+    assert config["runner"]["postScriptGC"] is False
+
+
+def test_the_madpo_loss_card_shows_the_dpo_loss_and_the_winner_nll_gets_its_own_panel():
+    from comlrl_lab.names import metric_names as m
+    from comlrl_lab.ui import figures
+
+    nll = m.name(m.MADPO_WINNER_NLL, agent=1)
+    metrics = _metrics({m.MADPO_LOSS: [0.6931, 0.6745], nll: [1.5010, 1.4587]})
+    tiles = {t.label: t for t in figures.learning_tiles(metrics)}
+    assert (tiles["DPO / BT loss"].value, tiles["DPO / BT loss"].delta) == ("0.6745", "-0.0186")
+    panels = figures.training_panels(metrics)
+    assert [t.name for t in panels["loss"].data] == [m.MADPO_LOSS]  # an NLL near 1.5 is not on the loss's axis
+    assert [t.name for t in panels["nll"].data] == [nll]
+    # MARLHF: the Bradley-Terry fit's loss, not its held-out loss.
+    marlhf = figures.learning_tiles(_metrics({m.BT_LOSS: [0.60, 0.52], m.BT_VAL_LOSS: [0.7, 0.9]}))
+    assert {t.label: t.value for t in marlhf}["DPO / BT loss"] == "0.5200"
+
+
+def test_the_screens_are_not_in_a_pages_folder_and_title_case_addresses_lead_to_them(tmp_path, monkeypatch):
+    # With a pages/ folder beside app.py, a freshly started server runs /rounds's file without app.py (Streamlit's
+    # old multipage mode) until some visitor has opened "/": no sidebar card, no open run from the address.
+    from streamlit.testing.v1 import AppTest
+
+    from comlrl_lab.ui import services
+
+    root = Path(__file__).resolve().parents[1]
+    assert not (root / "pages").exists() and (root / "app_pages" / "rounds.py").is_file()
+    monkeypatch.setenv(services.RUNS_DIR_ENV, str(tmp_path))
+    at = AppTest.from_file(str(root / "app.py"), default_timeout=60).run()
+    paths = {info["url_pathname"] for info in at._registered_pages.values()}
+    assert {"setup", "rounds", "pairs", "replay", "learning", "compare", "data"} <= paths
+    assert {"Setup", "Rounds", "Pairs", "Replay", "Learning", "Compare", "Data"} <= paths
+    services.close_all()
+
+
+def test_a_dataset_a_replay_mode_cannot_use_shows_an_empty_cell_not_none():
+    from comlrl_lab.ui import frames
+
+    table = frames.mode_weights({1: 8, 2: 8, 3: 8}, 3, k=1, lam=0.5)
+    lines = frames.mode_weights_view(table).hide(axis="index").to_string(delimiter="|").splitlines()
+    row = next(line for line in lines if line.startswith("nearest_k"))
+    assert row == "nearest_k (k = 1)|||1.0000|1"  # rounds 1 and 2 are not eligible under k = 1
+
+
+def test_every_optimiser_update_is_drawn_one_panel_per_kind_of_quantity():
+    from comlrl_lab.names import metric_names as m
+    from comlrl_lab.ui import charts, figures
+
+    agent = m.name(m.MADPO_AGENT_MARGIN, agent=1)
+    nll = m.name(m.MADPO_WINNER_NLL, agent=1)
+    names = [m.MADPO_LOSS, nll, m.MADPO_JOINT_MARGIN, agent, m.MADPO_PAIR_ACCURACY]
+    panels = figures.step_panels(names)
+    assert panels == [
+        ("DPO / Bradley-Terry loss", [m.MADPO_LOSS]),
+        ("per-token NLL of the winner", [nll]),
+        ("log-prob margin", [m.MADPO_JOINT_MARGIN, agent]),
+        ("share", [m.MADPO_PAIR_ACCURACY]),
+    ]
+    steps = _metrics({name: [0.5, 0.6] for name in names}).rename(columns={"name": "series"})
+    fig = charts.step_curves(steps, panels, title="Per update")
+    axes = {trace.name: trace.yaxis for trace in fig.data}
+    assert axes[m.MADPO_LOSS] == "y" and axes[nll] == "y2" and axes[agent] == axes[m.MADPO_JOINT_MARGIN] == "y3"
+    assert axes[m.MADPO_PAIR_ACCURACY] == "y4"
+
+
+def test_no_page_text_uses_a_glyph_the_workbench_font_lacks():
+    # "hover the ⓘ" rendered as an empty box in Chromium: Streamlit's help icon is a question mark.
+    root = Path(__file__).resolve().parents[1]
+    for path in [*root.glob("app_pages/*.py"), *root.glob("comlrl_lab/ui/*.py")]:
+        assert "ⓘ" not in path.read_text(encoding="utf-8"), path

@@ -4,6 +4,7 @@ The workbench holds one ``RunManager`` (in ``st.cache_resource``). Worker thread
 step a ``Run`` and update a small lock-protected progress record that pages poll. ``pause`` lets the current
 phase finish and then stops; ``stop`` cancels the current phase cooperatively (it is rolled back to the last
 finished phase, so nothing committed is lost). Errors stop the queue with the traceback kept for the page.
+Starts, pauses, stops, finished phases and the end of the work go to the run's event log (``Run.log``).
 """
 
 from __future__ import annotations
@@ -12,15 +13,23 @@ import functools
 import threading
 import time
 import traceback
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from comlrl_lab.engine import eta
 from comlrl_lab.engine.run import Run
 from comlrl_lab.engine.spec import ExperimentSpec
+from comlrl_lab.names import metric_names
 from comlrl_lab.names.phases import InvalidTransition, check_next_phase
 from comlrl_lab.trainers.preference.sink import PHASES, PhaseCancelled, PhaseControl
+
+#: The ``Progress.history`` entry of building a run's trainer (loading its models, resuming its checkpoint).
+LOAD = "load"
+#: What ``Progress.done`` counts in each phase: each agent's prompt of a task item (per side), the replay draw, an
+#: optimiser step (MADPO update, Bradley-Terry batch or policy-learning buffer), an evaluation response.
+PHASE_UNITS = {"collect": "prompt", "select": "draw", "train": "step", "evaluate": "response"}
 
 
 @dataclass(frozen=True)
@@ -30,14 +39,17 @@ class Progress:
     run_id: str
     status: str = "idle"  # idle | loading | running | pausing | paused | stopping | error | finished
     round_index: int = 1
+    num_rounds: int | None = None
     phase: str | None = None
     next_phase: str | None = "collect"
     done: int = 0
     total: int = 0
     tokens: int = 0
     tokens_per_second: float = 0.0
-    eta_seconds: float | None = None
+    started_at: float | None = None  # wall clock (time.time()) when the current phase, or the model loading, began
     phases_left: int = 0
+    # Seconds each phase took in this run so far (oldest first), and LOAD for building the trainer.
+    history: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     last_error: str | None = None
     last_traceback: str | None = None
     message: str | None = None
@@ -49,6 +61,35 @@ class Progress:
     @property
     def fraction(self) -> float:
         return min(1.0, self.done / self.total) if self.total else 0.0
+
+    @property
+    def shown_round(self) -> int:
+        """The round to name: the cursor sits at ``num_rounds + 1`` once the last round is done."""
+        return min(self.round_index, self.num_rounds) if self.num_rounds else self.round_index
+
+    def elapsed(self, now: float | None = None) -> float:
+        """Seconds since the current phase (or the model loading) began; 0 when nothing runs."""
+        if not self.busy or self.started_at is None:
+            return 0.0
+        return max(0.0, (time.time() if now is None else now) - self.started_at)
+
+    def eta(self, now: float | None = None) -> float | None:
+        """Seconds the current phase, or the model loading, has left (``eta.phase_eta``); None when unknown."""
+        if not self.busy:
+            return None
+        if self.status == "loading":
+            return eta.phase_eta(self.elapsed(now), 0, 0, self.history.get(LOAD))
+        return eta.phase_eta(self.elapsed(now), self.done, self.total, self.history.get(self.phase or ""))
+
+    def queue_eta(self, now: float | None = None) -> float | None:
+        """Seconds until every queued phase is done; None until each of them has run once in this run."""
+        phase = self.phase or self.next_phase
+        if not self.busy or phase is None:
+            return None
+        queued = eta.queued_phases(self.round_index, phase, self.phases_left)
+        # While the models load, the first queued phase has not begun: all of it is still to come.
+        later = queued if self.status == "loading" else queued[1:]
+        return eta.queue_eta(self.eta(now), later, self.history)
 
 
 class EngineControl(PhaseControl):
@@ -62,15 +103,10 @@ class EngineControl(PhaseControl):
         super().__init__()
         self._publish_changes = publish
         self.cancel_event = threading.Event()
-        self.phase_seconds: dict[str, list[float]] = {}  # phase -> wall times of its earlier runs, oldest first
-
-    def record_phase(self, phase: str, seconds: float) -> None:
-        """Remember how long ``phase`` took, for the next round's estimate."""
-        self.phase_seconds.setdefault(phase, []).append(float(seconds))
 
     def begin(self, round_index: int, phase: str, total: int) -> None:
         super().begin(round_index, phase, total)
-        self._publish()
+        self._publish(started_at=time.time())
 
     def advance(self, count: int = 1, tokens: int = 0) -> None:
         self.done += int(count)
@@ -81,15 +117,8 @@ class EngineControl(PhaseControl):
     def cancel_requested(self) -> bool:
         return self.cancel_event.is_set()
 
-    def _publish(self) -> None:
+    def _publish(self, **extra: Any) -> None:
         elapsed = max(1e-9, time.monotonic() - self.started_at)
-        rate = self.done / elapsed if self.done else 0.0
-        eta = (self.total - self.done) / rate if rate > 0 and self.total >= self.done else None
-        past = self.phase_seconds.get(self.phase or "", [])[-3:]
-        if past:
-            # A phase's steps are not equally long (train fits a reward model, then learns the policy), so its own
-            # count extrapolates badly; the same phase in earlier rounds is the better guide.
-            eta = max(0.0, sum(past) / len(past) - elapsed)
         self._publish_changes(
             round_index=self.round_index,
             phase=self.phase,
@@ -97,8 +126,25 @@ class EngineControl(PhaseControl):
             total=self.total,
             tokens=self.tokens,
             tokens_per_second=self.tokens / elapsed,
-            eta_seconds=eta,
+            **extra,
         )
+
+
+def _phase_history(run: Run) -> dict[str, tuple[float, ...]]:
+    """How long each phase took in a reopened run (its ``time/<phase>_seconds`` metrics), oldest first."""
+    if run.store is None:
+        return {}
+    names = {metric_names.name(metric_names.PHASE_SECONDS, phase=p): p for p in PHASES}
+    rows = run.store.metrics(run.run_id, names=list(names))
+    history: dict[str, list[float]] = {}
+    for name, value in zip(rows["name"], rows["value"], strict=True):
+        history.setdefault(names[name], []).append(float(value))
+    return {phase: tuple(values) for phase, values in history.items()}
+
+
+def _describe(count: int, round_index: int, phase: str) -> str:
+    where = f"{phase} of round {round_index}"
+    return where if count == 1 else f"{count} phases from {where}"
 
 
 class RunManager:
@@ -113,6 +159,9 @@ class RunManager:
         self._progress: dict[str, Progress] = {}
         self._pause: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
+        # Seconds of the last trainer builds in this process, for the next load's estimate (any run: the first
+        # build also imports torch and transformers, later ones only load weights).
+        self._load_seconds: list[float] = []
 
     # Runs --------------------------------------------------------------------------------------------------
     def create(self, spec: ExperimentSpec) -> str:
@@ -135,6 +184,7 @@ class RunManager:
         control = EngineControl(functools.partial(self._update, run.run_id))
         run.attach_control(control)
         round_index, next_phase = run.cursor()
+        history = _phase_history(run)
         with self._lock:
             self._runs[run.run_id] = run
             self._controls[run.run_id] = control
@@ -143,7 +193,9 @@ class RunManager:
                 run_id=run.run_id,
                 status="finished" if next_phase is None else "idle",
                 round_index=round_index,
+                num_rounds=run.num_rounds,
                 next_phase=next_phase,
+                history=history,
             )
 
     def run(self, run_id: str) -> Run:
@@ -182,36 +234,55 @@ class RunManager:
                 raise InvalidTransition(f"run {run_id} has finished all its rounds")
             if phase is not None:
                 check_next_phase(phase, round_index, next_phase)  # refused here, not later in the worker thread
+            left = len(PHASES) * (run.num_rounds - round_index + 1) - PHASES.index(next_phase)
             if rounds is not None:
                 count = len(PHASES) * int(rounds) - PHASES.index(next_phase)
             else:
                 count = 1 if phases is None else int(phases)
             if count < 1:
                 raise ValueError("nothing to run: ask for at least one phase or round")
+            count = min(count, left)  # "run 10**6 rounds" means to the end; the queue never outruns the run
             self._pause[run_id].clear()
             self._controls[run_id].cancel_event.clear()
+            before = self._progress[run_id]
+            loading = run.trainer is None
             self._progress[run_id] = replace(
-                self._progress[run_id],
-                status="loading" if run.trainer is None else "running",
+                before,
+                status="loading" if loading else "running",
                 phases_left=count,
+                done=0,
+                total=0,
+                started_at=time.time(),
+                history={**before.history, LOAD: tuple(self._load_seconds)},
                 last_error=None,
                 last_traceback=None,
                 message=None,
             )
             worker = threading.Thread(target=self._work, args=(run_id, count), name=f"comlrl-run-{run_id}", daemon=True)
             self._threads[run_id] = worker
+        committed = (round_index, next_phase) != (1, PHASES[0])
+        verb = "resumed" if committed or before.status in ("paused", "error") else "started"
+        run.log("info", f"{verb}: {_describe(count, round_index, next_phase)}", round=round_index, phase=next_phase)
         worker.start()
 
     def pause(self, run_id: str) -> None:
         """Finish the current phase, then stop."""
         self._pause[run_id].set()
         self._update(run_id, status="pausing")
+        now = self.progress(run_id)
+        self._runs[run_id].log(
+            "info", f"pause asked: the run stops after {now.phase or now.next_phase}", round=now.round_index
+        )
 
     def stop(self, run_id: str) -> None:
         """Cancel the current phase now; the run returns to its last finished phase."""
         self._pause[run_id].set()
         self._controls[run_id].cancel_event.set()
         self._update(run_id, status="stopping")
+        now = self.progress(run_id)
+        self._runs[run_id].log(
+            "info", f"stop asked during {now.phase or now.next_phase}", round=now.round_index, phase=now.phase
+        )
 
     def wait(self, run_id: str, timeout: float | None = None) -> Progress:
         thread = self._threads.get(run_id)
@@ -247,10 +318,23 @@ class RunManager:
         with self._lock:
             self._progress[run_id] = replace(self._progress[run_id], **changes)
 
+    def _record(self, run_id: str, name: str, seconds: float) -> None:
+        """Add ``seconds`` to the history of ``name`` (a phase, or LOAD) for the estimates that follow."""
+        with self._lock:
+            now = self._progress[run_id]
+            history = {**now.history, name: (*now.history.get(name, ()), float(seconds))}
+            self._progress[run_id] = replace(now, history=history)
+
     def _work(self, run_id: str, count: int) -> None:
         run = self._runs[run_id]
         try:
-            run.ensure_trainer()
+            if run.trainer is None:
+                began = time.monotonic()
+                run.ensure_trainer()
+                seconds = time.monotonic() - began
+                self._load_seconds.append(seconds)
+                self._record(run_id, LOAD, seconds)
+                run.log("info", f"models loaded in {seconds:.1f} s")
         except Exception as error:  # model loading, task loading, config
             round_index, phase = run.cursor()
             run.record_failure(error, round=round_index, phase=phase)
@@ -262,10 +346,12 @@ class RunManager:
                 phases_left=0,
             )
             return
-        paused = False
+        paused = stopped = False
         for left in range(count, 0, -1):
             if self._pause[run_id].is_set():
-                paused = True
+                # A stop asked before a phase began (while the models loaded) leaves the run idle, as a stop does.
+                stopped = self._controls[run_id].cancel_event.is_set()
+                paused = not stopped
                 break
             trainer = run.trainer
             if trainer.finished:
@@ -279,8 +365,10 @@ class RunManager:
                 next_phase=trainer.next_phase,
                 done=0,
                 total=0,
+                started_at=time.time(),
             )
-            phase, began = trainer.next_phase, time.monotonic()
+            where = {"round": trainer.round_index, "phase": trainer.next_phase}
+            began = time.monotonic()
             try:
                 run.step()
             except PhaseCancelled as cancelled:
@@ -301,14 +389,21 @@ class RunManager:
                     **self._cursor_fields(run),
                 )
                 return
-            self._controls[run_id].record_phase(phase, time.monotonic() - began)
+            seconds = time.monotonic() - began
+            self._record(run_id, where["phase"], seconds)
+            run.log("info", f"{where['phase']} of round {where['round']} done in {seconds:.1f} s", **where)
             self._update(
                 run_id, message=(run.trainer.last_message if run.trainer else None), **self._cursor_fields(run)
             )
         if run.trainer is not None and run.trainer.finished:
             final = "finished"
+            run.log("info", f"finished: all {run.num_rounds} rounds")
         else:
             final = "paused" if paused else "idle"
+            if paused or stopped:
+                round_index, next_phase = run.cursor()
+                verb = "paused" if paused else "stopped"
+                run.log("info", f"{verb} before {next_phase} of round {round_index}", round=round_index)
         self._update(run_id, status=final, phases_left=0, **self._cursor_fields(run))
 
     @staticmethod

@@ -1,16 +1,20 @@
-"""Ready-made experiments: the quickstart preset (the embedded model) and the real-model preset (SmolLM2-135M).
+"""Ready-made experiments: the quickstart presets (the embedded model) and the real-model preset (SmolLM2-135M).
 
-CoMLRL's defaults (learning rate 5e-6, 80 candidates, 256 tokens) are sized for real models on GPUs; on the 1M-
-parameter embedded model and two CPU cores they run for a long time and learn nothing visible. The quickstart
-preset is sized for that case and uses the opt-in MADPO stabilisers. The real-model preset runs the same loss on
-SmolLM2-135M-Instruct (``comlrl-lab models add smollm2-135m-instruct``) with LoRA adapters on both agents and
-its chat template, sized so that a round takes at most about three minutes on two CPU cores.
-``benchmarks/learning.py --settings combined`` (``--model smollm2-135m-instruct`` for the second) measures them
-over seeds; ``examples/quickstart.yaml`` and ``examples/smollm2.yaml`` are the same specs as files (a test keeps
-them equal). It only describes runs; it does not start them.
+CoMLRL's defaults (learning rate 5e-6, 20 to 80 candidates, 256 tokens) are sized for real models on GPUs; on the
+1M-parameter embedded model and two CPU cores they run for a long time and learn nothing visible. The quickstart
+presets are sized for that case: MADPOIter with the opt-in MADPO stabilisers (``benchmarks/learning.py --settings
+combined`` measures it over seeds; ``examples/quickstart.yaml`` is the same spec as a file, a test keeps the two
+equal), and MARLHFIter (``MARLHF_QUICKSTART_CONFIG``, as a file ``examples/marlhf_quickstart.yaml``;
+``scripts/marlhf_curve.py --seeds 3`` measures it). ``preset_config(algorithm)`` gives the Setup form the preset of
+the algorithm chosen. The real-model preset runs the MADPO quickstart's loss on SmolLM2-135M-Instruct
+(``comlrl-lab models add smollm2-135m-instruct``) with LoRA adapters on both agents and its chat template, sized so
+that a round takes at most about three minutes on two CPU cores (``benchmarks/learning.py --model
+smollm2-135m-instruct``; ``examples/smollm2.yaml``). It only describes runs; it does not start them.
 """
 
 from __future__ import annotations
+
+from dataclasses import fields
 
 from comlrl_lab.engine.spec import ExperimentSpec
 from comlrl_lab.models.registry import SMOLLM2_135M_INSTRUCT
@@ -93,3 +97,46 @@ SMOLLM2_CONFIG: dict[str, object] = {
 def smollm2_spec(task: str = "length_ratio") -> ExperimentSpec:
     """MADPOIter on SmolLM2-135M-Instruct with LoRA on both agents and its chat template, a built-in task."""
     return _preset("smollm2", SMOLLM2_MODEL_NAME, task, SMOLLM2_TRAIN_ITEMS, SMOLLM2_CONFIG)
+
+
+#: The MARLHF quickstart's config overrides (MARLHFIterConfig fields): a fresh reward model fitted on every round's
+#: replay sample for four epochs, then one epoch of magrpo with four generations per item.
+MARLHF_QUICKSTART_CONFIG: dict[str, object] = {
+    "num_iterations": 4,
+    "rl_algorithm": "magrpo",
+    "num_generations": 4,
+    "preference_num_candidates": 8,
+    "preference_pairs_per_sample": 8,
+    "pair_selection": "reward_gap",
+    "preference_replay_mode": "all_history",
+    "preference_replay_sample_size": 800,
+    "max_new_tokens": 16,
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": None,
+    "agent_learning_rate": 5.0e-4,
+    "reward_learning_rate": 1.0e-3,
+    "reward_num_train_epochs": 4,
+    "reward_train_batch_size": 8,
+    "bt_validation_fraction": 0.25,
+    "num_train_epochs": 1,
+    "rollout_buffer_size": 4,
+    "train_batch_size": 4,
+    "eval_num_samples": QUICKSTART_EVAL_ITEMS,
+    "eval_samples_per_item": 4,
+    "agent_devices": "cpu",
+    "seed": 0,
+}
+#: Training items of the MARLHF quickstart (examples/marlhf_quickstart.yaml; its evaluation items as above).
+MARLHF_QUICKSTART_TRAIN_ITEMS = 64
+
+
+def preset_config(algorithm: str) -> dict[str, object]:
+    """The quickstart overrides for ``algorithm``'s config (the iterative preset's fields that the non-iterative
+    config also has), or none."""
+    from comlrl_lab.trainers.preference.algorithms import algorithm as algorithm_row
+
+    row = algorithm_row(algorithm)
+    base = QUICKSTART_CONFIG if row.family == "MADPO" else MARLHF_QUICKSTART_CONFIG
+    names = {f.name for f in fields(row.config_class)}
+    return {name: value for name, value in base.items() if name in names}

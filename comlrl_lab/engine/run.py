@@ -86,6 +86,12 @@ def _phases_done(state: dict[str, Any]) -> int:
     return (int(state["round_index"]) - 1) * len(PHASES) + int(state["phase_index"])
 
 
+def quiet_library_progress() -> None:
+    """Keep the libraries' own progress bars (transformers' "Loading weights" for every model) out of the workbench
+    server's log and from under the CLI's bar; set before transformers is first imported. A user's setting stands."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
 def apply_torch_threads(spec: ExperimentSpec) -> None:
     """Set torch's CPU thread count from ``COMLRL_LAB_TORCH_THREADS``; "auto" (default) picks 1 for the tiny model.
 
@@ -107,16 +113,22 @@ def apply_torch_threads(spec: ExperimentSpec) -> None:
 
 
 class StoreSink:
-    """Commits each finished phase to the run's DuckDB file in one transaction, then refreshes the snapshot."""
+    """Commits each finished phase to the run's DuckDB file in one transaction, then refreshes the snapshot.
 
-    def __init__(self, store: RunStore, run_id: str, snapshot_dir: Path | None = None):
+    The commit also sets the run's status: "finished" with the last phase of round ``num_rounds``, else
+    "running", so the store and its snapshot never disagree about a run that has ended.
+    """
+
+    def __init__(self, store: RunStore, run_id: str, snapshot_dir: Path | None = None, num_rounds: int | None = None):
         self.store = store
         self.run_id = run_id
         self.snapshot_dir = snapshot_dir
         # A checkpoint's cost arrives from the writer thread while the next phase may be snapshotting.
         self._snapshot_lock = threading.Lock()
+        self.num_rounds = num_rounds
 
     def commit_phase(self, records: PhaseRecords) -> None:
+        last = (records.round_index, records.phase) == (self.num_rounds, PHASES[-1])
         self.store.commit_phase(
             self.run_id,
             records.round_index,
@@ -127,6 +139,7 @@ class StoreSink:
             metrics=records.metrics,
             events=records.events,
             reward_distributions=records.reward_distributions,
+            status="finished" if last else "running",
         )
         if self.snapshot_dir is not None:
             with self._snapshot_lock:
@@ -303,6 +316,10 @@ class Run:
     def checkpoint_dir(self) -> Path:
         return self.run_dir / CHECKPOINT_DIR
 
+    @property
+    def num_rounds(self) -> int:
+        return self.spec.num_rounds()
+
     def attach_control(self, control: PhaseControl) -> None:
         self.control = control
         if self.trainer is not None:
@@ -312,7 +329,11 @@ class Run:
         """Build the trainer on first use (loading models takes seconds) and resume from the checkpoint."""
         if self.trainer is None:
             apply_torch_threads(self.spec)
-            sink = None if self.store is None else StoreSink(self.store, self.run_id, self.run_dir / SNAPSHOT_DIR)
+            sink = (
+                None
+                if self.store is None
+                else StoreSink(self.store, self.run_id, self.run_dir / SNAPSHOT_DIR, self.num_rounds)
+            )
             with _BUILD_LOCK:
                 trainer = build_trainer(
                     self.spec, output_dir=self.run_dir, run_id=self.run_id, sink=sink, control=self.control
@@ -355,7 +376,7 @@ class Run:
             raise  # refused before anything ran: there is no failure to log and nothing to restore
         except PhaseCancelled:
             # A stop the user asked for is not an error: log it as such, and go back to the last finished phase.
-            self._log(
+            self.log(
                 "info",
                 f"{where['phase']} of round {where['round']} cancelled; back at the last finished phase",
                 **where,
@@ -366,8 +387,6 @@ class Run:
             self.record_failure(error, **where)
             raise
         self.last_error = self.last_traceback = None
-        if self.store is not None:
-            self.store.create_run(self.run_id, status="finished" if trainer.finished else "running")
         return records
 
     def record_failure(self, error: BaseException, *, round: int | None = None, phase: str | None = None) -> None:
@@ -378,21 +397,23 @@ class Run:
         else:
             self.last_error = f"{type(error).__name__}: {error}"
         self.last_traceback = traceback.format_exc()
-        self._log("error", self.last_error, traceback=self.last_traceback, round=round, phase=phase)
+        self.log("error", self.last_error, traceback=self.last_traceback, round=round, phase=phase)
         if not isinstance(error, PhaseCancelled):  # a stop asked for is not a failure
             self.mark_failed()
         self.restore_last_good()
 
-    def _log(self, level: str, message: str, **where: Any) -> None:
+    def log(self, level: str, message: str, **where: Any) -> None:
+        """Add an event to the run's log (``round`` and ``phase`` say what it is about); no-op without a store."""
         if self.store is not None:
             with contextlib.suppress(Exception):  # the store must not hide the original error
                 self.store.log_event(self.run_id, level, message, **where)
 
     def mark_failed(self) -> None:
-        """Set ``runs.status`` to failed; the next finished phase sets it back to running."""
+        """Set ``runs.status`` to failed, in the store and its snapshot; the next finished phase sets it back."""
         if self.store is not None:
             with contextlib.suppress(Exception):  # the store must not hide the original error
                 self.store.create_run(self.run_id, status="failed")
+                snapshot_parquet(self.store, self.run_id, self.run_dir / SNAPSHOT_DIR)
 
     def restore_last_good(self) -> None:
         if self.trainer is None:

@@ -94,6 +94,10 @@ class ExperimentSpec:
             raise ConfigError(f"config: {error}", field=error.field, suggestion=error.suggestion) from None
         return self.config_class(**{"num_agents": len(self.agent_models), **self.config})
 
+    def num_rounds(self) -> int:
+        """Rounds the run makes: ``num_iterations`` for the iterative trainers, one for the others."""
+        return int(self.build_config().num_iterations) if algorithm(self.algorithm).iterative else 1
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["config"] = {k: v for k, v in public_config(self.config).items() if k not in SECRET_FIELDS}

@@ -30,6 +30,7 @@ from typing import Any
 
 from filelock import FileLock
 
+from comlrl_lab.engine import eta
 from comlrl_lab.engine.manager import RunManager
 from comlrl_lab.engine.spec import ExperimentSpec
 from comlrl_lab.names import metric_names as M
@@ -430,6 +431,7 @@ class SweepProgress:
     phases_done: int
     phases_total: int
     busy: bool
+    eta_seconds: float | None = None  # until every cell is done (``eta.sweep_eta``); None before a cell finished
 
     @property
     def fraction(self) -> float:
@@ -450,6 +452,8 @@ class SweepRunner:
         self._phases = {cell.index: sweep.cell_phases(cell) for cell in sweep.cells}
         self._done: dict[int, int] = {c.index: self._phases[c.index] for c in sweep.cells if c.status == "finished"}
         self._busy = False
+        self._started: dict[int, float] = {}  # cell index -> monotonic time its run started here
+        self._cell_seconds: list[float] = []  # how long each cell that finished here took
 
     # Commands ------------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -472,6 +476,11 @@ class SweepRunner:
     def progress(self) -> SweepProgress:
         with self._lock:
             cells = self.sweep.cells
+            now = time.monotonic()
+            running = [
+                now - self._started[c.index] for c in cells if c.status == "running" and c.index in self._started
+            ]
+            pending = sum(c.status == "pending" for c in cells)
             return SweepProgress(
                 sweep_id=self.sweep.sweep_id,
                 cells=len(cells),
@@ -481,6 +490,7 @@ class SweepRunner:
                 phases_done=sum(self._done.values()),
                 phases_total=sum(self._phases.values()),
                 busy=self._busy,
+                eta_seconds=eta.sweep_eta(self._cell_seconds, running, pending, self.parallel) if self._busy else None,
             )
 
     # Work ----------------------------------------------------------------------------------------------------
@@ -524,6 +534,7 @@ class SweepRunner:
             if progress.next_phase is None:
                 self._settle(cell, run_id, "finished", None)
                 return None
+            self._started[cell.index] = time.monotonic()
             self.manager.start(run_id, rounds=10**6)
             return run_id
         except Exception as error:  # a cell that cannot start must not stop the others
@@ -544,6 +555,8 @@ class SweepRunner:
         if state == "finished":
             with self._lock:
                 self._done[cell.index] = self._phases[cell.index]
+                if cell.index in self._started:
+                    self._cell_seconds.append(time.monotonic() - self._started[cell.index])
         self._set(cell, status=state, error=error if state == "error" else None)
         # A finished or stopped cell gives back its models and its DuckDB file; the next cell needs the memory.
         self.manager.release(run_id)

@@ -6,8 +6,7 @@ The embedded tiny model (``TINY_MODEL_NAME``, ``tiny_model_path``) lives in ``co
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from comlrl_lab.lazy_imports import lazy_names
 
 _EXPORTS = {
     "resolve_devices": "devices",
@@ -35,13 +34,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _EXPORTS)
 
 
 def __dir__() -> list[str]:

@@ -48,6 +48,7 @@ KINDS = (
     "reward",
     "dpo_loss",
     "bt_loss",
+    "nll",
     "rl_loss",
     "margin",
     "reward_margin",
@@ -195,7 +196,7 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric(
         MADPO_WINNER_NLL,
-        "dpo_loss",
+        "nll",
         "Agent i's per-token negative log-likelihood of the winner's completion, mean over the update's pairs; "
         "recorded when madpo_nll_weight > 0.",
         "MADPO",
@@ -340,6 +341,7 @@ def lookup(metric_name: str) -> Metric | None:
 #: Preference losses (near log 2) and policy-learning losses (often far larger) are drawn apart, and so are
 #: log-prob margins and reward-model margins: different quantities on different scales.
 PREFERENCE_LOSS_KINDS = ("dpo_loss", "bt_loss")
+NLL_KINDS = ("nll",)
 RL_LOSS_KINDS = ("rl_loss",)
 LOGPROB_MARGIN_KINDS = ("margin",)
 REWARD_MARGIN_KINDS = ("reward_margin",)

@@ -1,41 +1,38 @@
 """The run store: DuckDB schema, one-transaction-per-phase writer, named queries, read-only SQL, export and import.
 
 Only ``engine`` (writes), ``ui`` (reads) and ``cli`` import this package. It never imports torch or streamlit.
+Names resolve on first use, so the export formats (``store.formats``) are readable without loading DuckDB.
 """
 
-from comlrl_lab.store.export import (
-    EXPORT_FORMATS,
-    PAIR_FORMATS,
-    ROUND_FILES,
-    ExportFormat,
-    export_pairs,
-    export_reward_distribution_files,
-    export_round_files,
-    snapshot_parquet,
-)
-from comlrl_lab.store.importer import ImportRefused, ImportReport, import_pair_files, import_replay_dir, parse_pair_file
-from comlrl_lab.store.runstore import RunStore
-from comlrl_lab.store.schema import PHASES, SCHEMA_VERSION, SchemaVersionError
-from comlrl_lab.store.sql_guard import QueryExecutionError, ReadOnlyQueryError
+from __future__ import annotations
 
-__all__ = [
-    "EXPORT_FORMATS",
-    "PAIR_FORMATS",
-    "PHASES",
-    "ROUND_FILES",
-    "SCHEMA_VERSION",
-    "ExportFormat",
-    "ImportRefused",
-    "ImportReport",
-    "QueryExecutionError",
-    "ReadOnlyQueryError",
-    "RunStore",
-    "SchemaVersionError",
-    "export_pairs",
-    "export_reward_distribution_files",
-    "export_round_files",
-    "import_pair_files",
-    "import_replay_dir",
-    "parse_pair_file",
-    "snapshot_parquet",
-]
+from comlrl_lab.lazy_imports import lazy_names
+
+_LAZY = {
+    "EXPORT_FORMATS": "formats",
+    "PAIR_FORMATS": "formats",
+    "ROUND_FILES": "formats",
+    "ExportFormat": "formats",
+    "export_pairs": "export",
+    "export_reward_distribution_files": "export",
+    "export_round_files": "export",
+    "snapshot_parquet": "export",
+    "store_from_snapshot": "export",
+    "ImportRefused": "importer",
+    "ImportReport": "importer",
+    "import_pair_files": "importer",
+    "import_replay_dir": "importer",
+    "parse_pair_file": "importer",
+    "RunStore": "runstore",
+    "PHASES": "schema",
+    "SCHEMA_VERSION": "schema",
+    "SchemaVersionError": "schema",
+    "QueryExecutionError": "sql_guard",
+    "ReadOnlyQueryError": "sql_guard",
+}
+
+
+__getattr__ = lazy_names(__name__, _LAZY)
+
+
+__all__ = sorted(_LAZY)

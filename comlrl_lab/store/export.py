@@ -17,7 +17,6 @@ import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,31 +26,10 @@ import pyarrow.parquet as pq
 from comlrl_lab.data.records import SEED_RECORD_FIELDS, round_file_payload
 from comlrl_lab.data.reward_distribution import payload_from_rows, write_distribution_file
 from comlrl_lab.store import queries
+from comlrl_lab.store.formats import PAIR_FORMATS
 from comlrl_lab.store.runstore import RunStore
 from comlrl_lab.store.schema import PHASE_TABLES
 
-
-@dataclass(frozen=True)
-class ExportFormat:
-    """One way to export a run: what the Data page calls it, the suffix of the file it makes, that file's MIME type."""
-
-    label: str
-    suffix: str
-    mime: str
-
-
-#: Every export format, in the order the Data page and ``comlrl-lab export --format`` offer them.
-EXPORT_FORMATS: dict[str, ExportFormat] = {
-    "json": ExportFormat("Seed JSON (one list of records)", ".json", "application/json"),
-    "jsonl": ExportFormat("JSONL (one record per line)", ".jsonl", "application/jsonl"),
-    "parquet": ExportFormat("Parquet (records + provenance)", ".parquet", "application/vnd.apache.parquet"),
-    "csv": ExportFormat("CSV (records + provenance)", ".csv", "text/csv"),
-    "rounds": ExportFormat("Iteration files (iteration_NNNN.json, zipped)", ".zip", "application/zip"),
-}
-#: CoMLRL's iteration_NNNN.json files, one per round: a folder (``export_round_files``), zipped by the workbench.
-ROUND_FILES = "rounds"
-#: The formats ``export_pairs`` writes: one file of pairs.
-PAIR_FORMATS = tuple(name for name in EXPORT_FORMATS if name != ROUND_FILES)
 _LIST_COLUMNS = ("prompts", "winner_completions", "loser_completions", "raw_rewards")
 
 
@@ -304,6 +282,27 @@ def is_parquet(path: Path) -> bool:
     except (OSError, ValueError, pa.ArrowException):
         return False
     return True
+
+
+def store_from_snapshot(snapshot_dir: str | os.PathLike[str], dest: str | os.PathLike[str]) -> RunStore:
+    """A new store at ``dest`` holding what a run's snapshot holds (its last committed phase), for exports.
+
+    The run's own DuckDB file may be held by another process (the workbench keeps open the runs it shows, a CLI
+    run holds its own), which locks every other process out; its snapshot can always be read. Files written by an
+    older version lack newer columns, which take their defaults.
+    """
+    snapshot_dir = Path(snapshot_dir)
+    if not (snapshot_dir / "runs.parquet").is_file():
+        raise FileNotFoundError(f"{snapshot_dir} holds no snapshot (no runs.parquet): no phase was committed")
+    store = RunStore(dest)
+    try:
+        tables = {name: [snapshot_dir / f"{name}.parquet"] for name in ("runs", "rounds", "phases")}
+        tables.update({name: sorted((snapshot_dir / name).glob("*.parquet")) for name in PHASE_TABLES})
+        store.load_parquet({name: files for name, files in tables.items() if files})
+    except BaseException:
+        store.close()
+        raise
+    return store
 
 
 def _read_manifest(path: Path, run_id: str) -> dict[str, str]:

@@ -135,6 +135,7 @@ class RunStore:
         metrics: writer.Rows = None,
         events: writer.Rows = None,
         reward_distributions: writer.Rows = None,
+        status: str | None = None,
     ) -> None:
         """Commit one finished phase in ONE transaction; committing it again replaces its rows (never duplicates).
 
@@ -142,7 +143,7 @@ class RunStore:
         table / DataFrame with the pairs columns); ``replay_rows``: dicts with source_round, mode, weight,
         drawn_count (and optional num_pairs); ``metrics``: dicts with step, name, value; ``events``: dicts with
         level, message (and optional traceback); ``reward_distributions``: ``distribution_rows`` dicts. Token ids are not stored here (checkpoints hold them); their
-        counts are.
+        counts are. ``status``, when given, becomes the run's status in the same transaction.
         """
         batch = writer.build_batch(
             round,
@@ -154,7 +155,8 @@ class RunStore:
             events=events,
             reward_distributions=reward_distributions,
         )
-        self.commit_batches(run_id, [batch])
+        with self._lock:
+            writer.commit_batches(self._writable(), run_id, [batch], run_status=status)
 
     def commit_batches(self, run_id: str, batches: Sequence[writer.PhaseBatch], **run_fields: Any) -> None:
         """Commit several prepared phases in one transaction (used by imports)."""
@@ -183,6 +185,11 @@ class RunStore:
         rows = writer.build_batch(round, phase, metrics=metrics).tables["metrics"]
         with self._lock:
             writer.append_phase_rows(self._writable(), run_id, "metrics", rows, round, phase)
+
+    def load_parquet(self, files: dict[str, Sequence[os.PathLike[str] | str]]) -> None:
+        """Append Parquet files to tables (table -> files) in one transaction, by column name (a snapshot)."""
+        with self._lock:
+            writer.insert_parquet(self._writable(), {table: [str(f) for f in paths] for table, paths in files.items()})
 
     def discard_after(self, run_id: str, round: int, phase: str | None) -> None:
         """Delete everything committed after (round, phase), e.g. to line the store up with a resumed checkpoint."""

@@ -15,10 +15,12 @@ import duckdb
 from comlrl_lab.names.phases import PHASES as PHASES  # re-exported: the store names phases too
 
 #: Bump when the DDL changes, and add a step to ``MIGRATIONS`` that brings version - 1 up to it.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
-#: Tables whose rows belong to one committed (run, round, phase) and are replaced when it is committed again.
+#: Tables whose rows belong to one committed (run, round, phase) and are replaced when it is committed again. Of
+#: ``events`` only the rows the phase committed are (``logged`` false): the engine's log (a stop, a pause, a
+#: failure) names the phase it is about but is never replaced.
 PHASE_TABLES: tuple[str, ...] = ("candidates", "pairs", "replay", "metrics", "events", "reward_distributions")
 
 # Small tables carry primary keys for upserts. The large ones (candidates, pairs, metrics) carry none: an ART index
@@ -133,7 +135,8 @@ TABLES: dict[str, str] = {
             phase VARCHAR,
             level VARCHAR NOT NULL,
             message VARCHAR NOT NULL,
-            traceback VARCHAR
+            traceback VARCHAR,
+            logged BOOLEAN NOT NULL DEFAULT false
         )""",
     # One row per (round, series, side) of a run with log_reward_distribution: CoMLRL's reward_distributions file.
     "reward_distributions": """
@@ -175,9 +178,16 @@ def _add_reward_distributions(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(TABLES["reward_distributions"])
 
 
+def _add_event_origin(con: duckdb.DuckDBPyConnection) -> None:
+    # Before version 3 no trainer committed events with a phase; every stored event came from the log.
+    con.execute("ALTER TABLE events ADD COLUMN logged BOOLEAN NOT NULL DEFAULT true")
+    con.execute("ALTER TABLE events ALTER COLUMN logged SET DEFAULT false")
+
+
 #: version -> step that upgrades a store from ``version - 1`` to ``version``.
 MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {
     2: _add_reward_distributions,  # 1 -> 2: the reward_distributions table (log_reward_distribution)
+    3: _add_event_origin,  # 2 -> 3: events.logged, so a phase committed again keeps the log about it
 }
 
 

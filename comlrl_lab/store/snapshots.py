@@ -81,3 +81,15 @@ def _query(sql: str, files: list[str], args: list, columns: list[str]) -> pd.Dat
         frame = con.execute(sql, [good, *args]).df() if good else pd.DataFrame(columns=columns)
     frame.attrs["unreadable"] = bad
     return frame
+
+
+def run_statuses(snapshot_dirs: Sequence[str | os.PathLike[str]]) -> dict[str, str]:
+    """Each run's ``runs.status`` as its snapshot last recorded it (created, running, failed, finished), by run id.
+
+    Runs without a snapshot yet (no phase committed) are left out.
+    """
+    files = [str(Path(d) / "runs.parquet") for d in snapshot_dirs if (Path(d) / "runs.parquet").is_file()]
+    if not files:
+        return {}
+    with duckdb.connect() as con:
+        return dict(con.execute("SELECT run_id, status FROM read_parquet(?)", [files]).fetchall())

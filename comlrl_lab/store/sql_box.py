@@ -10,17 +10,26 @@ limit. DuckDB's ``memory_limit`` alone does not bound a query such as ``SELECT r
 range(100)``: its string heaps live outside the buffer manager, and in the app's process it reached 2 GB with a
 512 MB limit. In a child the worst case is that child's death.
 
+A child serves one query at a time and is then reused for the next (``_Children``): starting one costs an interpreter
+and the import of duckdb and pyarrow, about a second, which every query paid before. Each query gets a fresh
+in-memory database, so nothing a query did is left for the next. A child that overran its time is killed, one that
+died (its memory limit) is not reused, and each is replaced after ``REUSES`` queries.
+
 This file is also the child's script: it imports only the standard library, duckdb and pyarrow, so that the child
 starts without the package (``python -I sql_box.py``).
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import select
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +41,9 @@ HEADROOM_BYTES = 768 * MIB
 THREADS = 2
 #: Arrow bytes of a result, summed over its columns; the row limit alone lets 1000 rows of 20 MB through.
 MAX_RESULT_BYTES = 64 * MIB
+#: Queries one child answers before it is replaced (its heap only grows), and idle children kept per memory limit.
+REUSES = 200
+IDLE_CHILDREN = 2
 
 
 class BoxError(RuntimeError):
@@ -87,20 +99,121 @@ class Box:
             "memory_limit": int(memory_limit_bytes),
             "threads": int(threads),
         }
+        child = _CHILDREN.acquire(int(memory_limit_bytes))
         try:
-            done = subprocess.run(
-                [sys.executable, "-I", __file__],
-                input=json.dumps(request).encode("utf-8"),
-                capture_output=True,
-                timeout=timeout_s,
-                env={"PATH": os.environ.get("PATH", "")},
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
+            header, body = child.ask(request, timeout_s)
+        except TimeoutError:
+            child.kill()
             raise BoxError("time", f"the query ran longer than {timeout_s} s and was stopped") from None
-        if done.returncode == 0:
-            return pa.ipc.open_stream(done.stdout).read_all()
-        raise _failure(done.returncode, done.stderr.decode("utf-8", "replace"), memory_limit_bytes)
+        except EOFError:
+            child.kill()
+            raise BoxError(
+                "memory", f"the query needed more than {memory_limit_bytes // MIB} MiB and was stopped"
+            ) from None
+        _CHILDREN.release(child)
+        if "kind" in header:
+            raise BoxError(str(header["kind"]), str(header["message"]))
+        return pa.ipc.open_stream(body).read_all()
+
+
+class _Child:
+    """One box process: a JSON request per line on its stdin, a JSON header line and the Arrow bytes on its stdout."""
+
+    def __init__(self, memory_limit_bytes: int):
+        self.memory_limit = memory_limit_bytes
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", __file__, str(memory_limit_bytes)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,  # a child reports through stdout only: a full stderr pipe would block it
+            env={"PATH": os.environ.get("PATH", "")},
+        )
+        self.answered = 0
+
+    def ask(self, request: dict[str, Any], timeout_s: float | None) -> tuple[dict[str, Any], bytes]:
+        """Send one request; the header and body of its answer. TimeoutError past ``timeout_s``, EOFError when the
+        child died (killed by the operating system at its memory limit)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        try:
+            self.proc.stdin.write(json.dumps(request).encode("utf-8") + b"\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            raise EOFError from None
+        header = json.loads(self._read_line(deadline))
+        body = self._read_exactly(int(header.get("bytes", 0)), deadline)
+        self.answered += 1
+        return header, body
+
+    def _read(self, size: int, deadline: float | None) -> bytes:
+        fd = self.proc.stdout.fileno()
+        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not select.select([fd], [], [], wait)[0]:
+            raise TimeoutError
+        chunk = os.read(fd, size)
+        if not chunk:
+            raise EOFError
+        return chunk
+
+    def _read_line(self, deadline: float | None) -> bytes:
+        line = b""
+        while not line.endswith(b"\n"):
+            line += self._read(1, deadline)
+        return line
+
+    def _read_exactly(self, count: int, deadline: float | None) -> bytes:
+        parts, left = [], count
+        while left:
+            parts.append(self._read(min(left, 1 << 20), deadline))
+            left -= len(parts[-1])
+        return b"".join(parts)
+
+    @property
+    def usable(self) -> bool:
+        return self.proc.poll() is None and self.answered < REUSES
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            pipe.close()
+
+
+class _Children:
+    """The idle box processes of this process, by memory limit; one query per child at a time."""
+
+    def __init__(self) -> None:
+        self._idle: dict[int, list[_Child]] = {}
+        self._lock = threading.Lock()
+
+    def acquire(self, memory_limit_bytes: int) -> _Child:
+        with self._lock:
+            idle = self._idle.setdefault(memory_limit_bytes, [])
+            while idle:
+                child = idle.pop()
+                if child.usable:
+                    return child
+                child.kill()
+        return _Child(memory_limit_bytes)
+
+    def release(self, child: _Child) -> None:
+        with self._lock:
+            idle = self._idle.setdefault(child.memory_limit, [])
+            if child.usable and len(idle) < IDLE_CHILDREN:
+                idle.append(child)
+                return
+        child.kill()
+
+    def close(self) -> None:
+        with self._lock:
+            children = [c for idle in self._idle.values() for c in idle]
+            self._idle.clear()
+        for child in children:
+            child.kill()
+
+
+_CHILDREN = _Children()
+atexit.register(_CHILDREN.close)
 
 
 def arrow_reader(relation: Any) -> Any:
@@ -109,45 +222,22 @@ def arrow_reader(relation: Any) -> Any:
     return to_reader() if to_reader is not None else relation.fetch_record_batch()
 
 
-def _failure(returncode: int, stderr: str, memory_limit_bytes: int) -> BoxError:
-    for line in reversed(stderr.strip().splitlines()):
-        try:
-            report = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(report, dict) and "kind" in report:
-            return BoxError(str(report["kind"]), str(report["message"]))
-    memory = f"the query needed more than {memory_limit_bytes // MIB} MiB and was stopped"
-    if returncode < 0 or "memory" in stderr.lower() or "bad_alloc" in stderr:
-        return BoxError("memory", memory)
-    last = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit status {returncode}"
-    return BoxError("error", last)
-
-
 # -- the child ---------------------------------------------------------------------------------------------------
 
 
-def _report(kind: str, message: str) -> None:
-    sys.stderr.write(json.dumps({"kind": kind, "message": message}) + "\n")
-    sys.stderr.flush()
-    os._exit(3)
+class _Refused(Exception):
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
 
 
-def _child() -> None:
-    import resource
-    import signal
-
-    request = json.loads(sys.stdin.buffer.read().decode("utf-8"))
-    data_limit = request["memory_limit"] + HEADROOM_BYTES
-    resource.setrlimit(resource.RLIMIT_DATA, (data_limit, data_limit))
-    # No file may grow: writing one fails with EFBIG instead of killing the child with SIGXFSZ.
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
-
+def _answer(request: dict[str, Any]) -> Any:
+    """Run one request in a fresh in-memory database; the result table, or ``_Refused``."""
     import duckdb
     import pyarrow as pa
 
     tables = {name: pa.ipc.open_file(pa.memory_map(path)).read_all() for name, path in request["files"].items()}
+    memory = f"the query needed more than {request['memory_limit'] // MIB} MiB and was stopped"
     con = duckdb.connect(
         ":memory:",
         config={
@@ -159,35 +249,64 @@ def _child() -> None:
             "temp_directory": "",
         },
     )
-    for name, table in tables.items():
-        con.register(name, table)
-    con.execute("SET lock_configuration = true")
-    limit, max_bytes = request["limit"], request["max_bytes"]
     try:
+        for name, table in tables.items():
+            con.register(name, table)
+        con.execute("SET lock_configuration = true")
+        limit, max_bytes = request["limit"], request["max_bytes"]
         reader = arrow_reader(con.sql(request["statement"]).limit(limit + 1))
         batches, total = [], 0
         for batch in reader:
             total += batch.nbytes
             if total > max_bytes:
-                _report(
+                raise _Refused(
                     "bytes",
                     f"the result is larger than {max_bytes // MIB} MiB; select fewer columns or rows, or shorten "
                     "long values (for example with left(text, 200))",
                 )
             batches.append(batch)
-        table = pa.Table.from_batches(batches, schema=reader.schema)
+        return pa.Table.from_batches(batches, schema=reader.schema)
     except duckdb.OutOfMemoryException:
-        _report("memory", f"the query needed more than {request['memory_limit'] // MIB} MiB and was stopped")
-    except MemoryError:
-        _report("memory", f"the query needed more than {request['memory_limit'] // MIB} MiB and was stopped")
+        raise _Refused("memory", memory) from None
     except duckdb.Error as error:
         text = str(error).strip()
-        _report("error", text.splitlines()[0] if text else type(error).__name__)
+        raise _Refused("error", text.splitlines()[0] if text else type(error).__name__) from None
+    finally:
+        con.close()
+
+
+def _child(memory_limit_bytes: int) -> None:
+    import resource
+    import signal
+
+    data_limit = memory_limit_bytes + HEADROOM_BYTES
+    resource.setrlimit(resource.RLIMIT_DATA, (data_limit, data_limit))
+    # No file may grow: writing one fails with EFBIG instead of killing the child with SIGXFSZ.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+
+    import pyarrow as pa
+
     out = sys.stdout.buffer
-    with pa.ipc.new_stream(out, table.schema) as writer:
-        writer.write_table(table)
-    out.flush()
+    for line in sys.stdin.buffer:
+        body = b""
+        try:
+            table = _answer(json.loads(line.decode("utf-8")))
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, table.schema) as writer:
+                writer.write_table(table)
+            body = sink.getvalue().to_pybytes()
+            header = {"bytes": len(body)}
+        except _Refused as refused:
+            header = {"kind": refused.kind, "message": str(refused)}
+        except MemoryError:
+            # The heap may be left in pieces: say so, and end this child (the parent starts another).
+            out.write(json.dumps({"kind": "memory", "message": "the query ran out of memory"}).encode() + b"\n")
+            out.flush()
+            os._exit(3)
+        out.write(json.dumps(header).encode("utf-8") + b"\n" + body)
+        out.flush()
 
 
 if __name__ == "__main__":
-    _child()
+    _child(int(sys.argv[1]))

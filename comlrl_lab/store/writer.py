@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from comlrl_lab.data.records import JointCandidate, PreferencePair
-from comlrl_lab.store.schema import PHASE_TABLES, PHASES, utcnow
+from comlrl_lab.store.schema import PHASE_TABLES, PHASES, TABLES, utcnow
 
 WINNER_SIDES = ("current", "comparator")
 CANDIDATE_SIDES = ("current", "comparator", "eval")  # eval: fresh samples of the evaluate phase
@@ -156,12 +156,17 @@ def _transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
 
 
 def commit_batches(
-    con: duckdb.DuckDBPyConnection, run_id: str, batches: Sequence[PhaseBatch], **run_fields: Any
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    batches: Sequence[PhaseBatch],
+    *,
+    run_status: str | None = None,
+    **run_fields: Any,
 ) -> None:
     """Commit several phases in ONE transaction: replace each phase's rows, mark it committed, update its round.
 
     ``run_fields`` (trainer, source, status, config_json) only fill a runs row created here; an existing run keeps
-    its own.
+    its own. ``run_status`` sets the run's status whether or not the row is new (the engine's running/finished).
     """
     now = utcnow()
     with _transaction(con):
@@ -169,7 +174,8 @@ def commit_batches(
         for batch in batches:
             key = [run_id, batch.round, batch.phase]
             for table in PHASE_TABLES:
-                con.execute(f"DELETE FROM {table} WHERE run_id = ? AND round = ? AND phase = ?", key)
+                logged = " AND NOT logged" if table == "events" else ""  # the engine's log about the phase stays
+                con.execute(f"DELETE FROM {table} WHERE run_id = ? AND round = ? AND phase = ?{logged}", key)
             for table, rows in batch.tables.items():
                 if rows.num_rows:
                     _append(con, table, rows, key)
@@ -191,6 +197,8 @@ def commit_batches(
                     "UPDATE runs SET num_agents = coalesce(num_agents, ?) WHERE run_id = ?", [batch.num_agents, run_id]
                 )
         con.execute("UPDATE runs SET updated_at = ? WHERE run_id = ?", [now, run_id])
+        if run_status is not None:
+            con.execute("UPDATE runs SET status = ? WHERE run_id = ?", [run_status, run_id])
 
 
 def event_table(events: Rows) -> pa.Table:
@@ -202,6 +210,7 @@ def append_events(
     con: duckdb.DuckDBPyConnection, run_id: str, rows: pa.Table, round: int | None, phase: str | None = None
 ) -> None:
     """Append log events outside any phase commit (they are never replaced by one), tagged with round and phase."""
+    rows = rows.append_column("logged", pa.array([True] * rows.num_rows, pa.bool_()))
     with _transaction(con):
         _ensure_run(con, run_id, utcnow())
         _append(con, "events", rows, [run_id, round, phase])
@@ -216,6 +225,15 @@ def append_phase_rows(
         con.execute("UPDATE runs SET updated_at = ? WHERE run_id = ?", [utcnow(), run_id])
 
 
+def insert_parquet(con: duckdb.DuckDBPyConnection, files: Mapping[str, Sequence[str]]) -> None:
+    """Append each table's Parquet files (matched by column name) in one transaction."""
+    with _transaction(con):
+        for table, paths in files.items():
+            if table not in TABLES:
+                raise ValueError(f"unknown table {table!r}")
+            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?)", [list(paths)])
+
+
 def discard_after(con: duckdb.DuckDBPyConnection, run_id: str, round: int, phase: str | None) -> None:
     """Delete every phase committed after (round, phase) in one transaction; phase None keeps all of ``round``.
 
@@ -226,7 +244,8 @@ def discard_after(con: duckdb.DuckDBPyConnection, run_id: str, round: int, phase
     args = [run_id, round, round, later]
     with _transaction(con):
         for table in (*PHASE_TABLES, "phases"):
-            con.execute(f"DELETE FROM {table} WHERE {cond}", args)
+            logged = " AND NOT logged" if table == "events" else ""  # the log keeps what happened
+            con.execute(f"DELETE FROM {table} WHERE {cond}{logged}", args)
         con.execute("DELETE FROM rounds WHERE run_id = ? AND round > ?", [run_id, round])
         if later:
             resets = ", ".join(f"{p}_at = NULL" for p in later)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 CURRENT = "#2563eb"
 COMPARATOR = "#ea580c"
@@ -132,24 +133,31 @@ def add_interval_band(fig: go.Figure, frame: pd.DataFrame, *, color: str, name: 
     return fig
 
 
-def step_curves(frame: pd.DataFrame, *, title: str, y_title: str) -> go.Figure:
-    """Per-update values. ``frame``: columns step, round, series, value."""
-    fig = go.Figure()
-    for i, (series, part) in enumerate(frame.groupby("series", sort=False)):
-        part = part.sort_values("step")
-        fig.add_scatter(
-            x=part["step"],
-            y=part["value"],
-            mode="lines+markers",
-            name=str(series),
-            line={"color": SERIES_PALETTE[i % len(SERIES_PALETTE)], "width": 1.5},
-            marker={"size": 5},
-            customdata=part["round"],
-            hovertemplate=f"{series}<br>update %{{x}} (round %{{customdata}}): %{{y:.4g}}<extra></extra>",
-        )
-    fig.update_xaxes(title="optimiser update")
-    fig.update_yaxes(title=y_title)
-    return _layout(fig, title)
+def step_curves(frame: pd.DataFrame, panels: Sequence[tuple[str, Sequence[str]]], *, title: str) -> go.Figure:
+    """Per-update values, one panel per (y-axis title, series) in ``panels``, stacked on a shared update axis:
+    quantities of different kinds (a loss near 0.7, a margin near 30, an accuracy in [0, 1]) never share an axis.
+    ``frame``: columns step, round, series, value."""
+    fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.06)
+    color = 0
+    for row, (y_title, names) in enumerate(panels, start=1):
+        for series in names:
+            part = frame[frame["series"] == series].sort_values("step")
+            fig.add_scatter(
+                x=part["step"],
+                y=part["value"],
+                mode="lines+markers",
+                name=str(series),
+                line={"color": SERIES_PALETTE[color % len(SERIES_PALETTE)], "width": 1.5},
+                marker={"size": 5},
+                customdata=part["round"],
+                hovertemplate=f"{series}<br>update %{{x}} (round %{{customdata}}): %{{y:.4g}}<extra></extra>",
+                row=row,
+                col=1,
+            )
+            color += 1
+        fig.update_yaxes(title=y_title, row=row, col=1)
+    fig.update_xaxes(title="optimiser update", row=len(panels), col=1)
+    return _layout(fig, title, height=80 + 220 * len(panels))
 
 
 def reward_histogram(frame: pd.DataFrame, *, title: str, bins: int = 20) -> go.Figure:

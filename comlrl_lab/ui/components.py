@@ -1,8 +1,9 @@
 """Pieces several pages share: the open-run guard, the sidebar run card, the live progress panel, pair filters, a pair view.
 
-The progress panel is an ``st.fragment`` that polls ``RunManager.progress`` once a second while the run is busy
-(and not at all when idle), and asks for a full rerun when a phase finishes so the rest of the page catches up.
-It reads only the engine's lock-protected snapshot, never the store, so polling costs next to nothing.
+The progress panel is an ``st.fragment`` that polls ``RunManager.progress`` every ``PANEL_POLL_S`` seconds while the
+run is busy (and not at all when idle), and asks for a full rerun when a phase finishes so the rest of the page
+catches up. It reads only the engine's lock-protected snapshot, never the store; what a redraw costs training is
+the server's threads taking the GIL, so the page polls as little as a live view allows.
 """
 
 from __future__ import annotations
@@ -14,16 +15,18 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from comlrl_lab.engine.manager import Progress
+from comlrl_lab.engine import eta
+from comlrl_lab.engine.manager import PHASE_UNITS, Progress
 from comlrl_lab.ui import diff, figures, services, state
 from comlrl_lab.ui.frames import PHASE_LABELS
+from comlrl_lab.ui.url_state import UrlKey
 
-SETUP_PAGE = "pages/setup.py"
-ROUNDS_PAGE = "pages/rounds.py"
-PAIRS_PAGE = "pages/pairs.py"
-REPLAY_PAGE = "pages/replay.py"
-LEARNING_PAGE = "pages/learning.py"
-DATA_PAGE = "pages/data.py"
+SETUP_PAGE = "app_pages/setup.py"
+ROUNDS_PAGE = "app_pages/rounds.py"
+PAIRS_PAGE = "app_pages/pairs.py"
+REPLAY_PAGE = "app_pages/replay.py"
+LEARNING_PAGE = "app_pages/learning.py"
+DATA_PAGE = "app_pages/data.py"
 
 STATUS_BADGES = {
     "idle": ("idle", "gray", ":material/pause_circle:"),
@@ -65,23 +68,24 @@ def status_badge(progress: Progress | None) -> None:
     st.badge(label, color=color, icon=icon)
 
 
-def fmt_eta(seconds: float | None) -> str:
-    if seconds is None:
-        return "–"
-    seconds = max(0, int(round(seconds)))
-    return f"{seconds // 60}m {seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
-
-
 def progress_text(progress: Progress) -> str:
+    """One line about the work in hand: "Round 2/5 · Collect · 64/128 prompts · 1,820 tok/s · ETA 12s"."""
+    rounds = f"/{progress.num_rounds}" if progress.num_rounds else ""
+    if progress.status == "loading":
+        parts = [f"Loading models for round {progress.shown_round}{rounds}", f"{progress.elapsed():.0f}s so far"]
+        left = progress.eta()
+        parts.append(f"ETA {eta.text(left)}" if left is not None else "first load: no estimate yet")
+        return " · ".join(parts)
     phase = progress.phase or progress.next_phase
-    label = PHASE_LABELS.get(phase or "", phase or "")
-    parts = [f"Round {progress.round_index} · {label}"]
+    parts = [f"Round {progress.shown_round}{rounds} · {PHASE_LABELS.get(phase or '', phase or '')}"]
     if progress.total:
-        parts.append(f"{progress.done}/{progress.total}")
+        unit = PHASE_UNITS.get(phase or "", "step")
+        parts.append(f"{progress.done}/{progress.total} {unit}{'s' if progress.total != 1 else ''}")
     if progress.tokens_per_second:
         parts.append(f"{progress.tokens_per_second:,.0f} tok/s")
-    if progress.eta_seconds is not None:
-        parts.append(f"ETA {fmt_eta(progress.eta_seconds)}")
+    if progress.busy:
+        left = progress.eta()
+        parts.append(f"ETA {eta.text(left)}" if left is not None else "finishing…")
     return " · ".join(parts)
 
 
@@ -92,8 +96,15 @@ def _choose_run() -> None:
     state.set_current_run(st.session_state.get(state.SIDEBAR_RUN))
 
 
-def sidebar_run_card() -> None:
-    """Run picker and a small live status card, shown on every page."""
+#: Seconds between live-progress redraws. Each redraw is a fragment run in the server, whose threads take the GIL
+#: from the training thread; on two shared cores every such hand-over costs the training thread a scheduler slice.
+PANEL_POLL_S = 2.0
+SIDEBAR_POLL_S = 5.0
+
+
+def sidebar_run_card(*, poll: bool = True) -> None:
+    """Run picker and a small live status card, shown on every page; ``poll`` False leaves the live redraws to the
+    page (the Rounds page has its own progress panel)."""
     past = services.past_runs()
     options = list(past["run_id"]) if len(past) else []
     current = state.current_run_id()
@@ -114,10 +125,10 @@ def sidebar_run_card() -> None:
         help="Every page shows this run. Runs live in the runs folder; a run keeps everything it committed.",
     )
     if current:
-        _sidebar_status(current)
+        _sidebar_status(current, poll=poll)
 
 
-def _sidebar_status(run_id: str) -> None:
+def _sidebar_status(run_id: str, *, poll: bool) -> None:
     ws = services.workspace()
     try:
         progress = ws.progress(run_id)
@@ -126,7 +137,7 @@ def _sidebar_status(run_id: str) -> None:
         return
     busy = progress is not None and progress.busy
 
-    @st.fragment(run_every=2.0 if busy else None)
+    @st.fragment(run_every=SIDEBAR_POLL_S if busy and poll else None)
     def card() -> None:
         now = ws.progress(run_id)
         if busy and now is not None and not now.busy:
@@ -153,7 +164,7 @@ def progress_panel(view: services.RunView, started: Progress) -> None:
     ws = services.workspace()
     run_id = view.run_id
 
-    @st.fragment(run_every=1.0 if started.busy else None)
+    @st.fragment(run_every=PANEL_POLL_S if started.busy else None)
     def panel() -> None:
         now = ws.progress(run_id) or started
         moved = (now.round_index, now.next_phase, now.busy) != (started.round_index, started.next_phase, started.busy)
@@ -164,8 +175,17 @@ def progress_panel(view: services.RunView, started: Progress) -> None:
             with top[0]:
                 status_badge(now)
             top[1].metric("tokens/s", f"{now.tokens_per_second:,.0f}" if now.busy else "–")
-            top[2].metric("ETA (phase)", fmt_eta(now.eta_seconds) if now.busy else "–")
-            top[3].metric("phases left", now.phases_left if now.busy else "–")
+            top[2].metric(
+                "ETA (phase)",
+                eta.text(now.eta()) if now.busy else "–",
+                help="From the same phase in earlier rounds and this phase's own rate; '–' until one is known.",
+            )
+            top[3].metric(
+                f"ETA ({now.phases_left} phase{'s' if now.phases_left != 1 else ''} queued)" if now.busy else "ETA",
+                eta.text(now.queue_eta()) if now.busy else "–",
+                help="Until every queued phase is done, from how long each phase took in this run; known once "
+                "each queued phase has run once.",
+            )
             if now.busy:
                 st.progress(now.fraction, text=progress_text(now))
             elif now.status == "finished":
@@ -218,6 +238,18 @@ def _failure_site(traceback_text: str | None) -> str | None:
 
 
 # -- pairs --------------------------------------------------------------------------------------------------
+
+#: The Pairs page's view in its address: the filters, the page of the table and the open pair.
+PAIRS_URL_KEYS = (
+    UrlKey(state.PAIRS_ROUND, "int"),
+    UrlKey(state.PAIRS_SIDE, "text"),
+    UrlKey(state.PAIRS_ITEM, "int"),
+    UrlKey(state.PAIRS_MIN_GAP, "float"),
+    UrlKey(state.PAIRS_MAX_GAP, "float"),
+    UrlKey(state.PAIRS_TEXT, "text", ""),
+    UrlKey(state.PAIRS_PAGE, "int", 1),
+    UrlKey(state.PAIRS_OPEN, "pair"),
+)
 
 
 def pair_filters(rounds: pd.DataFrame, keys: state.PairFilterKeys, *, heading: str | None = None) -> dict[str, Any]:

@@ -9,6 +9,7 @@ trains then costs a cache lookup. Nothing here mutates a cached figure; pages on
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -82,12 +83,18 @@ REWARD_COLORS = {
 
 #: The Learning page's training panels: figure name -> (metric kinds, title, y-axis title). DPO and Bradley-Terry
 #: losses sit near log 2 while policy-learning losses can be a hundred times larger (on one axis the former look
-#: flat at 0), and log-prob margins and reward-model margins are different quantities: each gets its own panel.
+#: flat at 0), a winner's per-token NLL is not a preference loss, and log-prob margins and reward-model margins are
+#: different quantities: each gets its own panel.
 TRAINING_PANELS: dict[str, tuple[tuple[str, ...], str, str]] = {
     "loss": (
         metric_names.PREFERENCE_LOSS_KINDS,
         "Preference loss per round (mean over updates)",
         "DPO / Bradley-Terry loss",
+    ),
+    "nll": (
+        metric_names.NLL_KINDS,
+        "Winner NLL per round (madpo_nll_weight; mean over updates)",
+        "per-token NLL of the winner",
     ),
     "rl_loss": (metric_names.RL_LOSS_KINDS, "Policy-learning loss per round (mean over updates)", "RL loss"),
     "margins": (metric_names.LOGPROB_MARGIN_KINDS, "Log-prob margins per round", "log-prob margin"),
@@ -109,25 +116,25 @@ def training_panels(metrics: pd.DataFrame) -> dict[str, go.Figure]:
     return out
 
 
-@st.cache_resource(max_entries=CACHE_ENTRIES, show_spinner=False)
-def learning(run_id: str, version: str) -> LearningData | None:
-    """Headline numbers and per-round figures of the Learning page; None when the run has no metrics yet."""
-    store = _store(run_id)
-    metrics = store.metrics(run_id)
-    if metrics.empty:
-        return None
+#: The loss a Learning tile shows, in order of preference: the MADPO loss, else the reward model's Bradley-Terry fit.
+HEADLINE_LOSSES = (metric_names.MADPO_LOSS, metric_names.BT_LOSS)
+
+
+def learning_tiles(metrics: pd.DataFrame) -> list[Tile]:
+    """The Learning page's headline numbers: latest round and its change, for rewards, loss, accuracy, win share."""
     rewards = frames.per_round(metrics, frames.REWARD_SERIES)
     losses = frames.per_round(metrics, frames.training_metrics(metrics, metric_names.PREFERENCE_LOSS_KINDS))
     accuracy = frames.per_round(metrics, frames.training_metrics(metrics, metric_names.ACCURACY_KINDS))
     win_share = frames.per_round(
         metrics, {"current agents' share of wins": (metric_names.CURRENT_WIN_SHARE, "collect")}
     )
-
+    recorded = set(losses["series"])
+    loss = next((name for name in HEADLINE_LOSSES if name in recorded), "")
     tiles = []
     for label, frame, series, fmt in (
         ("eval reward", rewards, "evaluation (task reward)", "{:.4f}"),
         ("candidate reward", rewards, "candidates: current agents", "{:.4f}"),
-        ("DPO / BT loss", losses, losses["series"].iloc[0] if len(losses) else "", "{:.4f}"),
+        ("DPO / BT loss", losses, loss, "{:.4f}"),
         ("pair accuracy", accuracy, accuracy["series"].iloc[0] if len(accuracy) else "", "{:.1%}"),
         ("current wins", win_share, "current agents' share of wins", "{:.1%}"),
     ):
@@ -141,6 +148,22 @@ def learning(run_id: str, version: str) -> LearningData | None:
                 inverse="loss" in label,
             )
         )
+    return tiles
+
+
+@st.cache_resource(max_entries=CACHE_ENTRIES, show_spinner=False)
+def learning(run_id: str, version: str) -> LearningData | None:
+    """Headline numbers and per-round figures of the Learning page; None when the run has no metrics yet."""
+    store = _store(run_id)
+    metrics = store.metrics(run_id)
+    if metrics.empty:
+        return None
+    rewards = frames.per_round(metrics, frames.REWARD_SERIES)
+    accuracy = frames.per_round(metrics, frames.training_metrics(metrics, metric_names.ACCURACY_KINDS))
+    win_share = frames.per_round(
+        metrics, {"current agents' share of wins": (metric_names.CURRENT_WIN_SHARE, "collect")}
+    )
+    tiles = learning_tiles(metrics)
 
     figures: dict[str, go.Figure] = {}
     if len(rewards):
@@ -195,10 +218,20 @@ def logged_distribution(run_id: str, version: str, round_index: int) -> go.Figur
     return charts.binned_distribution(frame, title=f"Logged reward distribution, round {round_index}")
 
 
+def step_panels(names: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """The per-update chart's panels: (y-axis title, series) per kind of metric, in the Learning page's order."""
+    titles = {kind: y_title for kinds, _, y_title in TRAINING_PANELS.values() for kind in kinds}
+    titles.update({kind: "share" for kind in metric_names.ACCURACY_KINDS})
+    panels: dict[str, list[str]] = {}
+    for name in names:
+        panels.setdefault(titles.get(metric_names.kind_of(name), "value"), []).append(name)
+    return list(panels.items())
+
+
 @st.cache_resource(max_entries=CACHE_ENTRIES, show_spinner=False)
 def step_curves(run_id: str, version: str, names: tuple[str, ...]) -> go.Figure | None:
     steps = frames.per_step(_store(run_id).metrics(run_id), list(names))
-    return charts.step_curves(steps, title="Per update", y_title="value") if len(steps) else None
+    return charts.step_curves(steps, step_panels(names), title="Per update") if len(steps) else None
 
 
 # -- Replay and pairs -----------------------------------------------------------------------------------------

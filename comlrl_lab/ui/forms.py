@@ -21,7 +21,7 @@ import streamlit as st
 
 from comlrl_lab.data.tasks import get_task, list_tasks
 from comlrl_lab.engine import ExperimentSpec
-from comlrl_lab.engine.presets import quickstart_spec
+from comlrl_lab.engine.presets import preset_config, quickstart_spec
 from comlrl_lab.engine.spec import resolve_task
 from comlrl_lab.engine.spec_file import parse_spec_text
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME, is_tiny_model_name
@@ -139,10 +139,11 @@ def holds(spec: FieldSpec, raw: Any) -> bool:
 
 
 def base_config_value(algorithm: str, spec: FieldSpec) -> Any:
-    """The widget value field ``spec`` of ``algorithm`` starts from: the session's preset's, else CoMLRL's default."""
-    preset = session_preset()
-    if preset is not None and preset.algorithm == algorithm and spec.name in preset.config:
-        return to_widget(spec, preset.config[spec.name])
+    """The widget value field ``spec`` of ``algorithm`` starts from: the preset of its family when the session
+    starts from the presets, else CoMLRL's default."""
+    overrides = preset_config(algorithm) if session_preset() is not None else {}
+    if spec.name in overrides:
+        return to_widget(spec, overrides[spec.name])
     return to_widget(spec, spec.default)
 
 

@@ -321,10 +321,17 @@ def mode_weights(
         weights = dict(replay_weights(settings, {r: sizes[r] for r in rounds}, current_round=round_index))
         record: dict[str, object] = {"mode": label}
         for r in rounds:
-            record[f"round {r} ({sizes[r]} pairs)"] = round(weights[r], 4) if r in weights else None
+            record[f"round {r} ({sizes[r]} pairs)"] = round(weights[r], 4) if r in weights else math.nan
         record["datasets used"] = len(weights)
         records.append(record)
     return pd.DataFrame(records)
+
+
+def mode_weights_view(table: pd.DataFrame) -> Any:
+    """``mode_weights`` as the Replay page prints it: four decimals, and an empty cell where a mode cannot use a
+    dataset (a plain frame prints "None" there)."""
+    rounds = [c for c in table.columns if c.startswith("round ")]
+    return table.style.format("{:.4f}", subset=rounds, na_rep="")
 
 
 def eligible_rounds(sizes: Mapping[int, int], round_index: int) -> list[int]:

@@ -15,7 +15,6 @@ import functools
 import hashlib
 import io
 import json
-import os
 import shutil
 import threading
 import zipfile
@@ -29,7 +28,8 @@ import streamlit as st
 from comlrl_lab.data.reward_distribution import DISTRIBUTION_DIR
 from comlrl_lab.engine import ExperimentSpec, RunManager
 from comlrl_lab.engine.manager import Progress
-from comlrl_lab.engine.run import SPEC_FILE, STORE_FILE, empty_round_notes
+from comlrl_lab.engine.run import SNAPSHOT_DIR, SPEC_FILE, STORE_FILE, empty_round_notes, quiet_library_progress
+from comlrl_lab.engine.runs_folder import RUNS_DIR_ENV, runs_root
 from comlrl_lab.names.run_ids import new_run_id
 from comlrl_lab.store import (
     EXPORT_FORMATS,
@@ -44,6 +44,7 @@ from comlrl_lab.store import (
     import_pair_files,
     import_replay_dir,
 )
+from comlrl_lab.store.snapshots import run_statuses
 from comlrl_lab.trainers.preference.algorithms import algorithm
 
 # Pages import only ``comlrl_lab.ui``; these are the engine and store names they need.
@@ -52,6 +53,7 @@ __all__ = [
     "ROUND_FILES",
     "ExperimentSpec",
     "QueryExecutionError",
+    "RUNS_DIR_ENV",
     "ReadOnlyQueryError",
     "RunView",
     "Workspace",
@@ -63,15 +65,9 @@ __all__ = [
     "workspace",
 ]
 
-RUNS_DIR_ENV = "COMLRL_LAB_RUNS_DIR"
 UPLOADS_DIR = "_uploads"
 ARCHIVE_DIR = "_archive"  # archived runs: kept on disk, out of the run lists (names starting with "_" are skipped)
 EXPORTS_DIR = "exports"
-
-
-def runs_root() -> Path:
-    """The folder holding every run directory: ``$COMLRL_LAB_RUNS_DIR`` or ``./runs``."""
-    return Path(os.environ.get(RUNS_DIR_ENV) or "runs").expanduser().resolve()
 
 
 @dataclass(frozen=True)
@@ -98,7 +94,10 @@ class RunView:
     def num_rounds(self) -> int | None:
         if self.spec is None:
             return None
-        return int(self.settings.get("num_iterations", 1)) if self.iterative else 1
+        try:
+            return self.spec.num_rounds()
+        except ValueError:
+            return None
 
 
 class Workspace:
@@ -364,6 +363,7 @@ _OPENED: list[Workspace] = []
 
 @st.cache_resource(show_spinner=False)
 def _workspace(root: str) -> Workspace:
+    quiet_library_progress()
     workspace = Workspace(root)
     _OPENED.append(workspace)
     return workspace
@@ -399,19 +399,43 @@ def run_label(row: Any) -> str:
     return f"{row.run_id} — {' · '.join(parts)}" if parts else str(row.run_id)
 
 
+#: What a run's stored status (``runs.status``, as its snapshot has it) reads as in the run list when this server
+#: has not opened the run: a run with rounds left is idle whether or not a phase of it ever ran.
+STORED_STATUS = {"finished": "finished", "failed": "error", "running": "idle", "created": "idle"}
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _stored_statuses(root: str, run_ids: tuple[str, ...], stamps: tuple[int, ...]) -> dict[str, str]:
+    # ``stamps`` (each run's runs.parquet mtime) is only part of the cache key: a new snapshot reads again.
+    return run_statuses([Path(root) / run_id / SNAPSHOT_DIR for run_id in run_ids])
+
+
 def run_list() -> pd.DataFrame:
-    """``past_runs`` with a ``status`` column: the engine's status for runs this server has open, else "closed"
-    (an imported pair set: "imported"). Opening every run to ask would load every store."""
+    """``past_runs`` with a ``status`` column: the engine's status for runs this server has open, else the status
+    the run's snapshot recorded (finished, error, idle; "imported" for an imported pair set), read again only when
+    a snapshot changes."""
     ws = workspace()
     frame = past_runs().copy()
     open_runs = set(ws.manager.open_runs())
+    closed = tuple(
+        r.run_id for r in frame.itertuples(index=False) if r.run_id not in open_runs and r.kind == "experiment"
+    )
+    stamps = tuple(_mtime_ns(ws.root / run_id / SNAPSHOT_DIR / "runs.parquet") for run_id in closed)
+    stored = _stored_statuses(str(ws.root), closed, stamps) if closed else {}
     frame["status"] = [
         ws.manager.progress(r.run_id).status
         if r.run_id in open_runs
-        else ("imported" if r.kind != "experiment" else "closed")
+        else ("imported" if r.kind != "experiment" else STORED_STATUS.get(stored.get(r.run_id, "created"), "idle"))
         for r in frame.itertuples(index=False)
     ]
     return frame
+
+
+def _mtime_ns(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0
 
 
 def past_runs() -> pd.DataFrame:

@@ -134,6 +134,10 @@ COMPARE_DIFF_TABLE = "compare.diff_table"
 COMPARE_PAIRS_TABLE = "compare.pairs_table"
 COMPARE_GAPS_CHART = "compare.gaps_chart"
 COMPARE_SIDES_CHART = "compare.sides_chart"
+COMPARE_GROUPS_TABLE = "compare.groups_table"
+COMPARE_OUTCOMES_TABLE = "compare.outcomes_table"
+COMPARE_DIFF_A = "compare.diff_a"  # the two groups whose difference the page states
+COMPARE_DIFF_B = "compare.diff_b"
 
 # Sweeps ("Run a grid" on the Compare page)
 SWEEP_ID = "sweep.id"  # the sweep this session follows: started here, or opened
@@ -274,6 +278,20 @@ def sync_run_with_url() -> None:
         st.query_params.pop(URL_RUN, None)
     elif st.query_params.get(URL_RUN) != run_id:
         st.query_params[URL_RUN] = run_id
+
+
+def query_lists() -> dict[str, list[str]]:
+    """The URL's query, every value of a repeated name kept (``to_dict`` keeps the last one only)."""
+    return {name: st.query_params.get_all(name) for name in st.query_params}
+
+
+def alias_page(page):
+    """A hidden page at ``page``'s address in title case (``/Pairs``) that moves on to ``page``, query kept."""
+
+    def move_on() -> None:
+        st.switch_page(page, query_params=query_lists())
+
+    return st.Page(move_on, title=page.title, url_path=page.url_path.title(), visibility="hidden")
 
 
 def switch_page(page) -> None:

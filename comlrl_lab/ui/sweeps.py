@@ -19,7 +19,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from comlrl_lab.engine import ExperimentSpec, cluster
+from comlrl_lab.engine import ExperimentSpec, cluster, eta
 from comlrl_lab.engine.run import SPEC_FILE
 from comlrl_lab.engine.sweep import (
     MANIFEST_FILE,
@@ -31,14 +31,15 @@ from comlrl_lab.engine.sweep import (
     check_sweep_size,
     parse_grid,
 )
-from comlrl_lab.ui import services, state
+from comlrl_lab.ui import components, services, state
 from comlrl_lab.ui.compare import RunEntry
 
 GRID_ROWS = 2
 THIS_SERVER, SLURM = "This server", "Slurm cluster"
 LAUNCHER_NAMES = {cluster.SLURM: "Slurm", cluster.SUBMITIT_LOCAL: "local submitit"}
-#: Seconds between looks at a sweep's progress: the board's is in memory, a cluster sweep's asks squeue.
-POLL_LOCAL_S, POLL_CLUSTER_S = 1.0, 5.0
+#: Seconds between looks at a cluster sweep's progress (squeue is asked each time); a sweep on this server is
+#: polled as the run panel is (``components.PANEL_POLL_S``).
+POLL_CLUSTER_S = 5.0
 
 
 def new_sweep(
@@ -264,7 +265,9 @@ def sweep_status(sweep_id: str) -> tuple[SweepProgress, dict[str, int], str]:
 def _progress(sweep_id: str) -> None:
     started, _, kind = sweep_status(sweep_id)
 
-    @st.fragment(run_every=(POLL_LOCAL_S if kind == cluster.LOCAL else POLL_CLUSTER_S) if started.busy else None)
+    @st.fragment(
+        run_every=(components.PANEL_POLL_S if kind == cluster.LOCAL else POLL_CLUSTER_S) if started.busy else None
+    )
     def panel() -> None:
         now, counts, _ = sweep_status(sweep_id)
         if (now.finished, now.busy) != (started.finished, started.busy):
@@ -279,6 +282,8 @@ def _progress(sweep_id: str) -> None:
             text += f", {counts['lost']} lost"
         if now.errors:
             text += f", {now.errors} failed"
+        if now.eta_seconds is not None:
+            text += f", about {eta.text(now.eta_seconds)} left"
         st.progress(now.fraction, text=text)
         live = board().progress(sweep_id) is not None
         if now.busy and live:

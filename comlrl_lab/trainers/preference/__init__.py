@@ -6,9 +6,7 @@ A CoMLRL 1.4.3 script runs with its import line changed from ``comlrl.trainers.p
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from comlrl_lab.lazy_imports import lazy_names
 from comlrl_lab.trainers.preference.config import MADPOConfig, MADPOIterConfig, MARLHFConfig, MARLHFIterConfig
 
 # The trainers import torch (about 2 s); the configs do not. Resolving them on first use keeps the Setup page
@@ -25,13 +23,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = [

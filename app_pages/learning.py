@@ -47,8 +47,8 @@ for col, name, empty in (
             st.plotly_chart(data.figures[name], key=state.learning_chart_key(name))
         else:
             st.caption(empty)
-# MARLHF: the policy-learning loss and the reward model's margins get panels of their own.
-panels = [name for name in ("rl_loss", "margins", "reward_margins", "accuracy") if name in data.figures]
+# The winner NLL (MADPO), the policy-learning loss and the reward model's margins (MARLHF) get panels of their own.
+panels = [name for name in ("nll", "rl_loss", "margins", "reward_margins", "accuracy") if name in data.figures]
 for start in range(0, len(panels), 2):
     for col, name in zip(st.columns(2), panels[start : start + 2]):
         col.plotly_chart(data.figures[name], key=state.learning_chart_key(name))

@@ -172,9 +172,9 @@ if not costs.empty:
             },
         )
 
-with st.expander("Event log"):
-    events = view.store.events(view.run_id, limit=200)
+events = view.store.events(view.run_id, limit=200)
+with st.expander(f"Event log ({len(events)}{'+' if len(events) == 200 else ''})"):
     if events.empty:
-        st.caption("No events yet.")
+        st.caption("No events yet: starts, finished phases, pauses, stops and errors are logged here.")
     else:
         st.dataframe(events.drop(columns=["traceback"]), hide_index=True, width="stretch")

@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from comlrl_lab.ui import components, figures, services, state
+from comlrl_lab.ui import components, figures, services, state, url_state
 
 view = components.require_run("Create, open or import a run to read its preference pairs.")
 store, run_id = view.store, view.run_id
@@ -26,6 +26,10 @@ browse, sql = st.tabs(["Browse pairs", "SQL"], key=state.PAIRS_TAB)
 
 def browse_pairs() -> None:
     rounds = store.rounds(run_id)
+    _, notes = url_state.restore("pairs", components.PAIRS_URL_KEYS)
+    notes += [n for n in [url_state.drop_unknown(state.PAIRS_ROUND, [None, *map(int, rounds["round"])])] if n]
+    for note in notes:
+        st.caption(note)
     filters = components.pair_filters(rounds, state.PAIRS_FILTERS)
     total = store.pairs_count(run_id, **filters)
     pages = max(1, -(-total // PAGE_SIZE))
@@ -39,6 +43,7 @@ def browse_pairs() -> None:
         + (f" · showing {PAGE_SIZE * (page - 1) + 1}–{min(total, PAGE_SIZE * page)}" if total else "")
     )
     frame = store.pairs_page(run_id, limit=PAGE_SIZE, offset=PAGE_SIZE * (int(page) - 1), **filters)
+    url_state.keep(components.PAIRS_URL_KEYS)
 
     if frame.empty:
         st.info(
@@ -94,6 +99,7 @@ def browse_pairs() -> None:
         format_func=lambda k: labels[keys.index(k)],
         help="Or click a row of the table.",
     )
+    url_state.keep(components.PAIRS_URL_KEYS)
 
     detail = store.pair_detail(run_id, chosen[0], chosen[1])
     if detail is None:

@@ -102,7 +102,7 @@ def mode_comparison() -> None:
     )
     view_settings = {"preference_replay_k": int(k_value), "preference_replay_lambda": float(lam_value)}
     st.dataframe(
-        frames.mode_weights(sizes, nu, view=view_settings, run=settings),
+        frames.mode_weights_view(frames.mode_weights(sizes, nu, view=view_settings, run=settings)),
         hide_index=True,
         width="stretch",
         key=state.REPLAY_MODE_WEIGHTS,

@@ -11,7 +11,7 @@ ws = services.workspace()
 st.title("Set up an experiment")
 st.caption(
     "Pick the agents' models, a task and an algorithm; every config field below comes from the config classes, "
-    "with CoMLRL's names, defaults and help (hover the ⓘ). The config is checked as you type, exactly as the "
+    "with CoMLRL's names, defaults and help (hover the ? beside a field). The config is checked as you type, exactly as the "
     "Python API checks it."
 )
 
@@ -163,7 +163,7 @@ if len(runs):
             "Status",
             sorted(runs["status"].unique()),
             key=state.RUNS_STATUS,
-            help="The engine's status for runs this server has open; 'closed' for the others.",
+            help="The engine's status for runs this server has open; for the others, what their last snapshot recorded.",
         )
         tags = cols[3].multiselect(
             "Tag",
@@ -288,7 +288,9 @@ if iterative:
 
 st.header("Algorithm settings", divider="gray")
 st.caption(
-    "Every remaining field of " + config_class.__name__ + ", grouped. Hover a field's ⓘ for its help text and default."
+    "Every remaining field of "
+    + config_class.__name__
+    + ", grouped. Hover the ? beside a field for its help text and default."
 )
 for title, caption, names in forms.grouped_fields(algorithm):
     with st.expander(f"{title} ({len(names)})", expanded=forms.field_names_in(names, errors)):

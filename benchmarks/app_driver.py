@@ -1,0 +1,105 @@
+"""The workbench in a real browser for the benchmarks: a Streamlit server on a free local port, and Chromium.
+
+``AppServer`` starts ``streamlit run app.py`` on 127.0.0.1 with a runs folder of its own and stops it by its PID;
+``chromium_page`` opens Debian's Chromium through Playwright (never ``playwright install``). ``key`` and
+``wait_idle`` find widgets and wait for a script run to end. This module measures nothing itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+RUNNING = '[data-testid="stApp"][data-test-script-state="running"]'
+
+
+def key(name: str) -> str:
+    """CSS selector of the container of the element keyed ``name`` (Streamlit writes dots as hyphens)."""
+    return ".st-key-" + name.replace(".", "-")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class AppServer:
+    """``streamlit run app.py`` serving ``runs_root`` on 127.0.0.1; a context manager, stopped by its PID."""
+
+    def __init__(self, runs_root: Path, log_path: Path, *, env: dict[str, str] | None = None):
+        self.runs_root = Path(runs_root)
+        self.log_path = Path(log_path)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = dict(os.environ, COMLRL_LAB_RUNS_DIR=str(self.runs_root), PYTHONPATH=str(REPO), **(env or {}))
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> AppServer:
+        args = ["--server.headless", "true", "--server.address", "127.0.0.1", "--server.port", str(self.port)]
+        args += ["--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "streamlit", "run", "app.py", *args],
+                cwd=REPO,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 120
+        while True:
+            with contextlib.suppress(OSError):
+                if urllib.request.urlopen(f"{self.url}/_stcore/health", timeout=2).read() == b"ok":
+                    return self
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.__exit__()
+                raise RuntimeError(f"streamlit did not start; see {self.log_path}")
+            time.sleep(0.1)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+
+@contextlib.contextmanager
+def chromium_page(scratch: Path, *, width: int = 1400, height: int = 1000) -> Iterator:
+    """A Playwright page in Debian's Chromium; its config and cache go under ``scratch``."""
+    from playwright.sync_api import sync_playwright
+
+    env = {**os.environ, "XDG_CONFIG_HOME": str(scratch / "xdg-config"), "XDG_CACHE_HOME": str(scratch / "xdg-cache")}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"], env=env
+        )
+        try:
+            page = browser.new_context(viewport={"width": width, "height": height}).new_page()
+            page.set_default_timeout(120_000)
+            yield page
+        finally:
+            browser.close()
+
+
+def wait_idle(page, *, started_within_ms: int = 1000) -> None:
+    """Wait for the script run an action caused to start (if it has not already ended), then for it to end."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    with contextlib.suppress(PlaywrightTimeout):
+        page.wait_for_selector(RUNNING, timeout=started_within_ms)
+    page.wait_for_selector(IDLE, timeout=120_000)

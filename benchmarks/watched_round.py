@@ -1,0 +1,218 @@
+"""Benchmark: does watching a run slow it down? A preset round with the Rounds page open, closed, and in the CLI.
+
+Each measurement is round 2 of a fresh quickstart run (the preset, ``--rounds 2``): round 1 loads the models, round 2
+is the steady state. Its time is read from the run's own phase commits (``snapshots/rounds.parquet``: round 2's
+evaluate commit minus round 1's), so the three ways are timed the same way:
+
+- **watched**: the run is created here, opened at ``/rounds`` in Chromium, started with "Run to the end", and the
+  page stays open while it trains (its live progress polling included);
+- **unwatched**: the same, but the tab leaves for ``about:blank`` once the click's rerun has drawn;
+- **cli**: ``comlrl-lab run SPEC --rounds 2`` in a process of its own.
+
+The three alternate (watched, unwatched, cli, then rotated), ``--repeats`` times, so a change in the machine's
+load hits all three alike. Then, unless ``--sweep-cells 0``, a sweep of the same spec (``dpo_beta=0.1,0.2`` x seeds)
+is started from the Compare page's "Run a grid", and its cells alternate between the Compare page open (watched)
+and closed, ABBA; each cell's round 2 is timed the same way. It prints every time, the medians, the ratios
+watched/unwatched and watched/cli (target: at most 1.1 each) and the load average before and after. Usage::
+
+    python benchmarks/watched_round.py [--repeats 2] [--sweep-cells 4] [--task length_ratio] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from app_driver import REPO, AppServer, chromium_page, key, wait_idle  # noqa: E402
+
+from comlrl_lab.engine.presets import quickstart_spec  # noqa: E402
+from comlrl_lab.engine.run import SNAPSHOT_DIR, Run  # noqa: E402
+from comlrl_lab.engine.sweep import MANIFEST_FILE, SWEEPS_DIR  # noqa: E402
+from comlrl_lab.ui import state  # noqa: E402
+
+TARGET = 1.1
+ROUNDS = 2
+POLL_S = 0.5
+TIMEOUT_S = 3600
+
+
+def round_seconds(run_dir: Path, round_index: int = ROUNDS) -> float | None:
+    """Seconds from round ``round_index - 1``'s evaluate commit to round ``round_index``'s; None until both exist."""
+    try:
+        rounds = pd.read_parquet(run_dir / SNAPSHOT_DIR / "rounds.parquet").set_index("round")
+    except (OSError, ValueError):
+        return None
+    if round_index not in rounds.index or round_index - 1 not in rounds.index:
+        return None
+    end, start = rounds.at[round_index, "evaluate_at"], rounds.at[round_index - 1, "evaluate_at"]
+    if pd.isna(end) or pd.isna(start):
+        return None
+    return (end - start).total_seconds()
+
+
+def wait_for_round(run_dir: Path) -> float:
+    deadline = time.monotonic() + TIMEOUT_S
+    while (seconds := round_seconds(run_dir)) is None:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"round {ROUNDS} of {run_dir.name} did not finish in {TIMEOUT_S} s")
+        time.sleep(POLL_S)
+    return seconds
+
+
+def spec_for(task: str):
+    spec = quickstart_spec(task)
+    spec.config["num_iterations"] = ROUNDS
+    return spec
+
+
+def app_round(page, server: AppServer, task: str, *, watched: bool) -> float:
+    """Round 2 of a new run started from the Rounds page, the page left open or closed."""
+    run = Run.create(spec_for(task), server.runs_root)
+    run.close()  # the app opens it by its id, as a reload would
+    page.goto(f"{server.url}/rounds?{state.URL_RUN}={run.run_id}")
+    page.locator(f"{key(state.ROUNDS_RUN_ALL)} button:not([disabled])").wait_for()
+    wait_idle(page)
+    page.locator(f"{key(state.ROUNDS_RUN_ALL)} button").click()
+    wait_idle(page)
+    if not watched:
+        page.goto("about:blank")
+    seconds = wait_for_round(run.run_dir)
+    page.goto("about:blank")
+    return seconds
+
+
+def cli_round(scratch: Path, task: str) -> float:
+    """Round 2 of a new run made by ``comlrl-lab run`` in its own process."""
+    spec_path = scratch / "spec.json"
+    spec_for(task).save(spec_path)
+    runs_root = scratch / "cli-runs"
+    before = set(runs_root.iterdir()) if runs_root.is_dir() else set()
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    command = [sys.executable, "-m", "comlrl_lab.cli", "run", str(spec_path), "--runs-root", str(runs_root), "--quiet"]
+    subprocess.run(command, check=True, env=env, cwd=scratch, stdout=subprocess.DEVNULL)
+    (run_dir,) = set(runs_root.iterdir()) - before
+    seconds = round_seconds(run_dir)
+    if seconds is None:
+        raise RuntimeError(f"the CLI run {run_dir} has no round {ROUNDS}")
+    return seconds
+
+
+def sweep_rounds(page, server: AppServer, base_run_id: str, cells: int) -> dict[str, list[float]]:
+    """Start a sweep of ``cells`` cells from the Compare page; cells alternate watched/unwatched (ABBA)."""
+    page.goto(f"{server.url}/compare?{state.URL_RUN}={base_run_id}")
+    wait_idle(page)
+    page.locator("[data-testid='stExpander'] summary").filter(has_text="Run a grid").click()
+    combo = page.locator(f"{key(state.sweep_field_key(0))} input[role='combobox']")
+    combo.click()
+    page.keyboard.type("dpo_beta")
+    page.locator("[role='option']").filter(has_text="dpo_beta").first.click()
+    wait_idle(page)
+    for widget_key, text in (
+        (state.sweep_values_key(0), "0.1,0.2"),
+        (state.SWEEP_SEEDS, str(max(1, cells // 2))),
+        (state.SWEEP_PARALLEL, "1"),
+    ):
+        box = page.locator(f"{key(widget_key)} input")
+        box.fill(text)
+        box.press("Tab")
+    page.locator(f"{key(state.SWEEP_START)} button").click()
+    wait_idle(page)
+    compare_url = page.url
+    (sweep_dir,) = (server.runs_root / SWEEPS_DIR).iterdir()
+    watched_cells = {i for i in range(2 * cells) if i % 4 in (0, 3)}
+    times: dict[str, list[float]] = {"watched": [], "unwatched": []}
+    shown: bool | None = True
+    deadline = time.monotonic() + TIMEOUT_S * cells
+    while time.monotonic() < deadline:
+        manifest = json.loads((sweep_dir / MANIFEST_FILE).read_text())
+        running = [c["index"] for c in manifest["cells"] if c["status"] == "running"]
+        if running:
+            want = running[0] in watched_cells
+            if want != shown:
+                page.goto(compare_url if want else "about:blank")
+                shown = want
+        if all(c["status"] in ("finished", "error", "stopped") for c in manifest["cells"]):
+            break
+        time.sleep(POLL_S)
+    page.goto("about:blank")
+    for cell in manifest["cells"]:
+        if cell["status"] != "finished":
+            raise RuntimeError(f"sweep cell {cell['index']} ended {cell['status']}: {cell.get('error')}")
+        seconds = round_seconds(server.runs_root / cell["run_id"])
+        times["watched" if cell["index"] in watched_cells else "unwatched"].append(seconds)
+    return times
+
+
+def ratio_line(name: str, top: list[float], bottom: list[float]) -> tuple[str, float]:
+    value = statistics.median(top) / statistics.median(bottom)
+    verdict = "meets" if value <= TARGET else "misses"
+    return f"{name}: {value:.3f} ({verdict} the target <= {TARGET})", value
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=2, help="rounds timed per way (watched, unwatched, cli)")
+    parser.add_argument("--sweep-cells", type=int, default=4, help="cells of the Compare-page sweep (0: none)")
+    parser.add_argument("--task", default="length_ratio")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+    load_before = os.getloadavg()
+    times: dict[str, list[float]] = {"watched": [], "unwatched": [], "cli": []}
+    with tempfile.TemporaryDirectory(prefix="watched-round-") as tmp:
+        scratch = Path(tmp)
+        with AppServer(scratch / "runs", scratch / "server.log") as server, chromium_page(scratch) as page:
+            page.goto(server.url + "/")
+            wait_idle(page)
+            order = ["watched", "unwatched", "cli"]
+            last_app_run = None
+            for repeat in range(args.repeats):
+                for way in order[repeat % 3 :] + order[: repeat % 3]:
+                    if way == "cli":
+                        seconds = cli_round(scratch, args.task)
+                    else:
+                        seconds = app_round(page, server, args.task, watched=way == "watched")
+                        last_app_run = max(p.name for p in server.runs_root.iterdir() if not p.name.startswith("_"))
+                    times[way].append(seconds)
+                    print(
+                        f"{way:>9}: round {ROUNDS} took {seconds:6.2f} s  (load {os.getloadavg()[0]:.2f})", flush=True
+                    )
+            print("\nmedians (s): " + ", ".join(f"{w} {statistics.median(v):.2f}" for w, v in times.items() if v))
+            lines = [ratio_line("watched / unwatched", times["watched"], times["unwatched"])]
+            lines.append(ratio_line("watched / cli", times["watched"], times["cli"]))
+            for line, _ in lines:
+                print(line, flush=True)
+            sweep = None
+            if args.sweep_cells > 0 and last_app_run is not None:
+                sweep = sweep_rounds(page, server, last_app_run, args.sweep_cells)
+                for way, values in sweep.items():
+                    print(f"sweep cells {way}: {', '.join(f'{v:.2f}' for v in values)} s", flush=True)
+                lines.append(ratio_line("sweep cell, Compare open / closed", sweep["watched"], sweep["unwatched"]))
+                print(lines[-1][0])
+    load_after = os.getloadavg()
+    print(
+        f"load average before {load_before[0]:.2f} {load_before[1]:.2f}, after {load_after[0]:.2f} {load_after[1]:.2f}"
+    )
+    result = {
+        "times": times,
+        "sweep": sweep,
+        "ratios": {line.split(":")[0]: value for line, value in lines},
+        "load_before": load_before,
+        "load_after": load_after,
+    }
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()
