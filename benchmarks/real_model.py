@@ -47,35 +47,36 @@ def rss_bytes() -> int:
 
 
 def build_trainer(args, output_dir: str, *, dtype: str = "float32", lora: bool = False, items: int | None = None):
+    """One MADPOIter round's trainer on the registered model, built by the engine from a spec as a run's is."""
     from comlrl_lab.data.tasks import get_task
-    from comlrl_lab.trainers.preference import MADPOIterConfig, MADPOIterTrainer
+    from comlrl_lab.engine import ExperimentSpec
+    from comlrl_lab.engine import build_trainer as engine_build_trainer
+    from comlrl_lab.names.run_ids import new_run_id
 
-    task = get_task(args.task)
-    config = MADPOIterConfig(
-        num_iterations=1,
-        preference_num_candidates=args.candidates,
-        preference_pairs_per_sample=args.candidates,
-        max_new_tokens=args.max_new_tokens,
-        train_batch_size=args.batch_size,
-        scoring_batch_size=args.batch_size,
-        temperature=0.7,
-        top_p=0.9,
-        lora_r=8 if lora else None,
-        lora_target_modules="all-linear" if lora else None,
-        agent_devices="cpu",
-        output_dir=output_dir,
-        seed=0,
-    )
-    return MADPOIterTrainer(
-        agent_model=args.model,
-        num_agents=task.num_agents,
+    config = {
+        "num_iterations": 1,
+        "preference_num_candidates": args.candidates,
+        "preference_pairs_per_sample": args.candidates,
+        "max_new_tokens": args.max_new_tokens,
+        "train_batch_size": args.batch_size,
+        "scoring_batch_size": args.batch_size,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "lora_r": 8 if lora else None,
+        "lora_target_modules": "all-linear" if lora else None,
+        "agent_devices": "cpu",
+        "seed": 0,
+    }
+    spec = ExperimentSpec(
+        algorithm="MADPOIter",
+        agent_models=[args.model] * get_task(args.task).num_agents,
+        task=args.task,
+        config=config,
         model_config={"dtype": dtype},
-        train_dataset=task.train_items()[: items or args.items],
-        eval_dataset=[],
-        reward_func=task.reward_func,
-        formatters=list(task.formatters),
-        args=config,
+        max_train_items=items or args.items,
+        max_eval_items=1,  # the parts measured here never evaluate
     )
+    return engine_build_trainer(spec, output_dir=output_dir, run_id=new_run_id("real-model"))
 
 
 def collection(args, dtype: str = "float32") -> tuple[float, float]:
