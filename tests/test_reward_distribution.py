@@ -108,10 +108,11 @@ def test_a_version_1_store_gains_the_reward_distributions_table(tmp_path):
     RunStore(path).close()
     con = duckdb.connect(str(path))
     con.execute("DROP TABLE reward_distributions")
+    con.execute("ALTER TABLE events DROP COLUMN logged")  # version 3's column: a version-1 store had neither
     con.execute("DELETE FROM schema_version")
     con.execute("INSERT INTO schema_version VALUES (1, now()::TIMESTAMP)")
     con.close()
     with RunStore(path) as store:
         versions = store.readonly_sql("SELECT version FROM schema_version ORDER BY version")["version"].tolist()
-        assert versions == [1, SCHEMA_VERSION] == [1, 2]
+        assert versions == [1, 2, SCHEMA_VERSION] == [1, 2, 3]  # each step records its version
         assert store.binned_reward_distributions("any").empty

@@ -197,7 +197,7 @@ def test_the_screens_are_not_in_a_pages_folder_and_title_case_addresses_lead_to_
 def test_a_dataset_a_replay_mode_cannot_use_shows_an_empty_cell_not_none():
     from comlrl_lab.ui import frames
 
-    table = frames.mode_weights({1: 8, 2: 8, 3: 8}, 3, k=1, lam=0.5)
+    table = frames.mode_weights({1: 8, 2: 8, 3: 8}, 3, view={"preference_replay_k": 1, "preference_replay_lambda": 0.5})
     lines = frames.mode_weights_view(table).hide(axis="index").to_string(delimiter="|").splitlines()
     row = next(line for line in lines if line.startswith("nearest_k"))
     assert row == "nearest_k (k = 1)|||1.0000|1"  # rounds 1 and 2 are not eligible under k = 1
