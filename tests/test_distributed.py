@@ -220,11 +220,13 @@ def _dist_files(directory: Path) -> list[dict]:
     return [torch.load(directory / f"rank{r}.pt", weights_only=False) for r in range(2)]
 
 
-def _assert_weights_close(a: list[dict], b: list[dict]) -> None:
+def _assert_weights_close(a: list[dict], b: list[dict], atol: float = 1e-5) -> None:
     for agent_a, agent_b in zip(a, b):
         assert agent_a.keys() == agent_b.keys()
         for name in agent_a:
-            torch.testing.assert_close(agent_a[name], agent_b[name], rtol=0, atol=1e-5, msg=name)
+            torch.testing.assert_close(
+                agent_a[name], agent_b[name], rtol=0, atol=atol, msg=lambda detail, name=name: f"{name}: {detail}"
+            )
 
 
 @pytest.mark.slow
@@ -350,10 +352,22 @@ def test_torchrun_marlhf_two_ranks_split_the_fit_the_rollouts_and_the_rl_and_equ
             [{k: v for k, v in rank["reward_model"].items() if k != bias}],
             [{k: v for k, v in single["reward_model"].items() if k != bias}],
         )
-        _assert_weights_close(rank["agents"], single["agents"])
+        # That bias reaches the group-normalised advantages as rounding, and AdamW divides each update by its own
+        # gradient scale, so a weight whose gradient is near 0 can move by a small part of a step (1.7e-5 of a
+        # 1e-2 step was seen on one CPU): allow 1% of one step, far below the whole step a wrong shard would cost.
+        _assert_weights_close(
+            rank["agents"], single["agents"], atol=0.01 * dist_marlhf_script.DIST["agent_learning_rate"]
+        )
         assert [(s, n) for s, n, _ in rank["metrics"]] == [(s, n) for s, n, _ in single["metrics"]]
         # The reward level moves with that bias; the advantages (group-normalised) and so the agents do not.
         level = ("rl/reward_model_mean", "turn_1/reward_mean", "turn_1/expected_return", "round/rl/reward_model_mean")
         expected = [v + shift if n in level else v for _, n, v in single["metrics"]]
-        values = [v for _, _, v in rank["metrics"]]
-        assert values == pytest.approx(expected, rel=1e-4, abs=1e-5, nan_ok=True)
+        # Metrics after the first policy update come from those weights, so they carry their small part of a step.
+        first = min(s for s, _, _ in single["metrics"])
+        got = {(s, n): v for s, n, v in rank["metrics"]}
+        off = [
+            (s, n, got[s, n], want)
+            for (s, n, _), want in zip(single["metrics"], expected, strict=True)
+            if got[s, n] != pytest.approx(want, rel=1e-4 if s == first else 1e-3, abs=1e-5, nan_ok=True)
+        ]
+        assert off == []
