@@ -103,3 +103,21 @@ def wait_idle(page, *, started_within_ms: int = 1000) -> None:
     with contextlib.suppress(PlaywrightTimeout):
         page.wait_for_selector(RUNNING, timeout=started_within_ms)
     page.wait_for_selector(IDLE, timeout=120_000)
+
+
+def choose(page, widget_key: str, option: str) -> None:
+    """Pick the option whose text contains ``option`` in the selectbox keyed ``widget_key``. A rerun that lands
+    while the list is open closes it, so the list is opened again (three tries) rather than waited on."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    for attempt in range(3):
+        page.wait_for_selector(IDLE, timeout=120_000)
+        page.locator(f"{key(widget_key)} input[role='combobox']").click()
+        try:
+            page.locator("[role='option']").filter(has_text=option).first.click(timeout=5_000)
+            break
+        except PlaywrightTimeout:
+            if attempt == 2:
+                raise
+            page.keyboard.press("Escape")
+    wait_idle(page)

@@ -77,21 +77,15 @@ def _open(page, address: str, title: str) -> None:
     driver.wait_idle(page)
 
 
-def _choose(page, widget_key: str, option: str) -> None:
-    page.locator(f"{driver.key(widget_key)} input[role='combobox']").click()
-    page.locator("[role='option']").filter(has_text=option).first.click()
-    driver.wait_idle(page)
-
-
 def test_a_reload_keeps_the_pairs_filters_and_the_open_pair(app):
     server, page, run_id = app
     _open(page, f"{server.url}/Pairs?{state.URL_RUN}={run_id}", "Pairs")
-    _choose(page, state.PAIRS_ROUND, "round 2")
+    driver.choose(page, state.PAIRS_ROUND, "round 2")
     search = page.locator(f"{driver.key(state.PAIRS_TEXT)} input")
     search.fill("the")
     search.press("Enter")
     driver.wait_idle(page)
-    _choose(page, state.PAIRS_OPEN, "pair 1 ")
+    driver.choose(page, state.PAIRS_OPEN, "pair 1 ")
     opened = page.locator(f"{driver.key(state.PAIRS_OPEN)} input[role='combobox']").input_value()
     assert "pairs.round=2" in page.url and "pairs.text=the" in page.url
     _open(page, None, "Pairs")
@@ -104,9 +98,9 @@ def test_a_reload_keeps_the_pairs_filters_and_the_open_pair(app):
 def test_compare_answers_in_numbers_and_a_reload_keeps_its_view(app):
     server, page, _ = app
     _open(page, f"{server.url}/Compare", "Compare runs")
-    _choose(page, state.COMPARE_TAGS, "sweep-a")
-    _choose(page, state.COMPARE_DIFF_A, "B")
-    _choose(page, state.COMPARE_DIFF_B, "A")
+    driver.choose(page, state.COMPARE_TAGS, "sweep-a")
+    driver.choose(page, state.COMPARE_DIFF_A, "B")
+    driver.choose(page, state.COMPARE_DIFF_B, "A")
     answer = page.get_by_text("B − A at round 3")
     answer.first.wait_for()
     assert "paired by seed" in page.locator("[data-testid='stMarkdown']").filter(has_text="B − A").first.inner_text()
