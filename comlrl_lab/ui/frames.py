@@ -327,11 +327,11 @@ def mode_weights(
     return pd.DataFrame(records)
 
 
-def mode_weights_view(table: pd.DataFrame) -> Any:
+def mode_weights_view(table: pd.DataFrame) -> pd.DataFrame:
     """``mode_weights`` as the Replay page prints it: four decimals, and an empty cell where a mode cannot use a
-    dataset (a plain frame prints "None" there)."""
+    dataset. The weights become text because st.dataframe draws a missing number as "None" whatever a Styler says."""
     rounds = [c for c in table.columns if c.startswith("round ")]
-    return table.style.format("{:.4f}", subset=rounds, na_rep="")
+    return table.assign(**{c: [f"{w:.4f}" if not math.isnan(w) else "" for w in table[c]] for c in rounds})
 
 
 def eligible_rounds(sizes: Mapping[int, int], round_index: int) -> list[int]:
