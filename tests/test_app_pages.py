@@ -570,8 +570,8 @@ def test_replay_shows_weights_and_draws_and_recomputes_lambda_live(open_app, see
     # The run's own row keeps the run's λ = 0.5; the slider moves the lambda_decay row of the comparison.
     modes = at.dataframe[1].value.set_index("mode")
     this_run, slider = modes.loc["this run: lambda_decay (λ = 0.5)"], modes.loc["lambda_decay (λ = 0.8)"]
-    assert [round(this_run[c], 4) for c in modes.columns[:2]] == [round(x, 4) for x in lambda_decay_weights(2, 0.5)]
-    assert [round(slider[c], 4) for c in modes.columns[:2]] == [round(x, 4) for x in w]
+    assert [float(this_run[c]) for c in modes.columns[:2]] == [round(x, 4) for x in lambda_decay_weights(2, 0.5)]
+    assert [float(slider[c]) for c in modes.columns[:2]] == [round(x, 4) for x in w]  # shown with 4 decimals
     chart = next(c for c in _plotly(at) if c["data"][0].get("name") == "weight")
     assert [round(y, 6) for y in _array(chart["data"][0]["y"])] == [round(x, 6) for x in w]
     at.segmented_control(key=state.REPLAY_ROUND).set_value(1).run()

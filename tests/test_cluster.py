@@ -314,6 +314,17 @@ def _finished(sweep_dir: Path) -> bool:
     return all(c.status == "finished" for c in Sweep.open(sweep_dir).cells)
 
 
+def _checkpointed_phases(run_dir: Path) -> int:
+    """Phases finished before the newest committed checkpoint of a run (0 without one)."""
+    from comlrl_lab.trainers.preference import checkpoint as ckpt
+
+    newest = ckpt.latest_checkpoint(run_dir / "checkpoint")
+    if newest is None:
+        return 0
+    state = ckpt.read_state(newest)
+    return (int(state["round_index"]) - 1) * 4 + int(state["phase_index"])
+
+
 def _pairs_spec(model_dir):
     """Two quick rounds on the built-in length_ratio task, whose rewards rarely tie, so every round has pairs."""
     spec = tiny_spec(model_dir, num_iterations=2, max_new_tokens=6)
@@ -348,7 +359,9 @@ def test_a_2x2x2_grid_through_the_local_executor_resumes_a_killed_job_without_ru
     sweep = _only_sweep(runs)
     assert len(sweep.cells) == 8 and "submitted 8 of 8 cells (submitit-local)" in capsys.readouterr().out
 
-    # Kill the job of the first cell seen halfway: round 1 committed with its pairs, round 2 not finished.
+    # Kill the job of the first cell seen halfway: round 1 committed with its pairs and checkpointed, round 2 not
+    # finished. A kill in the moment between a phase's commit and its checkpoint (written in the background) would
+    # redo that phase on resume, with the same rows: the one place where a phase can run twice.
     def halfway():
         now = Sweep.open(sweep.sweep_dir)
         commits = _commits(now)
@@ -359,6 +372,7 @@ def test_a_2x2x2_grid_through_the_local_executor_resumes_a_killed_job_without_ru
                 if c.status == "running"
                 and 4 <= len(commits[c.index]) < 8
                 and (runs / c.run_id / "snapshots" / "pairs" / "round_0001_collect.parquet").exists()
+                and _checkpointed_phases(runs / c.run_id) >= len(commits[c.index])
             ),
             None,
         )
