@@ -1,9 +1,12 @@
 """Sweeps: a grid of config values x seeds, each cell a normal run directory, run K at a time and resumable.
 
 A sweep lives in ``<runs folder>/_sweeps/<sweep id>/sweep.json`` (the manifest: the base spec, the grid, the seeds,
-the launcher and every cell with its overrides, run id and state). Each cell is an ordinary run in ``<runs folder>/<run id>``,
-made by ``Run.create`` like any other, whose spec carries the sweep id in ``tags``, so the workbench, the CLI and
-notebooks read it as they read any run. ``SweepRunner`` steps the cells through a ``RunManager`` (the workbench's
+the launcher and every cell with its overrides, run id and state). ``grid_cells`` makes each grid point whole by the
+rule the Setup form follows (``fields.inapplicable_to_default`` and ``fields.suggestions``), so a grid over a mode
+brings each mode's own fields along; a grid value may also name them (a ``Bundle``). Each cell is an ordinary run in
+``<runs folder>/<run id>``, made by ``Run.create`` like any other, whose spec carries the sweep id in ``tags``, so the
+workbench, the CLI and notebooks read it as they read any run; a finished base run (the Compare page's) stands for
+the cell with its own config and is not run again (``sweep_memberships`` finds it). ``SweepRunner`` steps the cells through a ``RunManager`` (the workbench's
 own, or one of its own in the CLI), at most ``parallel`` at a time, and writes the manifest after every change of
 state; ``Sweep.open`` + ``SweepRunner`` finishes an interrupted sweep, resuming a started cell from its checkpoint.
 Cells run as cluster jobs (``cluster.py``) change only their own cell, through ``Sweep.editing`` (a file lock
