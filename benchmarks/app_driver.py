@@ -37,7 +37,10 @@ def free_port() -> int:
 class AppServer:
     """``streamlit run app.py`` serving ``runs_root`` on 127.0.0.1; a context manager, stopped by its PID."""
 
-    def __init__(self, runs_root: Path, log_path: Path, *, env: dict[str, str] | None = None):
+    def __init__(
+        self, runs_root: Path, log_path: Path, *, env: dict[str, str] | None = None, options: tuple[str, ...] = ()
+    ):
+        self.options = tuple(options)  # more ``streamlit run`` options, such as "--runner.postScriptGC=true"
         self.runs_root = Path(runs_root)
         self.log_path = Path(log_path)
         self.port = free_port()
@@ -47,7 +50,7 @@ class AppServer:
 
     def __enter__(self) -> AppServer:
         args = ["--server.headless", "true", "--server.address", "127.0.0.1", "--server.port", str(self.port)]
-        args += ["--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
+        args += ["--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none", *self.options]
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "streamlit", "run", "app.py", *args],

@@ -10,12 +10,16 @@ evaluate commit minus round 1's), so the three ways are timed the same way:
 - **cli**: ``comlrl-lab run SPEC --rounds 2`` in a process of its own.
 
 The three alternate (watched, unwatched, cli, then rotated), ``--repeats`` times, so a change in the machine's
-load hits all three alike. Then, unless ``--sweep-cells 0``, a sweep of the same spec (``dpo_beta=0.1,0.2`` x seeds)
+load hits all three alike. Then, unless ``--sweep-cells 0``, a sweep of the same spec (``dpo_beta=0.2,0.3`` x seeds)
 is started from the Compare page's "Run a grid", and its cells alternate between the Compare page open (watched)
 and closed, ABBA; each cell's round 2 is timed the same way. It prints every time, the medians, the ratios
-watched/unwatched and watched/cli (target: at most 1.1 each) and the load average before and after. Usage::
+watched/unwatched and watched/cli (target: at most 1.1 each) and the load average before and after.
+``--post-script-gc`` serves the app with Streamlit's full garbage collection after every script run turned back on
+(``runner.postScriptGC``, which ``.streamlit/config.toml`` turns off): the cause of the slowdown, for a before/after
+on the same machine. Usage::
 
-    python benchmarks/watched_round.py [--repeats 2] [--sweep-cells 4] [--task length_ratio] [--json out.json]
+    python benchmarks/watched_round.py [--repeats 2] [--sweep-cells 4] [--task length_ratio] [--post-script-gc]
+        [--json out.json]
 """
 
 from __future__ import annotations
@@ -118,7 +122,7 @@ def sweep_rounds(page, server: AppServer, base_run_id: str, cells: int) -> dict[
     page.locator("[role='option']").filter(has_text="dpo_beta").first.click()
     wait_idle(page)
     for widget_key, text in (
-        (state.sweep_values_key(0), "0.1,0.2"),
+        (state.sweep_values_key(0), "0.2,0.3"),  # not the base run's 0.1: that cell would be the base run itself
         (state.SWEEP_SEEDS, str(max(1, cells // 2))),
         (state.SWEEP_PARALLEL, "1"),
     ):
@@ -164,13 +168,18 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=2, help="rounds timed per way (watched, unwatched, cli)")
     parser.add_argument("--sweep-cells", type=int, default=4, help="cells of the Compare-page sweep (0: none)")
     parser.add_argument("--task", default="length_ratio")
+    parser.add_argument(
+        "--post-script-gc", action="store_true", help="serve with runner.postScriptGC=true (as before the fix)"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
+    options = ("--runner.postScriptGC=true",) if args.post_script_gc else ()
     load_before = os.getloadavg()
     times: dict[str, list[float]] = {"watched": [], "unwatched": [], "cli": []}
     with tempfile.TemporaryDirectory(prefix="watched-round-") as tmp:
         scratch = Path(tmp)
-        with AppServer(scratch / "runs", scratch / "server.log") as server, chromium_page(scratch) as page:
+        server = AppServer(scratch / "runs", scratch / "server.log", options=options)
+        with server, chromium_page(scratch) as page:
             page.goto(server.url + "/")
             wait_idle(page)
             order = ["watched", "unwatched", "cli"]

@@ -542,7 +542,13 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("spec", nargs="?", help="base experiment spec file (.yaml/.yml/.json), or: status SWEEP_DIR")
     sweep.add_argument("sweep_dir", nargs="?", help=argparse.SUPPRESS)
     sweep.add_argument(
-        "--grid", action="append", default=[], metavar="FIELD=V1,V2", help="a config field and its values (repeatable)"
+        "--grid",
+        action="append",
+        default=[],
+        metavar="FIELD=V1,V2",
+        help="a config field and its values (repeatable); a value may bring fields along, "
+        "preference_replay_mode=nearest_k:k=4,lambda_decay (a mode's own fields otherwise take their suggested "
+        "values); no --grid: seeds alone",
     )
     sweep.add_argument("--seeds", type=int, default=1, help="seeds per grid point, counting up from the spec's seed")
     sweep.add_argument("--parallel", type=int, help="cells run at the same time (default: 1, or the sweep's own)")

@@ -36,8 +36,10 @@ def write_run(
     pairs_per_round: int = 4,
     current_wins: int = 1,
     gap: float = 0.5,
+    status: str = "finished",
 ) -> Path:
-    """A finished run of ``rounds`` rounds; ``eval_reward(r)`` is its evaluation reward in round r.
+    """A run of ``rounds`` rounds (``status`` in its runs.parquet: finished unless told); ``eval_reward(r)`` is its
+    evaluation reward in round r.
 
     Every other curve is a fixed function of the round (loss 1/r, pair accuracy r/rounds, ...), and each round has
     ``pairs_per_round`` pairs of which the first ``current_wins`` are won by the current agents, all with ``gap``.
@@ -89,5 +91,6 @@ def write_run(
                 "loser_token_counts": [[2, 2]] * pairs_per_round,
             }
         ).to_parquet(snaps / "pairs" / f"round_{r:04d}_collect.parquet")
+    pd.DataFrame({"run_id": [run_id], "status": [status]}).to_parquet(snaps / "runs.parquet")
     (snaps / "_manifest.json").write_text(json.dumps({"run_id": run_id, "phases": manifest}), encoding="utf-8")
     return run_dir

@@ -258,6 +258,47 @@ def test_setup_reads_a_file_as_the_cli_does_and_a_mistake_loads_nothing(open_app
     assert at.number_input(key=state.config_field_key("MADPOIter", "preference_replay_lambda")).value == 0.25
 
 
+SPEC_REFUSALS = {
+    # The app used to keep the replay mode and fill in k = 2 where the CLI refused.
+    "nearest_k without its k": (
+        "algorithm: MADPOIter\nconfig:\n  num_iterations: 2\n  preference_replay_mode: nearest_k\n",
+        "spec.yaml:2: preference_replay_k is required when preference_replay_mode='nearest_k'.",
+    ),
+    # The app used to show yaml's ScannerError as it was raised.
+    "broken YAML": (
+        "algorithm: MADPOIter\nconfig:\n  num_iterations: 2\n   bad: [\n",
+        "spec.yaml:4:7: YAML syntax error: mapping values are not allowed here",
+    ),
+    # Both used to name no line and suggest nothing.
+    "an unknown task": (
+        "algorithm: MADPOIter\ntask: lenght_ratio\nconfig:\n  num_iterations: 2\n",
+        "spec.yaml:2: unknown task 'lenght_ratio'; did you mean 'length_ratio'? (built-in tasks: length_ratio, "
+        "topic_relay, stance_agreement; a task of your own goes in user_task)",
+    ),
+}
+
+
+@pytest.mark.parametrize("mistake", list(SPEC_REFUSALS))
+def test_setup_and_the_cli_refuse_a_spec_with_the_same_line_and_load_nothing(open_app, tmp_path, capsys, mistake):
+    from comlrl_lab import cli
+
+    text, expected = SPEC_REFUSALS[mistake]
+    (tmp_path / "spec.yaml").write_text(text)
+    assert cli.main(["run", str(tmp_path / "spec.yaml"), "--runs-root", str(tmp_path / "runs")]) == 2
+    where = str(tmp_path / "spec.yaml")
+    assert capsys.readouterr().err.strip() == f"comlrl-lab run: {where}{expected.removeprefix('spec.yaml')}"
+
+    at = open_app(run_id=None)
+    mode = at.selectbox(key=state.config_field_key("MADPOIter", "preference_replay_mode")).value
+    at.get_by_key(state.SETUP_LOAD_FILE).set_value(("spec.yaml", text.encode(), "application/x-yaml"))
+    at.button(key=state.SETUP_APPLY_FILE).click().run()
+    assert [e.value for e in at.error if "Nothing was loaded" in e.value] == [f"Nothing was loaded: {expected}"]
+    assert at.number_input(key=state.config_field_key("MADPOIter", "num_iterations")).value == 6  # untouched
+    assert at.selectbox(key=state.config_field_key("MADPOIter", "preference_replay_mode")).value == mode
+    k_box = state.config_field_key("MADPOIter", "preference_replay_k")
+    assert mode != "nearest_k" and not [box for box in at.number_input if box.key == k_box]  # no k was set
+
+
 def test_setup_takes_a_user_task_module_and_checks_it(open_app):
     repo = Path(APP).parent
     at = open_app(run_id=None)

@@ -3,9 +3,9 @@
 Open the app, pick the tiny model and a built-in task, set up MADPOIter with a history comparator and
 lambda_decay, run two rounds; while a training phase runs, switch pages and time how long each one takes to
 draw; open a pair and see both sides; move λ and see the weights change; export Parquet and read the file
-back; on the Compare page, run a 2 x 2 grid (two replay modes, two seeds) from that run and see it compared, then
-submit the same grid to Slurm (``fake_slurm.py`` runs the job array here) and see the page fill in; archive one of
-the runs from Setup's run list.
+back; on the Compare page, ask whether nearest_k replay beats lambda_decay as one grid (two modes, two seeds) from
+that run and see the answer in numbers, then submit more seeds of that run to Slurm (``fake_slurm.py`` runs the job
+array here) and see the page fill in; archive one of the runs from Setup's run list.
 Screenshots of every page and the measured page-switch latencies go to ``test-artifacts/``.
 
 Each step is its own test, run in file order on one page that the next step continues from; once a step fails,
@@ -520,60 +520,76 @@ def test_data_page_exports_parquet_that_reads_back(browser_page, tmp_path):
     shoot(page, "07-data")
 
 
-def test_compare_page_runs_a_2x2_grid_and_shows_it(server, browser_page):
-    """Two replay modes x two seeds from the run made above, started from the Compare page and shown there."""
+def test_compare_page_answers_the_replay_mode_question_as_one_grid(server, browser_page):
+    """nearest_k against lambda_decay over two seeds, from the run made above (lambda_decay, λ 0.5), started from
+    the Compare page as one grid: nearest_k gets its k, the base run is the lambda_decay cell of its own seed, and
+    the answer comes as numbers with CIs."""
     page = browser_page
     # By its address: the Pairs link's icon is the "compare" glyph, whose text matches the title too.
     page.locator("[data-testid='stSidebarNav'] a[href$='/compare']").click()
     page.locator("h1").filter(has_text="Compare runs").wait_for()
     settle(page)
     page.locator("[data-testid='stExpander'] summary").filter(has_text="Run a grid").click()
-    for i, field_name in enumerate(("preference_replay_mode", "preference_replay_lambda")):
-        # The list of config fields is long and drawn only in part: type to bring the option up.
-        combo = page.locator(f"{key(state.sweep_field_key(i))} input[role='combobox']")
-        for attempt in range(3):
-            page.wait_for_selector(IDLE, timeout=120_000)
-            combo.click()
-            page.keyboard.type(field_name)
-            try:
-                page.locator("[role='option']").filter(has_text=field_name).first.click(timeout=5_000)
-                break
-            except sync_api.TimeoutError:  # the list was redrawn under a late rerun: try again
-                if attempt == 2:
-                    raise
-                page.keyboard.press("Escape")
-        settle(page)
-    fill_form(
-        page,
-        (state.sweep_values_key(0), "current,all_history"),  # λ belongs to lambda_decay, so the grid drops it
-        (state.sweep_values_key(1), "none"),
-        (state.SWEEP_SEEDS, "2"),
-        (state.SWEEP_PARALLEL, "2"),
-    )
+    # The list of config fields is long and drawn only in part: type to bring the option up.
+    combo = page.locator(f"{key(state.sweep_field_key(0))} input[role='combobox']")
+    for attempt in range(3):
+        page.wait_for_selector(IDLE, timeout=120_000)
+        combo.click()
+        page.keyboard.type("preference_replay_mode")
+        try:
+            page.locator("[role='option']").filter(has_text="preference_replay_mode").first.click(timeout=5_000)
+            break
+        except sync_api.TimeoutError:  # the list was redrawn under a late rerun: try again
+            if attempt == 2:
+                raise
+            page.keyboard.press("Escape")
+    settle(page)
+    fill_form(page, (state.SWEEP_SEEDS, "2"), (state.SWEEP_PARALLEL, "2"))
+    # Enter in a Values box commits the text; it does not start the grid.
+    values = page.locator(f"{key(state.sweep_values_key(0))} input")
+    values.fill("nearest_k,lambda_decay")
+    values.press("Enter")
+    settle(page)
+    sweeps = server["tmp"] / "runs" / "_sweeps"
+    assert not sweeps.exists() or not any(sweeps.iterdir())
     page.locator(f"{key(state.SWEEP_START)} button").click()
     settle(page)
     page.get_by_text("The sweep has finished").wait_for(timeout=900_000)
     settle(page)
-    (sweep_dir,) = (server["tmp"] / "runs" / "_sweeps").iterdir()
+    (sweep_dir,) = sweeps.iterdir()
     manifest = json.loads((sweep_dir / "sweep.json").read_text())
-    assert [c["status"] for c in manifest["cells"]] == ["finished"] * 4
+    cells = manifest["cells"]
+    assert [c["status"] for c in cells] == ["finished"] * 4
+    assert [{k: v for k, v in c["overrides"].items() if k != "seed"} for c in cells] == [
+        {"preference_replay_mode": "nearest_k", "preference_replay_k": 2, "preference_replay_lambda": None},
+        {"preference_replay_mode": "nearest_k", "preference_replay_k": 2, "preference_replay_lambda": None},
+        {"preference_replay_mode": "lambda_decay"},
+        {"preference_replay_mode": "lambda_decay"},
+    ]
+    base_run = json.loads((server["tmp"] / "runs" / cells[2]["run_id"] / "spec.json").read_text())
+    assert sweep_dir.name not in base_run["tags"]  # the run made on Setup, not run again
     assert page.locator(key(state.COMPARE_TAGS)).get_by_text(sweep_dir.name).count() >= 1
+    # The numbers: each group's final and best evaluation with n, and the difference between the two with its CI.
+    outcomes = page.locator(key(state.COMPARE_OUTCOMES_TABLE))
+    outcomes.wait_for()
+    assert page.get_by_text(re.compile(r"preference_replay_mode=nearest_k, preference_replay_k=2")).count() >= 1
+    assert page.get_by_text(re.compile(r"95% CI")).count() >= 1
     page.wait_for_selector("[data-testid='stPlotlyChart']")
     assert page.locator("[data-testid='stPlotlyChart']").count() >= 3  # curves, gaps, winner side
     shoot(page, "08-compare")
 
 
-def test_compare_page_submits_a_grid_to_slurm_and_follows_it_as_it_fills_in(server, browser_page):
-    """The same grid through the Slurm launcher (tests/fake_slurm.py runs the job array here): the page shows the
-    cells queued, running and finished as the jobs commit them, and then the grid compared."""
+def test_compare_page_submits_more_seeds_to_slurm_and_follows_them_as_they_fill_in(server, browser_page):
+    """More seeds of the base run, no field, through the Slurm launcher (tests/fake_slurm.py runs the job array
+    here): the base run counts as the first seed, so two jobs go out; the page shows them queued, running and
+    finished as the jobs commit them, and then the group compared."""
     page = browser_page
     page.locator(f"{key(state.SWEEP_LAUNCHER)} label").filter(has_text="Slurm cluster").click()
     settle(page)
     fill_form(
         page,
-        (state.sweep_values_key(0), "current,all_history"),
-        (state.sweep_values_key(1), "none"),
-        (state.SWEEP_SEEDS, "2"),
+        (state.sweep_values_key(0), ""),  # the field stays chosen; without values it is no part of the grid
+        (state.SWEEP_SEEDS, "3"),
         (state.SWEEP_PARALLEL, "2"),
         (state.SWEEP_TIME, "30"),
         (state.SWEEP_GPUS, "0"),
@@ -584,14 +600,17 @@ def test_compare_page_submits_a_grid_to_slurm_and_follows_it_as_it_fills_in(serv
     (sweep_dir,) = (
         p for p in sweeps.iterdir() if json.loads((p / "sweep.json").read_text())["launcher"]["kind"] == "slurm"
     )
-    # Part way: some cells finished, the others running or queued; the page has drawn the finished ones.
-    page.get_by_text(re.compile(r"[123]/4 runs finished")).first.wait_for(timeout=900_000)
+    # Part way: the base run counts as finished, the jobs' cells running or queued.
+    page.get_by_text(re.compile(r"[12]/3 runs finished")).first.wait_for(timeout=900_000)
     settle(page)
     shoot(page, "10-compare-slurm-filling-in")
     page.get_by_text("The sweep has finished").wait_for(timeout=900_000)
     settle(page)
     manifest = json.loads((sweep_dir / "sweep.json").read_text())
-    assert [(c["status"], c["job_id"]) for c in manifest["cells"]] == [("finished", f"4242_{i}") for i in range(4)]
+    cells = manifest["cells"]
+    assert [list(c["overrides"]) for c in cells] == [["seed"]] * 3
+    assert [c["status"] for c in cells] == ["finished"] * 3
+    assert [c["job_id"] for c in cells] == [None, "4242_0", "4242_1"]  # the base run needs no job
     assert page.locator(key(state.COMPARE_TAGS)).get_by_text(sweep_dir.name).count() >= 1
     assert page.get_by_text("comlrl-lab sweep status").count() >= 1
     page.wait_for_selector("[data-testid='stPlotlyChart']")

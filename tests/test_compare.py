@@ -336,12 +336,14 @@ def test_a_grid_run_from_the_compare_page_fills_in_and_opens_there(tmp_path, mon
         at = AppTest.from_file(APP, default_timeout=60)
         at.run()
         at.switch_page("app_pages/compare.py").run()
+        # The replay-mode question as one grid: each mode comes with its own setting (k 2, λ 0.5).
         at.selectbox(key=state.sweep_field_key(0)).set_value("preference_replay_mode")
-        at.text_input(key=state.sweep_values_key(0)).input("current, all_history")
+        at.text_input(key=state.sweep_values_key(0)).input("nearest_k, lambda_decay")
         at.number_input(key=state.SWEEP_SEEDS).set_value(2)
         at.number_input(key=state.SWEEP_PARALLEL).set_value(2)
         at.button(key=state.SWEEP_START).click().run()
         assert not at.exception, [e.value for e in at.exception]
+        assert not at.error, [e.value for e in at.error]
         sweep_id = at.session_state[state.SWEEP_ID]
         assert at.multiselect(key=state.COMPARE_TAGS).value == [sweep_id]
         done = sweeps.board().wait(sweep_id, timeout=240)
@@ -352,8 +354,13 @@ def test_a_grid_run_from_the_compare_page_fills_in_and_opens_there(tmp_path, mon
         at.run()
         assert len(at.multiselect(key=state.COMPARE_RUNS).value) == 4
         traces = _curve_traces(at)
-        assert set(traces) == {"A: preference_replay_mode=current", "B: preference_replay_mode=all_history"}
+        assert {name.replace("<br>", " ") for name in traces} == {  # long legends wrap
+            "A: preference_replay_mode=nearest_k, preference_replay_k=2",
+            "B: preference_replay_mode=lambda_decay, preference_replay_lambda=0.5",
+        }
         assert all(len(t["x"]) == 2 for t in traces.values())  # two rounds each
+        outcomes = at.dataframe[2].value  # runs, groups, then the final and best evaluation
+        assert list(outcomes["group"]) == ["A", "B"] and list(outcomes["n (runs)"]) == [2, 2]
         assert any("has finished" in s.value for s in at.success)
 
         # Cleared filters, then the sweep picked again: its four runs come back.

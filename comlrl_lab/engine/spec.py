@@ -5,8 +5,8 @@ The same spec drives the workbench, the CLI (``comlrl-lab run spec.yaml``) and n
 value or a URL credential (``credentials.py``): only names of the environment variables that have them.
 
 ``ExperimentSpec.read`` is the one reader of spec files, for the CLI and the Setup page alike: a syntax error, an
-unknown key or field (with the closest name), a value the field codec cannot read or the config refuses, each is
-one ``SpecError`` line at the place in the file it is about. The config fields a spec sets keep their own names
+unknown key, field or built-in task (with the closest name), a value the field codec cannot read or the config
+refuses, each is one ``SpecError`` line at the place in the file it is about. The config fields a spec sets keep their own names
 everywhere, and the config built from it is what checks them.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from comlrl_lab.data.tasks import get_task
+from comlrl_lab.data.tasks import get_task, list_tasks
 from comlrl_lab.data.user_tasks import load_user_task
 from comlrl_lab.engine.spec_file import SpecError, located, parse_spec_text
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
@@ -75,6 +75,16 @@ class ExperimentSpec:
         algorithm(self.algorithm)
         if not isinstance(self.tags, list) or not all(isinstance(t, str) and t for t in self.tags):
             raise ConfigError(f"tags must be a list of non-empty strings, got {self.tags!r}.", field="tags")
+        if self.task is not None and self.task not in list_tasks():
+            close = difflib.get_close_matches(str(self.task), list_tasks(), n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ConfigError(
+                f"unknown task {self.task!r}; {hint}(built-in tasks: {', '.join(list_tasks())}; a task of your own "
+                "goes in user_task)",
+                field="task",
+                value=self.task,
+                suggestion=close[0] if close else None,
+            )
         if not self.agent_models:
             raise ConfigError("agent_models must name at least one model.", field="agent_models")
         for name in ("max_train_items", "max_eval_items"):

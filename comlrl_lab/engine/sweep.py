@@ -1,9 +1,12 @@
 """Sweeps: a grid of config values x seeds, each cell a normal run directory, run K at a time and resumable.
 
 A sweep lives in ``<runs folder>/_sweeps/<sweep id>/sweep.json`` (the manifest: the base spec, the grid, the seeds,
-the launcher and every cell with its overrides, run id and state). Each cell is an ordinary run in ``<runs folder>/<run id>``,
-made by ``Run.create`` like any other, whose spec carries the sweep id in ``tags``, so the workbench, the CLI and
-notebooks read it as they read any run. ``SweepRunner`` steps the cells through a ``RunManager`` (the workbench's
+the launcher and every cell with its overrides, run id and state). ``grid_cells`` makes each grid point whole by the
+rule the Setup form follows (``fields.inapplicable_to_default`` and ``fields.suggestions``), so a grid over a mode
+brings each mode's own fields along; a grid value may also name them (a ``Bundle``). Each cell is an ordinary run in
+``<runs folder>/<run id>``, made by ``Run.create`` like any other, whose spec carries the sweep id in ``tags``, so the
+workbench, the CLI and notebooks read it as they read any run; a finished base run (the Compare page's) stands for
+the cell with its own config and is not run again (``sweep_memberships`` finds it). ``SweepRunner`` steps the cells through a ``RunManager`` (the workbench's
 own, or one of its own in the CLI), at most ``parallel`` at a time, and writes the manifest after every change of
 state; ``Sweep.open`` + ``SweepRunner`` finishes an interrupted sweep, resuming a started cell from its checkpoint.
 Cells run as cluster jobs (``cluster.py``) change only their own cell, through ``Sweep.editing`` (a file lock
@@ -20,6 +23,7 @@ import contextlib
 import copy
 import itertools
 import json
+import re
 import shutil
 import threading
 import time
@@ -36,10 +40,18 @@ from comlrl_lab.engine.spec import ExperimentSpec
 from comlrl_lab.names import metric_names as M
 from comlrl_lab.names.phases import PHASES
 from comlrl_lab.names.run_ids import new_run_id
-from comlrl_lab.store.snapshots import round_metrics
+from comlrl_lab.store.snapshots import round_metrics, run_statuses
 from comlrl_lab.trainers.preference.algorithms import algorithm
 from comlrl_lab.trainers.preference.config import ConfigError, check_field_names
-from comlrl_lab.trainers.preference.fields import decode, field_specs
+from comlrl_lab.trainers.preference.fields import (
+    JSON,
+    FieldSpec,
+    applies,
+    decode,
+    field_specs,
+    inapplicable_to_default,
+    suggestions,
+)
 
 SWEEPS_DIR = "_sweeps"
 MANIFEST_FILE = "sweep.json"
@@ -53,6 +65,22 @@ MAX_SWEEP_CELLS = 64
 
 
 # Grid parsing ----------------------------------------------------------------------------------------------------
+#: Where a grid value's bundle starts: a colon followed by ``NAME=``, so ``cuda:0`` or a URL's port stay one value.
+_BUNDLE_SPLIT = re.compile(r":(?=\s*[A-Za-z_]\w*\s*=)")
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A grid value that brings values of other fields along: ``nearest_k:k=4`` on the command line is
+    ``Bundle("nearest_k", {"preference_replay_k": 4})`` for the grid field preference_replay_mode."""
+
+    value: Any
+    extra: dict[str, Any] = field(hash=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"value": self.value, "with": dict(self.extra)}
+
+
 def split_values(text: str) -> list[str]:
     """``"a,[1,2],c"`` -> ``["a", "[1,2]", "c"]``: commas inside brackets or braces belong to a JSON value."""
     values, depth, start = [], 0, 0
@@ -71,7 +99,11 @@ def split_values(text: str) -> list[str]:
 def parse_grid(config_class: type, entries: list[str]) -> dict[str, list[Any]]:
     """``["dpo_beta=0.1,0.5", ...]`` -> ``{"dpo_beta": [0.1, 0.5], ...}``, each value read by the field's codec.
 
-    Unknown fields (with the closest name) and unreadable values raise ``ValueError`` naming the field.
+    A value may bring other fields along (``preference_replay_mode=nearest_k:k=4,lambda_decay``): after a colon,
+    ``NAME=VALUE`` pairs (colon-separated) where NAME is a field's full name, or its name without the grid field's
+    prefix (``k`` and ``lambda`` for preference_replay_mode); that value becomes a ``Bundle``. Unknown fields (with
+    the closest name), unreadable values and a bundled field that does not apply under its value raise
+    ``ValueError`` naming the field.
     """
     grid: dict[str, list[Any]] = {}
     for entry in entries:
@@ -84,15 +116,84 @@ def parse_grid(config_class: type, entries: list[str]) -> dict[str, list[Any]]:
             raise ValueError("seed is swept with --seeds N, not in the grid")
         if name in grid:
             raise ValueError(f"grid field {name} is given twice")
-        spec = field_specs(config_class)[name]
         try:
-            values = [decode(spec, text) for text in split_values(raw)]
+            values = [_grid_value(config_class, name, text) for text in split_values(raw)]
         except ConfigError as error:
-            raise ConfigError(f"grid field {name}: {error}", field=name, value=error.value) from None
-        if len(set(map(json.dumps, values))) != len(values):
+            raise ConfigError(f"grid field {name}: {error}", field=error.field, value=error.value) from None
+        if len({_value_key(v) for v in values}) != len(values):
             raise ValueError(f"grid field {name} repeats a value: {raw}")
         grid[name] = values
     return grid
+
+
+def _grid_value(config_class: type, name: str, text: str) -> Any:
+    """One value of grid field ``name``: the field's value, or a ``Bundle`` when ``text`` brings fields along."""
+    specs = field_specs(config_class)
+    head, *assignments = [text] if specs[name].kind == JSON else _BUNDLE_SPLIT.split(text)
+    value = decode(specs[name], head)
+    extra: dict[str, Any] = {}
+    for assignment in assignments:
+        given, _, raw = assignment.partition("=")
+        target = _bundled_field(specs, name, given.strip(), value, text)
+        try:
+            extra[target] = decode(specs[target], raw)
+        except ConfigError as error:
+            raise ConfigError(f"{text!r} sets {target}: {error}", field=target, value=raw) from None
+    return Bundle(value, extra) if extra else value
+
+
+def _bundled_field(specs: dict[str, FieldSpec], name: str, given: str, value: Any, text: str) -> str:
+    """The field that ``given`` names in a bundle of grid field ``name``: a field's full name, or the name without
+    ``name``'s prefix; it must apply when ``name`` is ``value``."""
+    prefix = name.rsplit("_", 1)[0] + "_"
+    target = given if given in specs else prefix + given
+    if target not in specs or target == name:
+        own = [
+            n.removeprefix(prefix)
+            for n, s in specs.items()
+            if name in s.applies_when and applies(specs, n, {name: value})
+        ]
+        offer = f"; with {value} go {', '.join(own)}, or any field by its full name" if own else ""
+        raise ConfigError(f"{text!r} names no field {given!r}{offer}", field=name, value=text)
+    if not applies(specs, target, {name: value}):
+        raise ConfigError(
+            f"{text!r} sets {target}, which does not apply when {name}={value!r}", field=target, value=text
+        )
+    return target
+
+
+def _value_key(value: Any) -> str:
+    return json.dumps(value.to_json() if isinstance(value, Bundle) else value, sort_keys=True, default=str)
+
+
+def grid_cells(spec: ExperimentSpec, grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """The config overrides of every grid point (seeds aside), made whole by the Setup form's rule: a field that does
+    not apply in the cell takes its default (a grid value or a base value meant for another mode is dropped), and
+    one that applies but is empty takes its suggested value (``fields.suggestions``: k 2 under nearest_k, λ 0.5
+    under lambda_decay), unless a ``Bundle`` gave it. Points that come out the same are one cell; a grid field that
+    applies in no cell is refused (``ValueError``)."""
+    specs = field_specs(spec.config_class)
+    base = {**{name: s.default for name, s in specs.items()}, **spec.config}
+    cells: dict[str, dict[str, Any]] = {}
+    used: set[str] = set()
+    for combo in itertools.product(*grid.values()):
+        chosen: dict[str, Any] = {}
+        for name, value in zip(grid, combo, strict=True):
+            chosen[name] = value.value if isinstance(value, Bundle) else value
+            chosen.update(value.extra if isinstance(value, Bundle) else {})
+        values = inapplicable_to_default(specs, {**base, **chosen})
+        values.update(suggestions(specs, values))
+        overrides = {n: values[n] for n in chosen if applies(specs, n, values)}
+        overrides.update((n, v) for n, v in values.items() if n not in overrides and v != base[n])
+        used.update(n for n in grid if n in overrides)
+        cells.setdefault(_value_key(overrides), overrides)
+    for name in grid:
+        if name not in used:
+            when = " and ".join(f"{c} is {' or '.join(map(str, v))}" for c, v in specs[name].applies_when.items())
+            raise ValueError(
+                f"grid field {name} applies in no cell: only when {when}; set that in the spec, or in the grid"
+            )
+    return list(cells.values())
 
 
 # The size of a sweep ---------------------------------------------------------------------------------------------
@@ -144,9 +245,9 @@ def check_sweep_size(
 def sweep_size(spec: ExperimentSpec, grid: dict[str, list[Any]], *, seeds: int, runs_root: str | Path) -> SweepSize:
     """Cells, and disk and time scaled by rounds from the newest finished run of the same algorithm and models
     under ``runs_root``; without one, the disk from the model files (each round's weights and AdamW moments)."""
-    cells = int(seeds) * _product(len(values) for values in grid.values())
-    rounds = [_rounds(spec, dict(zip(grid, combo))) for combo in itertools.product(*grid.values())]
-    total_rounds = int(seeds) * sum(rounds)
+    points = grid_cells(spec, grid)
+    cells = int(seeds) * len(points)
+    total_rounds = int(seeds) * sum(_rounds(spec, overrides) for overrides in points)
     root = Path(runs_root)
     free = _free_bytes(root)
     reference = _reference_run(spec, root)
@@ -178,13 +279,6 @@ def _rounds(spec: ExperimentSpec, overrides: dict[str, Any]) -> int:
 
 def _field_default(config_class: type, name: str) -> Any:
     return next(f.default for f in fields(config_class) if f.name == name)
-
-
-def _product(numbers: Any) -> int:
-    total = 1
-    for n in numbers:
-        total *= n
-    return total
 
 
 def _free_bytes(root: Path) -> int | None:
@@ -302,8 +396,14 @@ class Sweep:
         parallel: int = 1,
         name: str | None = None,
         launcher: dict[str, Any] | None = None,
+        base_run: str | Path | None = None,
     ) -> Sweep:
-        """Validate every cell's config (CoMLRL's messages), then write the manifest; no run starts here."""
+        """Validate every cell's config (CoMLRL's messages), then write the manifest; no run starts here.
+
+        ``base_run`` is the run folder ``spec`` was read from (the Compare page's base run): a cell with that run's
+        settings and seed is not run again but counts that run as its own, once it has finished. A grid all of
+        whose cells are the base run is refused.
+        """
         if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
             raise ValueError(f"seeds must be an integer >= 1, got {seeds!r}")
         if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
@@ -316,12 +416,17 @@ class Sweep:
         sweep_id = new_run_id(name or spec.name, prefix="sweep")
         sweep = cls(Path(runs_root) / SWEEPS_DIR / sweep_id, sweep_id, copy.deepcopy(spec), grid, seed_values, parallel)
         sweep.launcher = dict(launcher or {"kind": "local"})
-        names = list(grid)
-        for index, combo in enumerate(itertools.product(*(grid[n] for n in names), seed_values)):
-            overrides = dict(zip([*names, "seed"], combo, strict=True))
-            sweep.cells.append(SweepCell(index, overrides))
+        for index, (overrides, seed) in enumerate(itertools.product(grid_cells(spec, grid), seed_values)):
+            sweep.cells.append(SweepCell(index, {**overrides, "seed": seed}))
+        base = _finished_base(spec, base_run)
         for cell in sweep.cells:
-            sweep.cell_spec(cell).build_config()
+            config = sweep.cell_spec(cell).build_config()
+            if base is not None and config.to_dict() == base[1]:
+                cell.run_id, cell.status = base[0], "finished"
+        if base_run is not None and not sweep.unfinished:
+            raise ValueError(
+                "every cell of this grid is the base run itself: give a field other values, or more than one seed"
+            )
         sweep.sweep_dir.mkdir(parents=True, exist_ok=False)
         sweep.save()
         return sweep
@@ -333,11 +438,12 @@ class Sweep:
         if not path.is_file():
             raise FileNotFoundError(f"{sweep_dir} is not a comlrl-lab sweep (no {MANIFEST_FILE})")
         data = json.loads(path.read_text(encoding="utf-8"))
+        spec = ExperimentSpec.from_dict(data["spec"])
         return cls(
             sweep_dir,
             data["sweep_id"],
-            ExperimentSpec.from_dict(data["spec"]),
-            data["grid"],
+            spec,
+            _grid_from_json(spec.config_class, data["grid"]),
             list(data["seeds"]),
             int(data.get("parallel", 1)),
             [SweepCell(**cell) for cell in data["cells"]],
@@ -349,7 +455,7 @@ class Sweep:
         data = {
             "sweep_id": self.sweep_id,
             "spec": self.spec.to_dict(),
-            "grid": self.grid,
+            "grid": {name: [v.to_json() if isinstance(v, Bundle) else v for v in vs] for name, vs in self.grid.items()},
             "seeds": self.seeds,
             "parallel": self.parallel,
             "launcher": self.launcher,
@@ -416,6 +522,44 @@ class Sweep:
             phases_total=sum(phases),
             busy=any(s in ACTIVE_STATES for s in states),
         )
+
+
+def _grid_from_json(config_class: type, grid: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """The grid as ``Sweep.save`` wrote it, bundles (``{"value", "with"}`` objects, of a field whose values are
+    never objects) back as ``Bundle``s."""
+    specs = field_specs(config_class)
+
+    def value(name: str, item: Any) -> Any:
+        if isinstance(item, dict) and specs[name].kind != JSON and set(item) == {"value", "with"}:
+            return Bundle(item["value"], dict(item["with"]))
+        return item
+
+    return {name: [value(name, item) for item in items] for name, items in grid.items()}
+
+
+def _finished_base(spec: ExperimentSpec, base_run: str | Path | None) -> tuple[str, dict[str, Any]] | None:
+    """(run id, config) of the base run when it has finished, read from its snapshot; else None."""
+    if base_run is None:
+        return None
+    run_dir = Path(base_run)
+    if run_statuses([run_dir / SNAPSHOT_MANIFEST.parent]).get(run_dir.name) != "finished":
+        return None
+    return run_dir.name, spec.build_config().to_dict()
+
+
+def sweep_memberships(runs_root: str | Path) -> dict[str, tuple[str, ...]]:
+    """Run id -> the sweeps that count it as a cell, from their manifests: a grid's base run belongs to the sweeps
+    that reuse it as well as to those whose tag it carries."""
+    found: dict[str, list[str]] = {}
+    for path in sorted((Path(runs_root) / SWEEPS_DIR).glob(f"*/{MANIFEST_FILE}")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            run_ids = [cell["run_id"] for cell in data["cells"] if cell.get("run_id")]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        for run_id in run_ids:
+            found.setdefault(run_id, []).append(data["sweep_id"])
+    return {run_id: tuple(ids) for run_id, ids in found.items()}
 
 
 # Running ---------------------------------------------------------------------------------------------------------

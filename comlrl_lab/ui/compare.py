@@ -27,6 +27,7 @@ from plotly.subplots import make_subplots
 
 from comlrl_lab.engine import ExperimentSpec
 from comlrl_lab.engine.run import SNAPSHOT_DIR, SPEC_FILE
+from comlrl_lab.engine.sweep import SWEEPS_DIR, sweep_memberships
 from comlrl_lab.names import metric_names as mn
 from comlrl_lab.store.snapshots import pair_rows, round_metrics
 from comlrl_lab.ui import state
@@ -127,8 +128,10 @@ def _settings(spec: ExperimentSpec) -> tuple[dict[str, Any], int | None]:
 
 
 def catalogue(runs_root: str | Path) -> list[RunEntry]:
-    """Every engine run under ``runs_root`` (folders with spec.json), sorted by run id; unreadable ones skipped."""
+    """Every engine run under ``runs_root`` (folders with spec.json), sorted by run id; unreadable ones skipped.
+    A run's tags are its spec's and those of the sweeps that count it as a cell (a grid's base run)."""
     root = Path(runs_root)
+    memberships = sweep_memberships(root)
     entries = []
     for run_dir in sorted(root.iterdir()) if root.is_dir() else []:
         if run_dir.name.startswith(("_", ".")) or not (run_dir / SPEC_FILE).is_file():
@@ -144,7 +147,7 @@ def catalogue(runs_root: str | Path) -> list[RunEntry]:
                 run_dir=run_dir,
                 algorithm=spec.algorithm,
                 task=str(spec.task or spec.user_task or ""),
-                tags=tuple(spec.tags),
+                tags=tuple(dict.fromkeys([*spec.tags, *memberships.get(run_dir.name, ())])),
                 seed=seed,
                 settings=settings,
             )
@@ -689,11 +692,12 @@ def cached_compare(runs_root: str | Path, entries: Sequence[RunEntry], *, by_see
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
-def _cached_catalogue(root: str, stamp: int) -> list[RunEntry]:
+def _cached_catalogue(root: str, stamp: tuple[int, int]) -> list[RunEntry]:
     return catalogue(root)
 
 
 def cached_catalogue(runs_root: str | Path) -> list[RunEntry]:
-    """``catalogue``, read again only when a run folder is added or removed (the folder's mtime changes)."""
+    """``catalogue``, read again only when a run folder or a sweep is added or removed (a folder's mtime changes)."""
     root = Path(runs_root)
-    return _cached_catalogue(str(root), root.stat().st_mtime_ns if root.exists() else 0)
+    stamp = tuple(p.stat().st_mtime_ns if p.exists() else 0 for p in (root, root / SWEEPS_DIR))
+    return _cached_catalogue(str(root), stamp)

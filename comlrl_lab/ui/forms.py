@@ -190,9 +190,7 @@ def current_values(algorithm: str) -> tuple[dict[str, Any], list[ConfigError]]:
         except ConfigError as error:
             values[name] = spec.default
             errors.append(error)
-    for name in list(values):
-        if not fields.applies(specs, name, values):
-            values[name] = specs[name].default
+    values = fields.inapplicable_to_default(specs, values)
     return values, [e for e in errors if fields.applies(specs, e.field, values)]
 
 
@@ -207,13 +205,12 @@ def fill_suggested(algorithm: str) -> None:
     values, _ = current_values(algorithm)
     seen = st.session_state.setdefault(state.SETUP_APPLICABLE, {})
     filled = st.session_state.setdefault(state.SETUP_FILLED, {})
-    now = {n for n, spec in specs.items() if spec.applies_when and fields.applies(specs, n, values)}
-    for name in now - (seen.get(algorithm) or set()):
-        spec = specs[name]
-        if spec.suggested is not None and raw_value(algorithm, spec) is None:
+    before = seen.get(algorithm) or set()
+    for name, value in fields.suggestions(specs, values).items():
+        if name not in before and raw_value(algorithm, specs[name]) is None:
             key = state.config_field_key(algorithm, name)
-            st.session_state[key] = filled[key] = to_widget(spec, spec.suggested)
-    seen[algorithm] = now
+            st.session_state[key] = filled[key] = to_widget(specs[name], value)
+    seen[algorithm] = {n for n, spec in specs.items() if spec.applies_when and fields.applies(specs, n, values)}
 
 
 def filled_note(algorithm: str, name: str) -> str | None:

@@ -51,14 +51,17 @@ def new_sweep(
     launcher: dict | None = None,
     confirmed: bool = False,
 ) -> Sweep:
-    """The sweep of ``entries`` over a past run's spec, written to the workspace (its size bounded unless
-    ``confirmed``, every cell's config checked first, CoMLRL's messages); nothing runs yet."""
+    """The sweep of ``entries`` (none: seeds alone) over a past run's spec, written to the workspace (its size
+    bounded unless ``confirmed``, every cell's config checked first, CoMLRL's messages); nothing runs yet. The cell
+    with the base run's settings and seed is the base run itself, once that has finished."""
     spec = ExperimentSpec.load(base_dir / SPEC_FILE)
     spec.tags = []  # the base run's own tags (an earlier sweep's) must not mark the new cells
     grid = parse_grid(spec.config_class, entries)
     root = services.workspace().root
     check_sweep_size(spec, grid, seeds=seeds, runs_root=root, confirmed=confirmed)
-    return Sweep.create(spec, grid, seeds=seeds, runs_root=root, parallel=parallel, launcher=launcher)
+    return Sweep.create(
+        spec, grid, seeds=seeds, runs_root=root, parallel=parallel, launcher=launcher, base_run=base_dir
+    )
 
 
 class SweepBoard:
@@ -107,12 +110,13 @@ def submit_to_slurm(
     """Make the sweep and submit its cells as one Slurm job array; the cluster runs them."""
     launcher = options.launcher(cluster.SLURM)
     sweep = new_sweep(base_dir, entries, seeds=seeds, parallel=1, launcher=launcher, confirmed=confirmed)
-    cluster.submit(sweep, sweep.cells, cluster.SLURM, options)
+    cluster.submit(sweep, sweep.unfinished, cluster.SLURM, options)
     return sweep.sweep_id
 
 
 def grid_panel(entries: list[RunEntry]) -> None:
-    """The "Run a grid" form: a base run, up to two fields with their values, seeds, and where the cells run."""
+    """The "Run a grid" form: a base run, up to two fields with their values (or none: more seeds of the base
+    run), seeds, and where the cells run."""
     with st.expander("Run a grid", icon=":material/grid_view:", expanded=state.SWEEP_ID in st.session_state):
         if not entries:
             st.caption("Create a run on the Setup page first: a grid varies a past run's settings.")
@@ -138,7 +142,8 @@ def grid_panel(entries: list[RunEntry]) -> None:
             )
             == SLURM
         )
-        with st.form(state.SWEEP_FORM, border=False):
+        # Enter in a Values box must not start a grid: only the button does.
+        with st.form(state.SWEEP_FORM, border=False, enter_to_submit=False):
             names = sorted(f.name for f in fields(ExperimentSpec.load(by_id[base].run_dir / SPEC_FILE).config_class))
             rows = []
             for i in range(GRID_ROWS):
@@ -149,12 +154,25 @@ def grid_panel(entries: list[RunEntry]) -> None:
                 values = right.text_input(
                     f"Values {i + 1}",
                     key=state.sweep_values_key(i),
-                    placeholder="V1,V2 (none for an optional field; JSON for a list)",
+                    placeholder="V1,V2 (none for an optional field; JSON for a list; nearest_k:k=4 brings k along)",
                 )
                 if name and values.strip():
                     rows.append(f"{name}={values}")
+            st.caption(
+                "A value that needs fields of its own brings them along: their suggested values, as Setup fills them "
+                "in, or those written after a colon (`nearest_k:k=4`). A field that does not apply to a cell is left "
+                "out of it. With no field, the grid is more seeds of the base run."
+            )
             left, right = st.columns(2)
-            seeds = left.number_input("Seeds", min_value=1, max_value=20, value=2, key=state.SWEEP_SEEDS)
+            seeds = left.number_input(
+                "Seeds",
+                min_value=1,
+                max_value=20,
+                value=2,
+                key=state.SWEEP_SEEDS,
+                help="Seeds per grid point, counting up from the base run's seed. A cell with the base run's settings "
+                "and seed is the base run itself (once it has finished), so no field and 3 seeds adds two runs.",
+            )
             parallel = right.number_input("Runs at once", min_value=1, max_value=8, value=1, key=state.SWEEP_PARALLEL)
             confirmed = st.checkbox(
                 "Run it even when it is large",
@@ -171,9 +189,6 @@ def grid_panel(entries: list[RunEntry]) -> None:
                 icon=":material/play_arrow:",
             )
         if submitted:
-            if not rows:
-                st.error("Choose at least one field and its values.")
-                return
             try:
                 if on_slurm:
                     new_id = submit_to_slurm(

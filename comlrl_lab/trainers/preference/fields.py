@@ -9,7 +9,10 @@ place where text becomes a field value uses them: the Setup form's text boxes an
 is allowed is the config's to say (a choice is checked by the config's own ``choose``).
 
 ``applies`` says whether a field means anything under the other fields' values (``applies_when``);
-``collect_errors`` builds a config and reports every refused field at once, as the Setup form shows them.
+``inapplicable_to_default`` and ``suggestions`` are the one rule for the fields a choice brings along: a field
+that does not apply takes its default, and one that applies but is empty starts from its ``suggested`` value (the
+Setup form and a sweep's grid cells both follow it). ``collect_errors`` builds a config and reports every refused
+field at once, as the Setup form shows them.
 
 This module imports neither torch nor Streamlit: the CLI, the engine and the benchmarks use it as the UI does.
 """
@@ -42,8 +45,10 @@ __all__ = [
     "encode",
     "field_specs",
     "fields_in_group",
+    "inapplicable_to_default",
     "overrides",
     "parse_assignment",
+    "suggestions",
 ]
 
 BOOL, INT, FLOAT, CHOICE, MULTICHOICE = "bool", "int", "float", "choice", "multichoice"
@@ -267,6 +272,29 @@ def applies(specs: Mapping[str, FieldSpec], name: str, values: Mapping[str, Any]
         if controller in values and resolve(specs[controller].metadata, values[controller]) not in allowed:
             return False
     return True
+
+
+def inapplicable_to_default(specs: Mapping[str, FieldSpec], values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with every field that does not apply under the others (a k without nearest_k, a λ without
+    lambda_decay) put back to its default, so a value meant for another mode never blocks the config."""
+    out = dict(values)
+    for name in out:
+        if name in specs and not applies(specs, name, out):
+            out[name] = specs[name].default
+    return out
+
+
+def suggestions(specs: Mapping[str, FieldSpec], values: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``suggested`` value of every field that a choice in ``values`` needs and nobody set: it applies (its
+    ``applies_when``), it is empty, and it has one (k 2 under nearest_k, λ 0.5 under lambda_decay)."""
+    return {
+        name: spec.suggested
+        for name, spec in specs.items()
+        if spec.suggested is not None
+        and spec.applies_when
+        and values.get(name, spec.default) is None
+        and applies(specs, name, values)
+    }
 
 
 def overrides(config_class: type, values: Mapping[str, Any]) -> dict[str, Any]:
