@@ -119,8 +119,8 @@ with browse:
 with sql:
     st.caption(
         "Read-only SQL over this run's DuckDB file. Tables: runs, rounds, phases, candidates, pairs, replay, metrics, "
-        "events, reward_distributions; view pair_records (the seed's record fields). Statements that could write are "
-        "refused."
+        "events, reward_distributions, labels; view pair_records (the seed's record fields). Statements that could "
+        "write are refused."
     )
     if state.SQL_QUERY not in st.session_state:
         st.session_state[state.SQL_QUERY] = DEFAULT_SQL

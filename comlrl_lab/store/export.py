@@ -202,6 +202,17 @@ def export_reward_distribution_files(
     ]
 
 
+#: Tables a snapshot copies whole: they belong to the run, not to one phase (labels are written as people give them).
+WHOLE_TABLES: tuple[str, ...] = ("runs", "rounds", "phases", "labels")
+
+
+def snapshot_labels(store: RunStore, run_id: str, dest_dir: str | os.PathLike[str]) -> Path:
+    """Rewrite the snapshot's ``labels.parquet`` alone: after each verdict, so other processes see it at once."""
+    dest_dir = Path(dest_dir)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    return _copy(store.cursor(), "SELECT * FROM labels WHERE run_id = ?", [run_id], dest_dir / "labels.parquet")
+
+
 def snapshot_parquet(
     store_or_path: RunStore | str | os.PathLike[str],
     run_id: str,
@@ -265,7 +276,7 @@ def snapshot_parquet(
                     path.unlink(missing_ok=True)  # a phase committed again with no rows leaves no stale file
             if key in committed:
                 manifest[key] = committed[key]
-        for table in ("runs", "rounds", "phases"):
+        for table in WHOLE_TABLES:
             path = dest_dir / f"{table}.parquet"
             written.append(_copy(cur, f"SELECT * FROM {table} WHERE run_id = ?", [run_id], path))
     with _written_through_tmp(manifest_path) as tmp:
@@ -296,7 +307,8 @@ def store_from_snapshot(snapshot_dir: str | os.PathLike[str], dest: str | os.Pat
         raise FileNotFoundError(f"{snapshot_dir} holds no snapshot (no runs.parquet): no phase was committed")
     store = RunStore(dest)
     try:
-        tables = {name: [snapshot_dir / f"{name}.parquet"] for name in ("runs", "rounds", "phases")}
+        tables = {name: [snapshot_dir / f"{name}.parquet"] for name in WHOLE_TABLES}
+        tables = {name: files for name, files in tables.items() if files[0].is_file()}  # labels: since version 4
         tables.update({name: sorted((snapshot_dir / name).glob("*.parquet")) for name in PHASE_TABLES})
         store.load_parquet({name: files for name, files in tables.items() if files})
     except BaseException:
