@@ -7,7 +7,6 @@ user SQL (``sql_guard``).
 from __future__ import annotations
 
 import json
-
 from dataclasses import dataclass
 from typing import Any
 
