@@ -81,13 +81,6 @@ def preferred_side(verdict: str, a_side: str) -> str | None:
     return None
 
 
-def verdict_for(preferred: str | None, a_side: str, *, both_bad: bool = False) -> str:
-    """The verdict that prefers stored side ``preferred`` (None: tie, or both bad) when ``a_side`` is shown as A."""
-    if preferred is None:
-        return "both_bad" if both_bad else "tie"
-    return "A" if preferred == a_side else "B"
-
-
 def blind_order(rng: Any, count: int) -> list[str]:
     """``count`` shown orders, one per comparison, from ``rng`` (a seeded ``random.Random``)."""
     return [SIDES[rng.randrange(2)] for _ in range(count)]

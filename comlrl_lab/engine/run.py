@@ -30,6 +30,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from comlrl_lab.data.labels import Label
 from comlrl_lab.data.no_space import NoSpaceLeft, is_no_space
 from comlrl_lab.engine.preflight import preflight
 from comlrl_lab.engine.spec import ExperimentSpec, build_trainer
@@ -139,11 +140,15 @@ class StoreSink:
             metrics=records.metrics,
             events=records.events,
             reward_distributions=records.reward_distributions,
+            labels=records.labels,
             status="finished" if last else "running",
         )
         if self.snapshot_dir is not None:
             with self._snapshot_lock:
                 snapshot_parquet(self.store, self.run_id, self.snapshot_dir)
+
+    def labels(self, round_index: int) -> list[Label]:
+        return self.store.labels(self.run_id, round_index)
 
     def add_phase_metrics(self, round_index: int, phase: str, step: int, values: dict[str, float]) -> None:
         rows = [{"step": step, "name": name, "value": value} for name, value in values.items()]
