@@ -153,3 +153,91 @@ def test_a_judge_round_keeps_verdicts_both_orders_agree_on(make_trainer, tmp_pat
         a, b = shown_sides(comparisons[label.pair_index])
         longer = sum(map(len, a)) - sum(map(len, b))
         assert label.verdict == ("A" if longer > 0 else "B" if longer < 0 else "tie")
+
+
+# ---- the engine, the CLI and the store: a human run end to end ---------------------------------------------------
+
+
+def test_a_human_cli_run_waits_says_how_to_label_and_trains_on_imported_labels(model_dir, tmp_path, capsys):
+    from test_engine import small_spec
+
+    from comlrl_lab import cli
+    from comlrl_lab.store import RunStore
+
+    spec = small_spec(model_dir, num_iterations=1, preference_source="human")
+    spec_file = tmp_path / "spec.json"
+    spec.save(spec_file)
+    assert cli.main(["run", str(spec_file), "--runs-root", str(tmp_path / "runs"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    run_dir = next((tmp_path / "runs").iterdir())
+    assert "waiting: round 1 waits for labels:" in out and "comlrl-lab labels export" in out
+    assert f"resume with: comlrl-lab run --resume {run_dir}" in out
+
+    assert cli.main(["labels", "export", str(run_dir), "--format", "jsonl"]) == 0
+    waiting_file = run_dir / "labels_waiting.jsonl"
+    rows = [json.loads(line) for line in waiting_file.read_text().splitlines()]
+    assert rows and [r["pair_index"] for r in rows] == list(range(len(rows)))
+    # Fill in: A for every row; then a row for a comparison that does not exist and one with a bad verdict.
+    filled = [{**r, "labeller": "ann", "verdict": "A"} for r in rows]
+    filled += [
+        {"round": 1, "pair_index": 999, "labeller": "ann", "verdict": "A"},
+        {**rows[0], "labeller": "bob", "verdict": "C"},
+    ]
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text("".join(json.dumps(r) + "\n" for r in filled) + "not json\n")
+    assert cli.main(["labels", "import", str(run_dir), str(answers)]) == 0
+    captured = capsys.readouterr()
+    assert f"imported {len(rows)} labels; 0 already labelled" in captured.out
+    assert "line " + str(len(rows) + 1) + ": no comparison round 1 pair 999" in captured.err
+    assert "verdict must be one of A, B, tie, both_bad, got 'C'" in captured.err and "not JSON" in captured.err
+    # Importing again changes nothing that was labelled.
+    changed = [{**r, "verdict": "B"} for r in filled[: len(rows)]]
+    answers.write_text("".join(json.dumps(r) + "\n" for r in changed))
+    assert cli.main(["labels", "import", str(run_dir), str(answers)]) == 0
+    assert f"imported 0 labels; {len(rows)} already labelled" in capsys.readouterr().out
+
+    assert cli.main(["run", "--resume", str(run_dir), "--quiet"]) == 0
+    assert "finished" in capsys.readouterr().out
+    with RunStore(run_dir / "run.duckdb", read_only=True) as store:
+        run_id = store.first_run_id()
+        assert [p for r, p in store.committed_phases(run_id)] == ["collect", "label", "select", "train", "evaluate"]
+        assert {x.verdict for x in store.labels(run_id)} == {"A"}
+        comparisons = store.load_pairs(run_id)
+    trained = json.loads((run_dir / "preference_replay" / "iteration_0001.json").read_text())["pairs"]
+    assert [r["winner_completions"] for r in trained] == [shown_sides(p)[0] for p in comparisons]
+
+
+KILLED_LABELLER = """
+import sys, time
+from comlrl_lab.data.labels import Label
+from comlrl_lab.store import RunStore
+store = RunStore(sys.argv[1])
+for i in range(10_000):
+    store.put_labels("r", [Label(1, i, "ann", "A", "winner")])
+    print(i, flush=True)
+"""
+
+
+def test_a_kill_9_while_labelling_keeps_every_committed_label(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from comlrl_lab.store import RunStore
+
+    path = tmp_path / "run.duckdb"
+    RunStore(path).close()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_LABELLER, str(path)], stdout=subprocess.PIPE, env=env, text=True
+    )
+    acknowledged = -1
+    while acknowledged < 20:  # each printed index was committed before it was printed
+        acknowledged = int(child.stdout.readline())
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    with RunStore(path) as store:
+        kept = [x.pair_index for x in store.labels("r")]
+    assert kept[: acknowledged + 1] == list(range(acknowledged + 1))
+    assert len(kept) in (acknowledged + 1, acknowledged + 2)  # at most the one being written when killed is lost

@@ -27,7 +27,6 @@ from comlrl_lab.data.records import PreferencePair
 
 #: The four verdicts, as stored; the labelling view's keys 1 2 3 4 give them in this order.
 VERDICTS: tuple[str, ...] = ("A", "B", "tie", "both_bad")
-VERDICT_NAMES: dict[str, str] = {"A": "A is better", "B": "B is better", "tie": "tie", "both_bad": "both bad"}
 SIDES: tuple[str, ...] = ("winner", "loser")
 A_SIDE_KEY = "a_side"  # in a comparison's ``extra``: which stored side is shown as A
 
@@ -91,6 +90,13 @@ def shown_sides(pair: PreferencePair) -> tuple[list[str], list[str]]:
     if pair.extra.get(A_SIDE_KEY, "winner") == "winner":
         return list(pair.winner_completions), list(pair.loser_completions)
     return list(pair.loser_completions), list(pair.winner_completions)
+
+
+def joint_text(parts: list[str]) -> str:
+    """A joint response (or several agents' prompts) as one text: one agent's as it is, several numbered."""
+    if len(parts) == 1:
+        return parts[0]
+    return "\n".join(f"[Agent {i + 1}]\n{text}" for i, text in enumerate(parts))
 
 
 def reward_preference(pair: PreferencePair) -> str | None:

@@ -16,7 +16,6 @@ _LAZY = {
     "export_pairs": "export",
     "export_reward_distribution_files": "export",
     "export_round_files": "export",
-    "snapshot_labels": "export",
     "snapshot_parquet": "export",
     "store_from_snapshot": "export",
     "ImportRefused": "importer",

@@ -206,13 +206,6 @@ def export_reward_distribution_files(
 WHOLE_TABLES: tuple[str, ...] = ("runs", "rounds", "phases", "labels")
 
 
-def snapshot_labels(store: RunStore, run_id: str, dest_dir: str | os.PathLike[str]) -> Path:
-    """Rewrite the snapshot's ``labels.parquet`` alone: after each verdict, so other processes see it at once."""
-    dest_dir = Path(dest_dir)
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    return _copy(store.cursor(), "SELECT * FROM labels WHERE run_id = ?", [run_id], dest_dir / "labels.parquet")
-
-
 def snapshot_parquet(
     store_or_path: RunStore | str | os.PathLike[str],
     run_id: str,

@@ -107,6 +107,12 @@ class Labeller:
                 {M.LABEL_FLEISS_KAPPA: found.between_fleiss, M.LABEL_KRIPPENDORFF_ALPHA: found.between_alpha}
             )
         records.add_metrics(step, {name: value for name, value in metrics.items() if not _nan(value)})
+        for name, (count, kappa, percent) in found.per_labeller.items():
+            records.add_event(
+                "info",
+                f"round {round_index}: {name} agrees with the reward function on {percent:.0f}% of {count} "
+                f"comparisons (Cohen's kappa {kappa:.2f})",
+            )
         return labels
 
     def judge(self) -> Judge:
