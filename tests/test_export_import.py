@@ -275,7 +275,7 @@ def test_parquet_snapshot_per_phase_and_incremental(tmp_path):
         # A full snapshot elsewhere, then only what changed is rewritten; discarded phases disappear.
         full = snapshot_parquet(s, "r", tmp_path / "full")
         assert {p.parent.name for p in full} >= {"pairs", "metrics", "replay", "candidates"}
-        assert len(snapshot_parquet(s, "r", tmp_path / "full")) == 3  # runs, rounds, phases only
+        assert len(snapshot_parquet(s, "r", tmp_path / "full")) == 4  # runs, rounds, phases, labels only
         s.commit_phase("r", 1, "collect", pairs=make_pairs(1, 2))
         s.discard_after("r", 1, "select")
         written = snapshot_parquet(s, "r", tmp_path / "full")

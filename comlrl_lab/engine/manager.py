@@ -238,10 +238,10 @@ class RunManager:
                 raise InvalidTransition(f"run {run_id} has finished all its rounds")
             if phase is not None:
                 check_next_phase(phase, round_index, next_phase)  # refused here, not later in the worker thread
-            phases = run.phases
-            left = len(phases) * (run.num_rounds - round_index + 1) - phases.index(next_phase)
+            order = run.phases
+            left = len(order) * (run.num_rounds - round_index + 1) - order.index(next_phase)
             if rounds is not None:
-                count = len(phases) * int(rounds) - phases.index(next_phase)
+                count = len(order) * int(rounds) - order.index(next_phase)
             else:
                 count = 1 if phases is None else int(phases)
             if count < 1:
