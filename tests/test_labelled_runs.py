@@ -7,10 +7,9 @@ import json
 import pytest
 from http_stub import HttpStub, RecordedRequest, Reply
 
-from comlrl_lab.data.labels import Label, shown_sides
+from comlrl_lab.data.labels import AwaitingLabels, Label, shown_sides
 from comlrl_lab.names import metric_names as M
 from comlrl_lab.trainers.preference.judge import parse_verdict
-from comlrl_lab.trainers.preference.labelling import AwaitingLabels
 from comlrl_lab.trainers.preference.sink import MemorySink
 
 

@@ -31,6 +31,23 @@ SIDES: tuple[str, ...] = ("winner", "loser")
 A_SIDE_KEY = "a_side"  # in a comparison's ``extra``: which stored side is shown as A
 
 
+HOW_TO_LABEL = (
+    "label them in the workbench (Pairs page, Label tab), or export them with `comlrl-lab labels export RUN_DIR` and "
+    "import the verdicts with `comlrl-lab labels import RUN_DIR FILE`; then resume the run"
+)
+
+
+class AwaitingLabels(RuntimeError):
+    """The round's comparisons do not all have their labels yet; nothing ran and the cursor stays at ``label``."""
+
+    def __init__(self, round_index: int, missing: int, total: int, needed: int):
+        self.round_index, self.missing, self.total, self.needed = round_index, missing, total, needed
+        each = "a label" if needed == 1 else f"{needed} labels"
+        super().__init__(
+            f"round {round_index} waits for labels: {missing} of {total} comparisons still need {each}; {HOW_TO_LABEL}"
+        )
+
+
 @dataclass(frozen=True)
 class Label:
     """One labeller's verdict on one comparison, with the order it was shown in."""

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from comlrl_lab.data.labels import AwaitingLabels
 from comlrl_lab.engine import eta
 from comlrl_lab.engine.run import Run
 from comlrl_lab.engine.spec import ExperimentSpec
 from comlrl_lab.names import metric_names
 from comlrl_lab.names.phases import ALL_PHASES, PHASES, InvalidTransition, check_next_phase
-from comlrl_lab.trainers.preference.labelling import AwaitingLabels
 from comlrl_lab.trainers.preference.sink import PhaseCancelled, PhaseControl
 
 #: The ``Progress.history`` entry of building a run's trainer (loading its models, resuming its checkpoint).

@@ -31,14 +31,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from comlrl_lab.data.labels import Label
+from comlrl_lab.data.labels import AwaitingLabels, Label
 from comlrl_lab.data.no_space import NoSpaceLeft, is_no_space
 from comlrl_lab.engine.preflight import preflight
 from comlrl_lab.engine.spec import ExperimentSpec, build_trainer
 from comlrl_lab.names.phases import InvalidTransition
 from comlrl_lab.names.run_ids import new_run_id
 from comlrl_lab.store import RunStore, snapshot_parquet
-from comlrl_lab.trainers.preference.labelling import AwaitingLabels
 from comlrl_lab.trainers.preference.replay import drop_round_files
 from comlrl_lab.trainers.preference.sink import PhaseCancelled, PhaseControl, PhaseRecords
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from comlrl_lab.data.labels import A_SIDE_KEY, Label, agreement, blind_order, waiting
+from comlrl_lab.data.labels import A_SIDE_KEY, AwaitingLabels, Label, agreement, blind_order, waiting
 from comlrl_lab.data.records import PreferencePair
 from comlrl_lab.names import metric_names as M
 from comlrl_lab.trainers.preference.context import PartContext
@@ -27,22 +27,6 @@ from comlrl_lab.trainers.preference.judge import Judge
 from comlrl_lab.trainers.preference.sink import PhaseRecords
 
 BLIND_STREAM = "blind"
-
-HOW_TO_LABEL = (
-    "label them in the workbench (Pairs page, Label tab), or export them with `comlrl-lab labels export RUN_DIR` and "
-    "import the verdicts with `comlrl-lab labels import RUN_DIR FILE`; then resume the run"
-)
-
-
-class AwaitingLabels(RuntimeError):
-    """The round's comparisons do not all have their labels yet; nothing ran and the cursor stays at ``label``."""
-
-    def __init__(self, round_index: int, missing: int, total: int, needed: int):
-        self.round_index, self.missing, self.total, self.needed = round_index, missing, total, needed
-        each = "a label" if needed == 1 else f"{needed} labels"
-        super().__init__(
-            f"round {round_index} waits for labels: {missing} of {total} comparisons still need {each}; {HOW_TO_LABEL}"
-        )
 
 
 def blind(context: PartContext, comparisons: Sequence[PreferencePair]) -> None:
