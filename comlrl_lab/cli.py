@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from comlrl_lab.engine.runs_folder import RUNS_DIR_ENV
-from comlrl_lab.names.phases import PHASES, InvalidTransition
+from comlrl_lab.names.phases import InvalidTransition
 from comlrl_lab.store.formats import EXPORT_FORMATS, ROUND_FILES
 
 if TYPE_CHECKING:  # torch loads with it; `comlrl-lab --help` and the models commands do without
@@ -373,7 +373,8 @@ def _sweep_status(args: argparse.Namespace) -> int:
         total = sweep.cell_phases(cell)
         done = sweep.phases_done(cell, total)
         # Phases commit in order, so the last round with a committed phase is the count's round.
-        rounds = f"{-(-done // len(PHASES))}/{total // len(PHASES)}"
+        per_round = len(sweep.cell_spec(cell).round_phases())
+        rounds = f"{-(-done // per_round)}/{total // per_round}"
         settings = " ".join(f"{k}={v}" for k, v in cell.overrides.items())
         rows.append(
             (str(cell.index), state, cell.job_id or "-", rounds, f"{done}/{total}", cell.run_id or "-", settings)

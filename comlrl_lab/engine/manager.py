@@ -30,7 +30,7 @@ from comlrl_lab.trainers.preference.sink import PhaseCancelled, PhaseControl
 LOAD = "load"
 #: What ``Progress.done`` counts in each phase: each agent's prompt of a task item (per side), the replay draw, an
 #: optimiser step (MADPO update, Bradley-Terry batch or policy-learning buffer), an evaluation response.
-PHASE_UNITS = {"collect": "prompt", "select": "draw", "train": "step", "evaluate": "response"}
+PHASE_UNITS = {"collect": "prompt", "label": "comparison", "select": "draw", "train": "step", "evaluate": "response"}
 
 
 @dataclass(frozen=True)
