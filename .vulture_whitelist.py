@@ -15,6 +15,7 @@ from comlrl_lab.data.rewards import RewardProcessors
 from comlrl_lab.trainers.preference.base import PreferenceTrainerBase
 from comlrl_lab.trainers.preference.config import MADPOConfig
 from comlrl_lab.trainers.preference.devices import DeviceLayout
+from comlrl_lab.trainers.preference.sink import MemorySink
 
 # Module __getattr__/__dir__ (PEP 562): Python calls them for lazy exports.
 models.__getattr__
@@ -49,3 +50,6 @@ MADPOConfig.preference_replay_sample_size
 # DeviceLayout's roles are read through getattr over ROLES; as_strings is that readout, used by the layout tests.
 DeviceLayout.current_copy
 DeviceLayout.as_strings
+
+# People's verdicts for a MemorySink run (the Python API, tests and notebooks give them; the store is the engine's).
+MemorySink.give

@@ -1,17 +1,25 @@
-"""Pairs: browse by round, item, winner side, reward gap and text; winner vs loser per agent; read-only SQL."""
+"""Pairs: browse by round, item, winner side, reward gap and text; winner vs loser per agent; read-only SQL; label
+blinded comparisons and read agreement (runs whose preferences come from people or a judge)."""
 
 import pandas as pd
 import streamlit as st
 
-from comlrl_lab.ui import components, figures, services, state, url_state
+from comlrl_lab.ui import components, figures, frames, labelling, services, state, url_state
 
 view = components.require_run("Create, open or import a run to read its preference pairs.")
 store, run_id = view.store, view.run_id
+labelled = view.spec is not None and view.spec.round_phases() != frames.PHASES
 
 st.title("Pairs")
 st.caption(
     f"Run `{run_id}`. Each pair is two joint responses to one task item that the oracle scored differently: "
     "the winner (higher reward) and the loser. In iterative training one side is the current agents, the other the comparator."
+    + (
+        " In this run people or a judge decide: collect's pairs are comparisons (reward ties kept), and the pairs "
+        "trained on are the sides their labels prefer (Label tab)."
+        if labelled
+        else ""
+    )
 )
 
 PAGE_SIZE = 25
@@ -21,7 +29,8 @@ DEFAULT_SQL = (
     "FROM pairs\nGROUP BY ALL\nORDER BY ALL"
 )
 
-browse, sql = st.tabs(["Browse pairs", "SQL"], key=state.PAIRS_TAB)
+tabs = st.tabs(["Label", "Browse pairs", "SQL"] if labelled else ["Browse pairs", "SQL"], key=state.PAIRS_TAB)
+browse, sql = tabs[-2:]
 
 
 def browse_pairs() -> None:
@@ -113,14 +122,18 @@ def browse_pairs() -> None:
         st.code(components.record_json(detail), language="json")
 
 
+if labelled:
+    with tabs[0]:
+        labelling.label_tab(view, services.workspace().progress(run_id))
+
 with browse:
     browse_pairs()
 
 with sql:
     st.caption(
         "Read-only SQL over this run's DuckDB file. Tables: runs, rounds, phases, candidates, pairs, replay, metrics, "
-        "events, reward_distributions; view pair_records (the seed's record fields). Statements that could write are "
-        "refused."
+        "events, reward_distributions, labels; view pair_records (the seed's record fields). Statements that could "
+        "write are refused."
     )
     if state.SQL_QUERY not in st.session_state:
         st.session_state[state.SQL_QUERY] = DEFAULT_SQL

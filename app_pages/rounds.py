@@ -1,4 +1,4 @@
-"""Rounds: run the next phase (collect, select, train, evaluate) or N rounds; live progress; pause, stop, retry."""
+"""Rounds: run the next phase (collect, [label,] select, train, evaluate) or N rounds; live progress; pause, stop, retry."""
 
 import streamlit as st
 
@@ -48,6 +48,10 @@ if progress is not None:
         more = [f"and {len(notes) - 5} more rounds like them"] if len(notes) > 5 else []
         lines = [note[0].upper() + note[1:] + "." for note in notes[:5]] + more
         st.warning("\n".join(f"- {line}" for line in lines), icon=":material/warning:")
+    if progress.status == "awaiting labels":  # the progress panel below says how many wait
+        st.page_link(
+            components.PAIRS_PAGE, label="Label the comparisons on the Pairs page", icon=":material/how_to_vote:"
+        )
 
     # -- controls ------------------------------------------------------------------------------------------
     def start(**how) -> None:
@@ -60,8 +64,9 @@ if progress is not None:
 
     with st.container(border=True, key=state.ROUNDS_CONTROLS):
         st.markdown("**Next phase**")
-        phase_cols = st.columns(4)
-        for col, phase in zip(phase_cols, PHASE_LABELS):
+        order = " → ".join(progress.phases)
+        phase_cols = st.columns(len(progress.phases))
+        for col, phase in zip(phase_cols, progress.phases):
             is_next = progress.next_phase == phase
             if col.button(
                 PHASE_LABELS[phase],
@@ -71,7 +76,7 @@ if progress is not None:
                 width="stretch",
                 help=f"Run the {phase} phase of round {progress.round_index}"
                 if is_next
-                else "Phases run in order: collect → select → train → evaluate.",
+                else f"Phases run in order: {order}.",
             ):
                 start(phase=phase)
         many_left, many_mid, many_right, pause_col, stop_col = st.columns(
@@ -136,7 +141,8 @@ else:
 # -- phase timeline ------------------------------------------------------------------------------------------
 
 st.subheader("Phase timeline")
-table = frames.phase_table(rounds, durations, num_rounds, cursor, running)
+phases = progress.phases if progress is not None else frames.PHASES
+table = frames.phase_table(rounds, durations, num_rounds, cursor, running, phases)
 if table.empty:
     st.caption(
         "No phase has finished yet. Start with Collect: the agents and the comparator sample candidates, the oracle scores them, and pairs form."

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from comlrl_lab.engine.runs_folder import RUNS_DIR_ENV
-from comlrl_lab.names.phases import PHASES, InvalidTransition
+from comlrl_lab.names.phases import InvalidTransition
 from comlrl_lab.store.formats import EXPORT_FORMATS, ROUND_FILES
 
 if TYPE_CHECKING:  # torch loads with it; `comlrl-lab --help` and the models commands do without
@@ -175,11 +175,54 @@ def _run(args: argparse.Namespace) -> int:
         if args.verbose and progress.last_traceback:
             print(progress.last_traceback, file=sys.stderr)
         return 1
+    if progress.status == "awaiting labels":
+        # A human run: the round waits at its label phase until people give their verdicts.
+        print(f"waiting: {(progress.message or '').replace('RUN_DIR', str(run.run_dir))}")
+        print(f"resume with: comlrl-lab run --resume {run.run_dir}")
+        return 0
     if progress.next_phase is None:
         print(f"{progress.status}: {progress.num_rounds} of {progress.num_rounds} rounds, results in {run.run_dir}")
     else:
         where = f"round {progress.round_index} {progress.next_phase}"
         print(f"{progress.status}: next is {where}, results in {run.run_dir}")
+    return 0
+
+
+def _labels_store(run_dir: Path) -> Any:
+    from comlrl_lab.engine.run import STORE_FILE
+    from comlrl_lab.store import RunStore
+
+    if not (run_dir / STORE_FILE).is_file():
+        raise FileNotFoundError(f"{run_dir} is not a run directory (no {STORE_FILE})")
+    return RunStore(run_dir / STORE_FILE)
+
+
+def _labels_export(args: argparse.Namespace) -> int:
+    """``labels export RUN_DIR``: the comparisons that still need labels, blinded (response A and B)."""
+    from comlrl_lab.store.labels_io import export_waiting
+
+    run_dir = Path(args.run_dir)
+    dest = Path(args.dest) if args.dest else run_dir / f"labels_waiting.{args.format}"
+    with _labels_store(run_dir) as store:
+        count = export_waiting(store, store.first_run_id() or run_dir.name, args.format, dest)
+    print(f"wrote {count} comparisons waiting for labels to {dest}; fill in labeller and verdict (A, B, tie, both_bad)")
+    print(f"then: comlrl-lab labels import {run_dir} {dest}")
+    return 0
+
+
+def _labels_import(args: argparse.Namespace) -> int:
+    """``labels import RUN_DIR FILE``: verdicts checked against the run's comparisons; bad rows named and skipped."""
+    from comlrl_lab.store.labels_io import import_labels
+
+    run_dir = Path(args.run_dir)
+    with _labels_store(run_dir) as store:
+        report = import_labels(store, store.first_run_id() or run_dir.name, args.file)
+    for line in report.skipped:
+        print(f"skipped {line}", file=sys.stderr)
+    print(
+        f"imported {report.written} labels; {report.kept} already labelled by the same labeller kept as they were; "
+        f"{len(report.skipped)} rows skipped"
+    )
     return 0
 
 
@@ -330,7 +373,8 @@ def _sweep_status(args: argparse.Namespace) -> int:
         total = sweep.cell_phases(cell)
         done = sweep.phases_done(cell, total)
         # Phases commit in order, so the last round with a committed phase is the count's round.
-        rounds = f"{-(-done // len(PHASES))}/{total // len(PHASES)}"
+        per_round = len(sweep.cell_spec(cell).round_phases())
+        rounds = f"{-(-done // per_round)}/{total // per_round}"
         settings = " ".join(f"{k}={v}" for k, v in cell.overrides.items())
         rows.append(
             (str(cell.index), state, cell.job_id or "-", rounds, f"{done}/{total}", cell.run_id or "-", settings)
@@ -597,6 +641,22 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--run-id", help="run id to file the pairs under (default: from the directory name)")
     imp.add_argument("--verbose", action="store_true", help="print the traceback on error")
     imp.set_defaults(func=_import)
+
+    labels = sub.add_parser("labels", help="export a human run's comparisons that wait for labels, import verdicts")
+    labels_sub = labels.add_subparsers(dest="labels_command", required=True)
+    out = labels_sub.add_parser("export", help="the comparisons still waiting for labels, blinded, to fill in")
+    out.add_argument("run_dir")
+    out.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
+    out.add_argument("--dest", help="file to write (default: RUN_DIR/labels_waiting.<format>)")
+    out.add_argument("--verbose", action="store_true", help="print the traceback on error")
+    out.set_defaults(func=_labels_export)
+    back = labels_sub.add_parser(
+        "import", help="verdicts (round, pair_index, labeller, verdict) from a JSONL or CSV file"
+    )
+    back.add_argument("run_dir")
+    back.add_argument("file")
+    back.add_argument("--verbose", action="store_true", help="print the traceback on error")
+    back.set_defaults(func=_labels_import)
 
     models = sub.add_parser("models", help="add, list or remove registered models (agent models by name)")
     models_sub = models.add_subparsers(dest="models_command", required=True)

@@ -68,6 +68,7 @@ def _metadata_nodes(tree: ast.AST) -> set[int]:
 NEEDS = {
     ("comparator_policy", "model"): {"comparator_model_name": "m"},
     ("comparator_policy", "api"): {"comparator_api_url": "http://localhost/x"},
+    ("preference_source", "judge"): {"judge_api_url": "http://localhost/x"},
     ("pair_selection", "all"): {"preference_pairs_per_sample": None},
     ("preference_replay_mode", "nearest_k"): {"preference_replay_k": 2},
     ("preference_replay_mode", "lambda_decay"): {"preference_replay_lambda": 0.5},
@@ -357,6 +358,7 @@ RUNTIME_CHECKS = {
     "comlrl_lab/trainers/preference/policy_learning.py": "critic sources from constructor arguments",
     "comlrl_lab/trainers/preference/comparators/local.py": "comparator_agents given to the trainer's constructor",
     "comlrl_lab/trainers/preference/replay.py": "a replay directory on disk",
+    "comlrl_lab/trainers/preference/judge.py": "the judge's API key variable unset in the environment",
     "comlrl_lab/trainers/preference/tracking.py": "a tracker package not installed",
     "comlrl_lab/data/formatters.py": "formatters given to the trainer's constructor",
     "comlrl_lab/data/user_tasks.py": "a user task module's NUM_AGENTS",

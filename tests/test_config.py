@@ -15,6 +15,8 @@ import pytest
 from comlrl_lab.trainers.preference import config as config_module
 from comlrl_lab.trainers.preference.config import (
     CONFIG_CLASSES,
+    DEFAULT_JUDGE_TEMPLATE,
+    DEFAULT_LABEL_GUIDELINE,
     ConfigError,
     MADPOConfig,
     MADPOIterConfig,
@@ -86,6 +88,18 @@ OUR_MADPO_DEFAULTS = {
     "lora_dropout": 0.0,
     "lora_target_modules": None,
     "gradient_checkpointing": False,
+    "preference_source": "reward",
+    "labels_per_comparison": 1,
+    "label_guideline": DEFAULT_LABEL_GUIDELINE,
+    "judge_api_url": None,
+    "judge_api_format": "openai",
+    "judge_api_model": None,
+    "judge_api_key_env": None,
+    "judge_template": DEFAULT_JUDGE_TEMPLATE,
+    "judge_max_new_tokens": 16,
+    "judge_api_timeout": 60.0,
+    "judge_api_max_retries": 3,
+    "judge_api_max_concurrency": 8,
 }
 MARLHF_DEFAULTS = {
     "rl_algorithm": "magrpo",
@@ -746,3 +760,57 @@ def test_model_objects_serialise_as_their_id():
 )
 def test_use_chat_template_reads_yaml_booleans_and_names(value, canonical):
     assert MADPOIterConfig(use_chat_template=value).use_chat_template == canonical
+
+
+# ---- preference source (issue 26) ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "field", "message"),
+    [
+        (
+            {"preference_source": "humans"},
+            "preference_source",
+            "preference_source must be one of: reward, human, judge.",
+        ),
+        ({"preference_source": "judge"}, "judge_api_url", "judge_api_url is required when preference_source='judge'."),
+        (
+            {"judge_api_url": "http://127.0.0.1:1/v1"},
+            "judge_api_url",
+            "judge_api_url is only valid when preference_source='judge'.",
+        ),
+        (
+            {"preference_source": "human", "labels_per_comparison": 0},
+            "labels_per_comparison",
+            "labels_per_comparison must be >= 1.",
+        ),
+        (
+            {"preference_source": "judge", "judge_api_url": "http://x", "judge_template": "{prompt} {response_a}"},
+            "judge_template",
+            "judge_template must contain {response_b}: the judge would not see what it compares.",
+        ),
+        (
+            {"preference_source": "judge", "judge_api_url": "http://x", "judge_api_format": "opnai"},
+            "judge_api_format",
+            None,
+        ),
+    ],
+)
+def test_preference_source_refusals_name_their_field(values, field, message):
+    with pytest.raises(ConfigError) as caught:
+        MADPOConfig(**values)
+    assert caught.value.field == field
+    if message is not None:
+        assert str(caught.value) == message
+
+
+def test_judge_settings_resolve_aliases_and_mask_the_url():
+    config = MADPOIterConfig(
+        preference_source="judge",
+        judge_api_url="https://me:sk-secret@judge.example/v1?api_key=sk-2",
+        judge_api_format="chat",
+    )
+    assert config.judge_api_format == "openai"
+    saved = config.to_dict()
+    assert saved["judge_api_url"] == "https://***@judge.example/v1?api_key=***"
+    assert "sk-secret" not in repr(config) and "sk-2" not in repr(config)

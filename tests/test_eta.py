@@ -26,7 +26,7 @@ def test_the_recent_history_is_the_last_three_runs():
 
 def test_the_queue_eta_adds_each_later_phases_recent_mean():
     history = {"collect": (10.0,), "select": (1.0,), "train": (20.0, 30.0), "evaluate": (4.0,)}
-    later = eta.queued_phases(1, "train", 6)[1:]
+    later = eta.queued_phases("train", 6)[1:]
     assert later == ["evaluate", "collect", "select", "train", "evaluate"]
     assert eta.queue_eta(12.0, later, history) == pytest.approx(12 + 4 + 10 + 1 + 25 + 4)
     assert eta.queue_eta(12.0, ["collect"], {}) is None  # the first round has nothing to go on

@@ -37,6 +37,11 @@ def three_rounds(store):
     return store
 
 
+def seed_fields(rows) -> list[dict]:
+    """The seed's record fields of exported rows (JSONL and tables add labels and TRL's columns)."""
+    return [{k: row[k] for k in SEED_RECORD_FIELDS} for row in rows]
+
+
 def all_records() -> list[dict]:
     return [p.to_record() for r in (1, 3) for p in make_pairs(r, 8)]
 
@@ -59,7 +64,61 @@ def test_jsonl_export_and_filters(three_rounds, tmp_path):
     n = export_pairs(three_rounds, "r", "jsonl", dest, round=3, winner_side="comparator", min_gap=1.0)
     lines = dest.read_text(encoding="utf-8").splitlines()
     expected = [p.to_record() for p in make_pairs(3, 8) if p.winner_side == "comparator" and p.reward_gap >= 1.0]
-    assert n == len(lines) == len(expected) and [json.loads(line) for line in lines] == expected
+    rows = [json.loads(line) for line in lines]
+    assert n == len(lines) == len(expected) and [{k: r[k] for k in SEED_RECORD_FIELDS} for r in rows] == expected
+    # Then TRL's columns: a reward-labelled run chooses its winner; no labels.
+    assert list(rows[0])[len(SEED_RECORD_FIELDS) :] == ["labels", "prompt", "chosen", "rejected"]
+    first = expected[0]
+    assert (
+        rows[0]["labels"] == []
+        and rows[0]["prompt"] == "[Agent 1]\n" + first["prompts"][0] + "\n[Agent 2]\n" + (first["prompts"][1])
+    )
+    assert rows[0]["chosen"].startswith("[Agent 1]\n" + first["winner_completions"][0])
+    assert rows[0]["rejected"].endswith("[Agent 2]\n" + first["loser_completions"][1])
+
+
+def test_a_labelled_runs_export_carries_its_labels_and_chooses_the_labelled_side(store, tmp_path):
+    from comlrl_lab.data.labels import Label
+
+    store.create_run("h", trainer="MADPO", config={"preference_source": "human"}, num_agents=1)
+    pairs = make_pairs(1, 4, num_agents=1)
+    store.commit_phase("h", 1, "collect", pairs=pairs)
+    store.put_labels(
+        "h",
+        [
+            Label(1, 0, "ann", "A", "winner"),  # the reward's winner
+            Label(1, 1, "ann", "A", "loser"),  # overrules the reward: the stored loser is chosen
+            Label(1, 1, "bob", "B", "winner"),
+            Label(1, 2, "ann", "tie", "winner"),  # dropped: nothing chosen
+        ],
+    )  # comparison 3 has no label yet
+    for fmt in ("jsonl", "parquet", "csv"):
+        dest = tmp_path / f"h.{fmt}"
+        assert export_pairs(store, "h", fmt, dest) == 4
+        if fmt == "jsonl":
+            rows = [json.loads(line) for line in dest.read_text(encoding="utf-8").splitlines()]
+        elif fmt == "parquet":
+            rows = pq.read_table(dest).to_pylist()
+        else:
+            rows = pd.read_csv(dest, keep_default_na=False).to_dict("records")
+            for row in rows:
+                row["labels"] = json.loads(row["labels"])
+                row["chosen"] = row["chosen"] or None
+                row["rejected"] = row["rejected"] or None
+        assert [r["labels"] for r in rows] == [
+            [{"labeller": "ann", "verdict": "A"}],
+            [{"labeller": "ann", "verdict": "A"}, {"labeller": "bob", "verdict": "B"}],
+            [{"labeller": "ann", "verdict": "tie"}],
+            [],
+        ], fmt
+        chosen = [(r["chosen"], r["rejected"]) for r in rows]
+        assert chosen == [
+            (pairs[0].winner_completions[0], pairs[0].loser_completions[0]),
+            (pairs[1].loser_completions[0], pairs[1].winner_completions[0]),
+            (None, None),
+            (None, None),
+        ], fmt
+        assert [r["prompt"] for r in rows] == [p.prompts[0] for p in pairs]
 
 
 def test_empty_export_is_valid_json(three_rounds, tmp_path):
@@ -135,7 +194,7 @@ def test_the_cli_exports_a_run_another_process_holds_from_its_snapshot(tmp_path,
         assert cli.main(["export", str(run_dir), "--format", "jsonl", "--dest", str(tmp_path / "p.jsonl")]) == 0
         assert cli.main(["export", str(run_dir), "--format", "rounds", "--dest", str(tmp_path / "rounds")]) == 0
     lines = (tmp_path / "p.jsonl").read_text(encoding="utf-8").splitlines()
-    assert [json.loads(line) for line in lines] == all_records()
+    assert seed_fields(json.loads(line) for line in lines) == all_records()
     assert sorted(p.name for p in (tmp_path / "rounds").iterdir()) == [f"iteration_000{r}.json" for r in (1, 2, 3)]
     err = capsys.readouterr().err
     assert f"is held by process {holder.pid}" in err and "exporting its snapshot of the last committed phase" in err
@@ -275,7 +334,7 @@ def test_parquet_snapshot_per_phase_and_incremental(tmp_path):
         # A full snapshot elsewhere, then only what changed is rewritten; discarded phases disappear.
         full = snapshot_parquet(s, "r", tmp_path / "full")
         assert {p.parent.name for p in full} >= {"pairs", "metrics", "replay", "candidates"}
-        assert len(snapshot_parquet(s, "r", tmp_path / "full")) == 3  # runs, rounds, phases only
+        assert len(snapshot_parquet(s, "r", tmp_path / "full")) == 4  # runs, rounds, phases, labels only
         s.commit_phase("r", 1, "collect", pairs=make_pairs(1, 2))
         s.discard_after("r", 1, "select")
         written = snapshot_parquet(s, "r", tmp_path / "full")
@@ -295,7 +354,7 @@ def test_exports_stay_in_round_order_whatever_the_commit_order(tmp_path):
         assert not s.run("r")["pairs_in_order"]
         export_pairs(s, "r", "jsonl", tmp_path / "a.jsonl")
         lines = [json.loads(line) for line in (tmp_path / "a.jsonl").read_text(encoding="utf-8").splitlines()]
-        assert lines == [p.to_record() for p in make_pairs(1, 3) + make_pairs(2, 4)]
+        assert seed_fields(lines) == [p.to_record() for p in make_pairs(1, 3) + make_pairs(2, 4)]
         shuffled = pd.DataFrame([{**p.to_record(), "pair_index": i} for i, p in enumerate(make_pairs(3, 5))]).iloc[
             [3, 0, 4, 2, 1]
         ]

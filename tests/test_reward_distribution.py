@@ -109,10 +109,12 @@ def test_a_version_1_store_gains_the_reward_distributions_table(tmp_path):
     con = duckdb.connect(str(path))
     con.execute("DROP TABLE reward_distributions")
     con.execute("ALTER TABLE events DROP COLUMN logged")  # version 3's column: a version-1 store had neither
+    con.execute("DROP TABLE labels")  # version 4's table and column
+    con.execute("ALTER TABLE rounds DROP COLUMN label_at")
     con.execute("DELETE FROM schema_version")
     con.execute("INSERT INTO schema_version VALUES (1, now()::TIMESTAMP)")
     con.close()
     with RunStore(path) as store:
         versions = store.readonly_sql("SELECT version FROM schema_version ORDER BY version")["version"].tolist()
-        assert versions == [1, 2, SCHEMA_VERSION] == [1, 2, 3]  # each step records its version
+        assert versions == [1, 2, 3, SCHEMA_VERSION] == [1, 2, 3, 4]  # each step records its version
         assert store.binned_reward_distributions("any").empty

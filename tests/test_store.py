@@ -18,6 +18,7 @@ import pyarrow as pa
 import pytest
 from store_fixtures import expected_counts, make_candidates, make_pairs, phase_payload
 
+from comlrl_lab.data.labels import Label
 from comlrl_lab.store import (
     PHASES,
     SCHEMA_VERSION,
@@ -232,8 +233,14 @@ def test_a_phase_commit_sets_the_runs_status_in_the_same_transaction(store):
 def test_a_version_2_store_is_migrated_and_keeps_its_events_as_the_log(tmp_path):
     path = tmp_path / "old.duckdb"
     with duckdb.connect(str(path)) as con:
-        for ddl in schema.TABLES.values():
-            con.execute(ddl.replace(",\n            logged BOOLEAN NOT NULL DEFAULT false", ""))
+        for name, ddl in schema.TABLES.items():
+            if name != "labels":  # version 4's
+                con.execute(
+                    ddl.replace(",\n            logged BOOLEAN NOT NULL DEFAULT false", "").replace(
+                        "            label_at TIMESTAMP,  -- version 4: the label phase of a run labelled by people or a judge\n",
+                        "",
+                    )
+                )
         con.execute("INSERT INTO schema_version VALUES (2, now())")
         con.execute("INSERT INTO events VALUES ('r', now(), 1, 'collect', 'error', 'boom', NULL)")
     with RunStore(path) as s:
@@ -555,3 +562,57 @@ def test_readonly_sql_is_a_value_error_with_limits_and_timeouts(store):
     with pytest.raises(QueryExecutionError, match="longer than"):
         store.readonly_sql("SELECT sum(hash(range)) FROM range(100000000000)", timeout_s=0.3)
     assert store.pairs_count("r") == 30  # the cursor and the store are still usable
+
+
+# -- labels (schema version 4) -------------------------------------------------------------------------------------
+
+
+def _label(pair_index: int, verdict: str, who: str = "ann", round_: int = 1) -> Label:
+    return Label(round=round_, pair_index=pair_index, labeller=who, verdict=verdict, a_side="winner")
+
+
+def test_labels_are_written_at_once_replaced_by_their_labeller_kept_by_an_import_and_undone(store):
+    store.commit_phase("r", 1, "collect", pairs=make_pairs(1, 3))
+    assert store.put_labels("r", [_label(0, "A")]) == 1
+    assert store.put_labels("r", [_label(0, "B"), _label(1, "tie", "bob")]) == 2  # ann changes her mind
+    assert [(x.pair_index, x.labeller, x.verdict) for x in store.labels("r")] == [(0, "ann", "B"), (1, "bob", "tie")]
+    # An import never overwrites: ann's verdict on 0 stays B, the new row is written.
+    assert store.put_labels("r", [_label(0, "A"), _label(2, "both_bad")], replace=False) == 1
+    assert [(x.pair_index, x.verdict) for x in store.labels("r") if x.labeller == "ann"] == [(0, "B"), (2, "both_bad")]
+    store.delete_label("r", 1, 2, "ann")
+    assert [(x.pair_index, x.labeller) for x in store.labels("r", 1)] == [(0, "ann"), (1, "bob")]
+    with pytest.raises(ValueError, match="verdict must be one of"):
+        store.put_labels("r", [_label(0, "maybe")])
+
+
+def test_labels_survive_phase_commits_and_roll_backs_and_a_judge_relabels_its_own(store):
+    store.commit_phase("r", 1, "collect", pairs=make_pairs(1, 3))
+    store.put_labels("r", [_label(0, "A", "ann")])
+    store.commit_phase("r", 1, "label", labels=[_label(0, "B", "judge-m"), _label(1, "A", "judge-m")])
+    store.commit_phase("r", 1, "label", labels=[_label(1, "tie", "judge-m")])  # the phase again: its own replaced
+    store.commit_phase("r", 1, "select")
+    store.discard_after("r", 1, "collect")
+    assert [(x.pair_index, x.labeller, x.verdict) for x in store.labels("r")] == [
+        (0, "ann", "A"),
+        (1, "judge-m", "tie"),
+    ]
+    rounds = store.rounds("r")
+    assert rounds["label_at"].isna().all() and rounds["status"].tolist() == ["collect"]
+    store.commit_phase("r", 1, "label")
+    assert store.committed_phases("r") == [(1, "collect"), (1, "label")]
+
+
+def test_a_version_3_store_gains_the_labels_table(tmp_path):
+    path = tmp_path / "v3.duckdb"
+    with RunStore(path) as s:
+        s.commit_phase("r", 1, "collect", pairs=make_pairs(1, 2))
+    with duckdb.connect(str(path)) as con:
+        con.execute("DROP TABLE labels")
+        con.execute("ALTER TABLE rounds DROP COLUMN label_at")
+        con.execute("UPDATE schema_version SET version = 3")
+    with RunStore(path) as s:
+        assert s.readonly_sql("SELECT version FROM schema_version ORDER BY 1")["version"].tolist() == [3, 4]
+        assert s.pairs_count("r") == 2 and s.labels("r") == []
+        s.put_labels("r", [_label(1, "A")])
+        s.commit_phase("r", 1, "label")
+        assert s.rounds("r")["label_at"].notna().all()

@@ -315,3 +315,9 @@ def test_parallel_cells_load_their_models_one_at_a_time_in_a_fresh_process(model
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "2/2 cells finished, 0 failed" in result.stdout
+
+
+def test_a_cell_labelled_by_people_counts_five_phases_a_round(model_dir, tmp_path):
+    spec = tiny_spec(model_dir, num_iterations=2)
+    sweep = Sweep.create(spec, {"preference_source": ["reward", "human"]}, seeds=1, runs_root=tmp_path)
+    assert [sweep.cell_phases(cell) for cell in sweep.cells] == [2 * 4, 2 * 5]

@@ -74,6 +74,67 @@ def test_the_phase_table_shows_a_dash_for_counts_of_rounds_not_reached_yet():
     assert table.loc[1, ["candidates", "pairs", "drawn for training", "evaluation samples"]].tolist() == ["–"] * 4
 
 
+def test_a_labelled_runs_phase_table_and_timeline_have_the_label_phase():
+    import pandas as pd
+
+    from comlrl_lab.names.phases import round_phases
+    from comlrl_lab.ui import frames
+
+    rounds = pd.DataFrame(
+        [
+            {
+                "round": 1,
+                "collect_at": pd.Timestamp("2026-01-01 10:00:00"),
+                "label_at": pd.Timestamp("2026-01-01 10:05:00"),
+                "num_candidates": 8,
+                "num_pairs": 8,
+                "num_drawn": 0,
+                "num_eval_samples": 0,
+            }
+        ]
+    )
+    durations = {(1, "collect"): 2.0, (1, "label"): 0.5}
+    table = frames.phase_table(rounds, durations, 1, (1, "select"), phases=round_phases("human"))
+    phases = ["Collect", "Label", "Select replay sample", "Train", "Evaluate"]
+    assert [c for c in table.columns if c in frames.PHASE_LABELS.values()] == phases
+    assert table.loc[0, phases].tolist() == ["✓ 2.0 s", "✓ 0.5 s", "next", "·", "·"]
+    assert "Label" not in frames.phase_table(rounds, durations, 1, (1, "select")).columns  # a reward run: four
+    spans = frames.timeline(rounds, durations)
+    assert spans[["phase", "seconds"]].values.tolist() == [["collect", 2.0], ["label", 0.5]]
+    timed = pd.DataFrame([{"round": 1, "name": "time/label_seconds", "value": 0.5}])
+    assert frames.phase_durations(timed) == {(1, "label"): 0.5}
+
+
+def test_the_label_queue_leaves_out_what_the_labeller_gave_what_is_complete_and_what_they_skipped():
+    from comlrl_lab.data.labels import Label
+    from comlrl_lab.ui.labelling import queue
+
+    labels = [
+        Label(1, 0, "ann", "A", "winner"),
+        Label(1, 1, "bob", "B", "loser"),
+        Label(1, 3, "bob", "tie", "winner"),
+        Label(1, 3, "cy", "A", "winner"),
+        Label(2, 2, "ann", "A", "winner"),  # another round: not counted
+    ]
+    one = queue(5, 1, labels, 1, "ann", {(1, 2)})
+    assert (one.todo, one.skipped, one.complete, one.total, one.mine) == ([4], [2], 3, 5, 1)
+    two = queue(5, 1, labels, 2, "ann", {(1, 2)})  # two labels each: 1 waits for a second, 3 is complete
+    assert (two.todo, two.skipped, two.complete, two.mine) == ([1, 4], [2], 1, 1)
+    assert queue(5, 1, labels, 2, "bob", set()).todo == [0, 2, 4]
+
+
+def test_the_verdict_reveals_where_each_shown_side_came_from():
+    from comlrl_lab.data.labels import Label
+    from comlrl_lab.data.records import PreferencePair
+    from comlrl_lab.ui.labelling import reveal
+
+    pair = PreferencePair(["p"], ["w"], ["l"], 0.75, 0.25, 0.5, winner_side="comparator")
+    assert reveal(pair, Label(1, 4, "ann", "B", "loser")) == (
+        "Comparison 5: you said “B is better”. A was the current side, reward 0.25; B was the comparator side, "
+        "reward 0.75."
+    )
+
+
 def _metrics(values: dict[str, list[float]]):
     import pandas as pd
 

@@ -50,10 +50,10 @@ def phase_eta(elapsed: float, done: int, total: int, past: Sequence[float] | Non
     return best if best is not None and best >= FINISHING_S else None
 
 
-def queued_phases(round_index: int, phase: str, count: int) -> list[str]:
-    """The ``count`` phases from ``phase`` of ``round_index`` on, in order (the current one first)."""
-    start = PHASES.index(phase)
-    return [PHASES[(start + i) % len(PHASES)] for i in range(max(0, count))]
+def queued_phases(phase: str, count: int, phases: tuple[str, ...] = PHASES) -> list[str]:
+    """The ``count`` phases from ``phase`` on, in order (the current one first), rounds of ``phases``."""
+    start = phases.index(phase)
+    return [phases[(start + i) % len(phases)] for i in range(max(0, count))]
 
 
 def queue_eta(current_left: float | None, later: Sequence[str], history: Mapping[str, Sequence[float]]) -> float | None:

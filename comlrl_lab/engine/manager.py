@@ -18,18 +18,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from comlrl_lab.data.labels import AwaitingLabels
 from comlrl_lab.engine import eta
 from comlrl_lab.engine.run import Run
 from comlrl_lab.engine.spec import ExperimentSpec
 from comlrl_lab.names import metric_names
-from comlrl_lab.names.phases import InvalidTransition, check_next_phase
-from comlrl_lab.trainers.preference.sink import PHASES, PhaseCancelled, PhaseControl
+from comlrl_lab.names.phases import ALL_PHASES, PHASES, InvalidTransition, check_next_phase
+from comlrl_lab.trainers.preference.sink import PhaseCancelled, PhaseControl
 
 #: The ``Progress.history`` entry of building a run's trainer (loading its models, resuming its checkpoint).
 LOAD = "load"
 #: What ``Progress.done`` counts in each phase: each agent's prompt of a task item (per side), the replay draw, an
 #: optimiser step (MADPO update, Bradley-Terry batch or policy-learning buffer), an evaluation response.
-PHASE_UNITS = {"collect": "prompt", "select": "draw", "train": "step", "evaluate": "response"}
+PHASE_UNITS = {"collect": "prompt", "label": "comparison", "select": "draw", "train": "step", "evaluate": "response"}
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,8 @@ class Progress:
     """What a page shows about a run; a copy, safe to read from any thread."""
 
     run_id: str
-    status: str = "idle"  # idle | loading | running | pausing | paused | stopping | error | finished
+    # idle | loading | running | pausing | paused | stopping | error | finished | awaiting labels
+    status: str = "idle"
     round_index: int = 1
     num_rounds: int | None = None
     phase: str | None = None
@@ -53,6 +55,7 @@ class Progress:
     last_error: str | None = None
     last_traceback: str | None = None
     message: str | None = None
+    phases: tuple[str, ...] = PHASES  # one round's phases (with label for a human or judge run)
 
     @property
     def busy(self) -> bool:
@@ -86,7 +89,7 @@ class Progress:
         phase = self.phase or self.next_phase
         if not self.busy or phase is None:
             return None
-        queued = eta.queued_phases(self.round_index, phase, self.phases_left)
+        queued = eta.queued_phases(phase, self.phases_left, self.phases)
         # While the models load, the first queued phase has not begun: all of it is still to come.
         later = queued if self.status == "loading" else queued[1:]
         return eta.queue_eta(self.eta(now), later, self.history)
@@ -134,7 +137,7 @@ def _phase_history(run: Run) -> dict[str, tuple[float, ...]]:
     """How long each phase took in a reopened run (its ``time/<phase>_seconds`` metrics), oldest first."""
     if run.store is None:
         return {}
-    names = {metric_names.name(metric_names.PHASE_SECONDS, phase=p): p for p in PHASES}
+    names = {metric_names.name(metric_names.PHASE_SECONDS, phase=p): p for p in ALL_PHASES}
     rows = run.store.metrics(run.run_id, names=list(names))
     history: dict[str, list[float]] = {}
     for name, value in zip(rows["name"], rows["value"], strict=True):
@@ -196,6 +199,7 @@ class RunManager:
                 num_rounds=run.num_rounds,
                 next_phase=next_phase,
                 history=history,
+                phases=run.phases,
             )
 
     def run(self, run_id: str) -> Run:
@@ -234,9 +238,10 @@ class RunManager:
                 raise InvalidTransition(f"run {run_id} has finished all its rounds")
             if phase is not None:
                 check_next_phase(phase, round_index, next_phase)  # refused here, not later in the worker thread
-            left = len(PHASES) * (run.num_rounds - round_index + 1) - PHASES.index(next_phase)
+            order = run.phases
+            left = len(order) * (run.num_rounds - round_index + 1) - order.index(next_phase)
             if rounds is not None:
-                count = len(PHASES) * int(rounds) - PHASES.index(next_phase)
+                count = len(order) * int(rounds) - order.index(next_phase)
             else:
                 count = 1 if phases is None else int(phases)
             if count < 1:
@@ -260,7 +265,7 @@ class RunManager:
             )
             worker = threading.Thread(target=self._work, args=(run_id, count), name=f"comlrl-run-{run_id}", daemon=True)
             self._threads[run_id] = worker
-        committed = (round_index, next_phase) != (1, PHASES[0])
+        committed = (round_index, next_phase) != (1, "collect")
         verb = "resumed" if committed or before.status in ("paused", "error") else "started"
         run.log("info", f"{verb}: {_describe(count, round_index, next_phase)}", round=round_index, phase=next_phase)
         worker.start()
@@ -371,6 +376,9 @@ class RunManager:
             began = time.monotonic()
             try:
                 run.step()
+            except AwaitingLabels as waiting:
+                self._update(run_id, status="awaiting labels", message=str(waiting), **self._cursor_fields(run))
+                return
             except PhaseCancelled as cancelled:
                 self._update(
                     run_id,

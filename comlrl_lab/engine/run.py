@@ -23,6 +23,7 @@ ranks ``attach`` to the run directory and step the same trainer without one (``r
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import threading
@@ -30,6 +31,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from comlrl_lab.data.labels import AwaitingLabels, Label
 from comlrl_lab.data.no_space import NoSpaceLeft, is_no_space
 from comlrl_lab.engine.preflight import preflight
 from comlrl_lab.engine.spec import ExperimentSpec, build_trainer
@@ -37,7 +39,7 @@ from comlrl_lab.names.phases import InvalidTransition
 from comlrl_lab.names.run_ids import new_run_id
 from comlrl_lab.store import RunStore, snapshot_parquet
 from comlrl_lab.trainers.preference.replay import drop_round_files
-from comlrl_lab.trainers.preference.sink import PHASES, PhaseCancelled, PhaseControl, PhaseRecords
+from comlrl_lab.trainers.preference.sink import PhaseCancelled, PhaseControl, PhaseRecords
 
 
 def _ckpt():
@@ -74,16 +76,16 @@ def empty_round_notes(store: RunStore, run_id: str) -> list[str]:
     return notes
 
 
-def _phase_name(done: int) -> str:
-    """How ``done`` finished phases read: "round 2 select" for the last of them, "nothing" for none."""
+def _phase_name(done: int, phases: tuple[str, ...]) -> str:
+    """How ``done`` finished phases of rounds of ``phases`` read: "round 2 select" for the last, "nothing" for none."""
     if done <= 0:
         return "nothing"
-    return f"round {(done - 1) // len(PHASES) + 1} {PHASES[(done - 1) % len(PHASES)]}"
+    return f"round {(done - 1) // len(phases) + 1} {phases[(done - 1) % len(phases)]}"
 
 
-def _phases_done(state: dict[str, Any]) -> int:
+def _phases_done(state: dict[str, Any], phases: tuple[str, ...]) -> int:
     """Finished phases before a checkpoint's cursor (a finished run's cursor is past its last round)."""
-    return (int(state["round_index"]) - 1) * len(PHASES) + int(state["phase_index"])
+    return (int(state["round_index"]) - 1) * len(phases) + int(state["phase_index"])
 
 
 def quiet_library_progress() -> None:
@@ -128,7 +130,7 @@ class StoreSink:
         self.num_rounds = num_rounds
 
     def commit_phase(self, records: PhaseRecords) -> None:
-        last = (records.round_index, records.phase) == (self.num_rounds, PHASES[-1])
+        last = (records.round_index, records.phase) == (self.num_rounds, "evaluate")
         self.store.commit_phase(
             self.run_id,
             records.round_index,
@@ -139,11 +141,15 @@ class StoreSink:
             metrics=records.metrics,
             events=records.events,
             reward_distributions=records.reward_distributions,
+            labels=records.labels,
             status="finished" if last else "running",
         )
         if self.snapshot_dir is not None:
             with self._snapshot_lock:
                 snapshot_parquet(self.store, self.run_id, self.snapshot_dir)
+
+    def labels(self, round_index: int) -> list[Label]:
+        return self.store.labels(self.run_id, round_index)
 
     def add_phase_metrics(self, round_index: int, phase: str, step: int, values: dict[str, float]) -> None:
         rows = [{"step": step, "name": name, "value": value} for name, value in values.items()]
@@ -230,7 +236,8 @@ class Run:
         """Phases the store holds without a gap from the start (a lost WAL loses the newest ones)."""
         committed = set(self.store.committed_phases(self.run_id))
         done = 0
-        while (done // len(PHASES) + 1, PHASES[done % len(PHASES)]) in committed:
+        phases = self.phases
+        while (done // len(phases) + 1, phases[done % len(phases)]) in committed:
             done += 1
         return done
 
@@ -245,8 +252,8 @@ class Run:
         except ckpt.UntrustedCheckpoint:
             return  # nothing can be compared with a checkpoint that may not be read; resuming will refuse it
         stored = self._store_done()
-        if newest is not None and _phases_done(newest) > stored:
-            self._roll_back(stored, _phases_done(newest))
+        if newest is not None and _phases_done(newest, self.phases) > stored:
+            self._roll_back(stored, _phases_done(newest, self.phases))
         self._recover_checkpoint_costs()
         snapshot_parquet(self.store, self.run_id, self.run_dir / SNAPSHOT_DIR, repair=True)
 
@@ -254,20 +261,22 @@ class Run:
         """Drop the checkpoints after the store's last phase, or refuse when the one for that phase is gone."""
         ckpt = _ckpt()
         folders = ckpt.checkpoint_dirs(self.checkpoint_dir)
-        done = [_phases_done(ckpt.read_state(f, trust_checkpoint=self.trust_checkpoint)) for f in folders]
+        phases = self.phases
+        done = [_phases_done(ckpt.read_state(f, trust_checkpoint=self.trust_checkpoint), phases) for f in folders]
+        name = functools.partial(_phase_name, phases=phases)
         if stored > 0 and stored not in done:
-            oldest = _phase_name(min(done))
+            oldest = name(min(done))
             raise StoreBehind(
-                f"{self.store.path} holds the phases up to {_phase_name(stored)}, but the checkpoints go from "
-                f"{oldest} to {_phase_name(newest)}: the phases after {_phase_name(stored)} are missing from the store "
+                f"{self.store.path} holds the phases up to {name(stored)}, but the checkpoints go from "
+                f"{oldest} to {name(newest)}: the phases after {name(stored)} are missing from the store "
                 f"(a lost {self.store.path.name}.wal?) and no checkpoint is left to redo them from. Restore "
                 f"{self.store.path.name} and its .wal from a backup, or start the experiment again: comlrl-lab run "
                 f"{self.run_dir / SPEC_FILE}"
             )
         ckpt.drop_checkpoints(self.checkpoint_dir, [f for f, d in zip(folders, done) if d > stored])
         message = (
-            f"the store had lost committed phases: it held the phases up to {_phase_name(stored)}, the checkpoints "
-            f"went up to {_phase_name(newest)}; the run went back to {_phase_name(stored)} and redoes the rest"
+            f"the store had lost committed phases: it held the phases up to {name(stored)}, the checkpoints "
+            f"went up to {name(newest)}; the run went back to {name(stored)} and redoes the rest"
         )
         self.store.log_event(self.run_id, "warning", message)
 
@@ -298,7 +307,7 @@ class Run:
         round_index, next_phase = self.cursor()
 
         def collected(round_: int) -> bool:
-            return next_phase is None or round_ < round_index or (round_ == round_index and next_phase != PHASES[0])
+            return next_phase is None or round_ < round_index or (round_ == round_index and next_phase != "collect")
 
         replay_dir = self.spec.config.get("preference_replay_dir") or "preference_replay"
         drop_round_files(self.run_dir / replay_dir, self.run_id, collected)
@@ -319,6 +328,11 @@ class Run:
     @property
     def num_rounds(self) -> int:
         return self.spec.num_rounds()
+
+    @property
+    def phases(self) -> tuple[str, ...]:
+        """The phases of one of this run's rounds (``preference_source`` human and judge add ``label``)."""
+        return self.spec.round_phases()
 
     def attach_control(self, control: PhaseControl) -> None:
         self.control = control
@@ -355,10 +369,11 @@ class Run:
             # A checkpoint that may not be read: the store tells where the run stands, for browsing it.
             done = self._store_done() if self.store is not None else 0
             finished = self.store is not None and (self.store.run(self.run_id) or {}).get("status") == "finished"
-            return (done // len(PHASES) + 1, None if finished else PHASES[done % len(PHASES)])
+            phases = self.phases
+            return (done // len(phases) + 1, None if finished else phases[done % len(phases)])
         if state is not None:
-            return int(state["round_index"]), None if state["finished"] else PHASES[int(state["phase_index"])]
-        return 1, PHASES[0]
+            return int(state["round_index"]), None if state["finished"] else self.phases[int(state["phase_index"])]
+        return 1, self.phases[0]
 
     @property
     def finished(self) -> bool:
@@ -374,6 +389,10 @@ class Run:
             records = trainer.step(expected_phase)
         except InvalidTransition:
             raise  # refused before anything ran: there is no failure to log and nothing to restore
+        except AwaitingLabels as waiting:
+            # Not a failure: the round waits at its label phase, which changed nothing, until people label.
+            self.log("info", str(waiting), **where)
+            raise
         except PhaseCancelled:
             # A stop the user asked for is not an error: log it as such, and go back to the last finished phase.
             self.log(

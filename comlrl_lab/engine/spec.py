@@ -23,6 +23,7 @@ from comlrl_lab.data.tasks import get_task, list_tasks
 from comlrl_lab.data.user_tasks import load_user_task
 from comlrl_lab.engine.spec_file import SpecError, located, parse_spec_text
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
+from comlrl_lab.names.phases import round_phases
 from comlrl_lab.trainers import preference
 from comlrl_lab.trainers.preference.algorithms import ALGORITHM_TABLE, algorithm
 from comlrl_lab.trainers.preference.config import SECRET_FIELDS, ConfigError, check_field_names
@@ -107,6 +108,10 @@ class ExperimentSpec:
     def num_rounds(self) -> int:
         """Rounds the run makes: ``num_iterations`` for the iterative trainers, one for the others."""
         return int(self.build_config().num_iterations) if algorithm(self.algorithm).iterative else 1
+
+    def round_phases(self) -> tuple[str, ...]:
+        """The phases of one round: with a label phase when people or a judge label the comparisons."""
+        return round_phases(self.build_config().preference_source)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

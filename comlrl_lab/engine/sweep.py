@@ -35,7 +35,7 @@ from typing import Any
 from filelock import FileLock
 
 from comlrl_lab.engine import eta
-from comlrl_lab.engine.manager import RunManager
+from comlrl_lab.engine.manager import Progress, RunManager
 from comlrl_lab.engine.spec import ExperimentSpec
 from comlrl_lab.names import metric_names as M
 from comlrl_lab.names.phases import PHASES
@@ -484,10 +484,10 @@ class Sweep:
         return spec
 
     def cell_phases(self, cell: SweepCell) -> int:
-        """Phases in one cell's run: four per round (num_iterations may itself be swept)."""
+        """Phases in one cell's run: those of one round (four, five with a label phase) times its rounds
+        (num_iterations and preference_source may themselves be swept)."""
         spec = self.cell_spec(cell)
-        rounds = int(getattr(spec.build_config(), "num_iterations", 1)) if algorithm(spec.algorithm).iterative else 1
-        return rounds * len(PHASES)
+        return spec.num_rounds() * len(spec.round_phases())
 
     @property
     def unfinished(self) -> list[SweepCell]:
@@ -652,7 +652,7 @@ class SweepRunner:
                         active[run_id] = cell
                 for run_id, cell in list(active.items()):
                     progress = self.manager.progress(run_id)
-                    self._count(cell, progress.round_index, progress.next_phase)
+                    self._count(cell, progress)
                     if not progress.busy:
                         self._settle(cell, run_id, progress.status, progress.last_error)
                         del active[run_id]
@@ -685,11 +685,12 @@ class SweepRunner:
             self._set(cell, status="error", error=f"{type(error).__name__}: {error}")
             return None
 
-    def _count(self, cell: SweepCell, round_index: int, next_phase: str | None) -> None:
+    def _count(self, cell: SweepCell, progress: Progress) -> None:
+        order, next_phase = progress.phases, progress.next_phase
         done = (
             self._phases[cell.index]
             if next_phase is None
-            else (round_index - 1) * len(PHASES) + PHASES.index(next_phase)
+            else (progress.round_index - 1) * len(order) + order.index(next_phase)
         )
         with self._lock:
             self._done[cell.index] = done

@@ -76,6 +76,19 @@ TRAIN_PREFERENCE_PAIRS = "iter/train_preference_pairs"
 # log_reward_distribution: CoMLRL's summary of each round's file ({key}: see the help texts below)
 REWARD_DISTRIBUTION = "iter/reward_distribution/{key}"
 SELECTED_REWARD_DISTRIBUTION = "iter/selected_reward_distribution/{key}"
+# -- label phase (preference_source human or judge) ------------------------------------------------------------
+LABEL_COMPARISONS = "label/comparisons"
+LABEL_COUNT = "label/labels"
+LABEL_KAPPA_VS_REWARD = "label/kappa_vs_reward"
+LABEL_AGREEMENT_VS_REWARD = "label/agreement_vs_reward"
+LABEL_FLEISS_KAPPA = "label/fleiss_kappa"
+LABEL_KRIPPENDORFF_ALPHA = "label/krippendorff_alpha"
+JUDGE_VERDICTS = "label/judge_verdicts"
+JUDGE_INCONSISTENT = "label/judge_inconsistent"
+JUDGE_UNPARSEABLE = "label/judge_unparseable"
+LABELLED_PAIRS = "label/pairs_kept"
+LABELLED_DROPPED = "label/comparisons_dropped"
+LABELLED_OVERRULED = "label/pairs_overruling_reward"
 # -- MADPO updates -------------------------------------------------------------------------------------------
 MADPO_LOSS = "madpo/loss"
 MADPO_JOINT_MARGIN = "madpo/joint_margin"
@@ -167,6 +180,42 @@ METRICS: tuple[Metric, ...] = (
         "count",
         "Pairs the select phase chose to train on (the replay sample B^(ν) in the iterative trainers).",
     ),
+    Metric(LABEL_COMPARISONS, "count", "Comparisons the collect phase made for people or the judge to label."),
+    Metric(LABEL_COUNT, "count", "Verdicts the label phase gathered (people's or the judge's kept ones)."),
+    Metric(
+        LABEL_KAPPA_VS_REWARD,
+        "other",
+        "Cohen's kappa of the round's verdicts against the reward function's preference (tie and both bad: none).",
+    ),
+    Metric(LABEL_AGREEMENT_VS_REWARD, "share", "Share of the round's verdicts that agree with the reward function."),
+    Metric(
+        LABEL_FLEISS_KAPPA,
+        "other",
+        "Fleiss' kappa between labellers, over comparisons with labels_per_comparison labels.",
+    ),
+    Metric(
+        LABEL_KRIPPENDORFF_ALPHA,
+        "other",
+        "Krippendorff's alpha (nominal) between labellers, every comparison with two or more labels.",
+    ),
+    Metric(JUDGE_VERDICTS, "count", "Comparisons the judge gave the same verdict in both orders (kept)."),
+    Metric(
+        JUDGE_INCONSISTENT,
+        "count",
+        "Comparisons whose two orders the judge answered differently (dropped: position bias).",
+    ),
+    Metric(
+        JUDGE_UNPARSEABLE,
+        "count",
+        "Comparisons with a judge answer that does not begin with A, B, tie or both bad (dropped).",
+    ),
+    Metric(LABELLED_PAIRS, "count", "Pairs the select phase made from the round's labels."),
+    Metric(
+        LABELLED_DROPPED,
+        "count",
+        "Comparisons without a side most labels prefer (tie, both bad, split, unlabelled): no pair.",
+    ),
+    Metric(LABELLED_OVERRULED, "count", "Labelled pairs whose winner the reward function ranked lower or equal."),
     Metric(
         REWARD_DISTRIBUTION,
         "other",

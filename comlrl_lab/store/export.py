@@ -132,22 +132,31 @@ def export_pairs(
         _check_run(store, run_id)
         cur = store.cursor()
         where, args = flt.where(run_id)
-        if fmt in ("json", "jsonl"):
-            cols = ", ".join(SEED_RECORD_FIELDS)
-            options = "FORMAT json, ARRAY true" if fmt == "json" else "FORMAT json"
-        elif fmt == "parquet":
-            cols = ", ".join(dict.fromkeys((*queries.PROVENANCE_COLUMNS, *SEED_RECORD_FIELDS)))
-            options = "FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL 1, ROW_GROUP_SIZE 100000"
+        # DuckDB keeps insertion order without ORDER BY; the sort is skipped while the file is in order (and no
+        # join with the labels could have moved rows).
+        in_order, labelled = cur.execute(
+            "SELECT pairs_in_order, coalesce(json_extract_string(config_json, '$.preference_source'), 'reward') "
+            "<> 'reward' FROM runs WHERE run_id = ?",
+            [run_id],
+        ).fetchone() or (True, False)
+        order = "" if in_order and not labelled else " ORDER BY round, pair_index"
+        if fmt == "json":  # the seed's records, exactly
+            sql = f"SELECT {', '.join(SEED_RECORD_FIELDS)} FROM pair_records WHERE {where}{order}"
+            options = "FORMAT json, ARRAY true"
         else:
-            cols = ", ".join(
-                f"to_json({c}) AS {c}" if c in _LIST_COLUMNS else c
-                for c in dict.fromkeys((*queries.PROVENANCE_COLUMNS, *SEED_RECORD_FIELDS))
+            base = SEED_RECORD_FIELDS if fmt == "jsonl" else (*queries.PROVENANCE_COLUMNS, *SEED_RECORD_FIELDS)
+            cols = ", ".join(dict.fromkeys(base)) + ", " + _added_columns(labelled)
+            source = (
+                f"pair_records LEFT JOIN ({_VOTES}) USING (run_id, round, pair_index)" if labelled else "pair_records"
             )
-            options = "FORMAT csv, HEADER true"
-        # DuckDB keeps insertion order without ORDER BY; the sort is skipped while the file is in order.
-        in_order = cur.execute("SELECT pairs_in_order FROM runs WHERE run_id = ?", [run_id]).fetchone()
-        order = "" if in_order and in_order[0] else " ORDER BY round, pair_index"
-        sql = f"SELECT {cols} FROM pair_records WHERE {where}{order}"
+            sql = f"SELECT {cols} FROM {source} WHERE {where}{order}"
+            options = "FORMAT json"
+            if fmt == "parquet":
+                options = "FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL 1, ROW_GROUP_SIZE 100000"
+            elif fmt == "csv":
+                as_json = ", ".join(f"to_json({c}) AS {c}" for c in (*_LIST_COLUMNS, "labels"))
+                sql = f"SELECT * REPLACE ({as_json}) FROM ({sql})"
+                options = "FORMAT csv, HEADER true"
         count = cur.execute(f"COPY ({sql}) TO {_sql_path(tmp)} ({options})", args).fetchone()[0]
         if fmt == "json" and int(count) == 0:
             tmp.write_text("[]", encoding="utf-8")  # DuckDB writes an empty file for zero rows
@@ -200,6 +209,10 @@ def export_reward_distribution_files(
         write_distribution_file(dest_dir, payload_from_rows(int(round_), part.to_dict("records")))
         for round_, part in frame.groupby("round", sort=True)
     ]
+
+
+#: Tables a snapshot copies whole: they belong to the run, not to one phase (labels are written as people give them).
+WHOLE_TABLES: tuple[str, ...] = ("runs", "rounds", "phases", "labels")
 
 
 def snapshot_parquet(
@@ -265,7 +278,7 @@ def snapshot_parquet(
                     path.unlink(missing_ok=True)  # a phase committed again with no rows leaves no stale file
             if key in committed:
                 manifest[key] = committed[key]
-        for table in ("runs", "rounds", "phases"):
+        for table in WHOLE_TABLES:
             path = dest_dir / f"{table}.parquet"
             written.append(_copy(cur, f"SELECT * FROM {table} WHERE run_id = ?", [run_id], path))
     with _written_through_tmp(manifest_path) as tmp:
@@ -296,7 +309,8 @@ def store_from_snapshot(snapshot_dir: str | os.PathLike[str], dest: str | os.Pat
         raise FileNotFoundError(f"{snapshot_dir} holds no snapshot (no runs.parquet): no phase was committed")
     store = RunStore(dest)
     try:
-        tables = {name: [snapshot_dir / f"{name}.parquet"] for name in ("runs", "rounds", "phases")}
+        tables = {name: [snapshot_dir / f"{name}.parquet"] for name in WHOLE_TABLES}
+        tables = {name: files for name, files in tables.items() if files[0].is_file()}  # labels: since version 4
         tables.update({name: sorted((snapshot_dir / name).glob("*.parquet")) for name in PHASE_TABLES})
         store.load_parquet({name: files for name, files in tables.items() if files})
     except BaseException:
@@ -319,3 +333,37 @@ def _copy(cur: Any, sql: str, args: list[Any], path: Path) -> Path:
     with _written_through_tmp(path) as tmp:
         cur.execute(f"COPY ({sql}) TO {_sql_path(tmp)} (FORMAT parquet, COMPRESSION zstd)", args).fetchall()
     return path
+
+
+# -- the labels and TRL's columns of a pair export ---------------------------------------------------------------
+
+#: One row per labelled comparison: its labels (labeller, verdict) in the order given, and the votes for each
+#: stored side (verdict A prefers the side shown as A, ``a_side``; B the other; tie and both bad neither).
+_VOTES = """
+    SELECT run_id, round, pair_index,
+           list({'labeller': labeller, 'verdict': verdict} ORDER BY labelled_at, labeller) AS labels,
+           count(*) AS votes,
+           count(*) FILTER (WHERE (verdict = 'A') = (a_side = 'winner') AND verdict IN ('A', 'B')) AS for_winner,
+           count(*) FILTER (WHERE (verdict = 'A') = (a_side = 'loser') AND verdict IN ('A', 'B')) AS for_loser
+    FROM labels GROUP BY ALL"""
+
+
+def _joint(column: str) -> str:
+    """SQL for a joint response (or the agents' prompts) as one text, as ``data.labels.joint_text`` writes it."""
+    numbered = f"list_transform(range(1, len({column}) + 1), lambda i: '[Agent ' || i || ']' || chr(10) || {column}[i])"
+    return f"CASE WHEN len({column}) = 1 THEN {column}[1] ELSE array_to_string({numbered}, chr(10)) END"
+
+
+def _added_columns(labelled: bool) -> str:
+    """``labels`` and TRL's ``prompt``, ``chosen``, ``rejected``. A run the reward function labels chooses its
+    winner; a run people or a judge label choose the side more than half the labels prefer, and a comparison
+    without one (ties, both bad, a split, no labels yet) has no chosen or rejected, as it trains on nothing."""
+    if not labelled:
+        labels = "[]::STRUCT(labeller VARCHAR, verdict VARCHAR)[] AS labels"
+        chosen, rejected = _joint("winner_completions"), _joint("loser_completions")
+    else:
+        labels = "coalesce(labels, []::STRUCT(labeller VARCHAR, verdict VARCHAR)[]) AS labels"
+        winner, loser = _joint("winner_completions"), _joint("loser_completions")
+        chosen = f"CASE WHEN 2 * for_winner > votes THEN {winner} WHEN 2 * for_loser > votes THEN {loser} END"
+        rejected = f"CASE WHEN 2 * for_winner > votes THEN {loser} WHEN 2 * for_loser > votes THEN {winner} END"
+    return f"{labels}, {_joint('prompts')} AS prompt, {chosen} AS chosen, {rejected} AS rejected"

@@ -6,15 +6,17 @@ user SQL (``sql_guard``).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import duckdb
 import pandas as pd
 
+from comlrl_lab.data.labels import Label
 from comlrl_lab.data.records import SEED_RECORD_FIELDS, PreferencePair
 from comlrl_lab.names import metric_names
-from comlrl_lab.store.schema import PHASES
+from comlrl_lab.store.schema import ALL_PHASES
 
 #: Columns a pairs page shows (the long texts are included: a page is 50 rows).
 PAGE_COLUMNS = (
@@ -157,7 +159,7 @@ def committed_phases(cur: duckdb.DuckDBPyConnection, run_id: str) -> list[tuple[
     """(round, phase) of every committed phase, in run order."""
     rows = cur.execute(
         "SELECT round, phase FROM phases WHERE run_id = ? ORDER BY round, list_position(?::VARCHAR[], phase)",
-        [run_id, list(PHASES)],
+        [run_id, list(ALL_PHASES)],
     ).fetchall()
     return [(int(r), str(p)) for r, p in rows]
 
@@ -271,7 +273,7 @@ def events(cur: duckdb.DuckDBPyConnection, run_id: str, *, level: str | None = N
 def load_pairs(cur: duckdb.DuckDBPyConnection, run_id: str, flt: PairFilter) -> list[PreferencePair]:
     """Stored pairs as ``PreferencePair`` objects (texts and rewards; token ids live in checkpoints, not here)."""
     where, args = flt.where(run_id)
-    cols = ", ".join(dict.fromkeys((*PROVENANCE_COLUMNS, *SEED_RECORD_FIELDS)))
+    cols = ", ".join(dict.fromkeys((*PROVENANCE_COLUMNS, *SEED_RECORD_FIELDS, "extra_json")))
     rows = cur.execute(f"SELECT {cols} FROM pairs WHERE {where} ORDER BY round, pair_index", args).fetchall()
     names = [d[0] for d in cur.description]
     return [_row_to_pair(dict(zip(names, r))) for r in rows]
@@ -297,7 +299,19 @@ def _row_to_pair(row: dict[str, Any]) -> PreferencePair:
         winner_candidate_index=opt_int(row.get("winner_candidate_index")),
         loser_candidate_index=opt_int(row.get("loser_candidate_index")),
         winner_side=row.get("winner_side"),
+        extra=json.loads(row["extra_json"]) if row.get("extra_json") else {},
     )
+
+
+def labels(cur: duckdb.DuckDBPyConnection, run_id: str, round: int | None = None) -> list[Label]:
+    """The run's labels (of one round, or all), in (round, pair_index, labelled_at) order."""
+    where, args = ("run_id = ?", [run_id]) if round is None else ("run_id = ? AND round = ?", [run_id, round])
+    rows = cur.execute(
+        "SELECT round, pair_index, labeller, verdict, a_side, labelled_at FROM labels "
+        f"WHERE {where} ORDER BY round, pair_index, labelled_at, labeller",
+        args,
+    ).fetchall()
+    return [Label(int(r), int(i), str(who), str(v), str(a), at) for r, i, who, v, a, at in rows]
 
 
 def _opt_float(v: Any) -> float | None:

@@ -20,6 +20,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
+from comlrl_lab.data.labels import Label
 from comlrl_lab.data.records import PreferencePair
 from comlrl_lab.store import queries, schema, sql_guard, writer
 
@@ -135,6 +136,7 @@ class RunStore:
         metrics: writer.Rows = None,
         events: writer.Rows = None,
         reward_distributions: writer.Rows = None,
+        labels: Sequence[Label] = (),
         status: str | None = None,
     ) -> None:
         """Commit one finished phase in ONE transaction; committing it again replaces its rows (never duplicates).
@@ -142,8 +144,9 @@ class RunStore:
         ``candidates``: ``JointCandidate``s; ``pairs``: ``PreferencePair``s in their round-file order (or an Arrow
         table / DataFrame with the pairs columns); ``replay_rows``: dicts with source_round, mode, weight,
         drawn_count (and optional num_pairs); ``metrics``: dicts with step, name, value; ``events``: dicts with
-        level, message (and optional traceback); ``reward_distributions``: ``distribution_rows`` dicts. Token ids are not stored here (checkpoints hold them); their
-        counts are. ``status``, when given, becomes the run's status in the same transaction.
+        level, message (and optional traceback); ``reward_distributions``: ``distribution_rows`` dicts; ``labels``: a
+        judge's verdicts, which replace its earlier ones of the round. Token ids are not stored here (checkpoints hold
+        them); their counts are. ``status``, when given, becomes the run's status in the same transaction.
         """
         batch = writer.build_batch(
             round,
@@ -154,9 +157,20 @@ class RunStore:
             metrics=metrics,
             events=events,
             reward_distributions=reward_distributions,
+            labels=labels,
         )
         with self._lock:
             writer.commit_batches(self._writable(), run_id, [batch], run_status=status)
+
+    def put_labels(self, run_id: str, labels: Sequence[Label], *, replace: bool = True) -> int:
+        """Write labels now, in one transaction (a verdict is committed as it is given); see ``writer.put_labels``."""
+        rows = writer.label_table(labels)
+        with self._lock:
+            return writer.put_labels(self._writable(), run_id, rows, replace=replace)
+
+    def delete_label(self, run_id: str, round: int, pair_index: int, labeller: str) -> None:
+        with self._lock:
+            writer.delete_label(self._writable(), run_id, round, pair_index, labeller)
 
     def commit_batches(self, run_id: str, batches: Sequence[writer.PhaseBatch], **run_fields: Any) -> None:
         """Commit several prepared phases in one transaction (used by imports)."""
@@ -250,6 +264,9 @@ class RunStore:
 
     def metrics(self, run_id: str, names: list[str] | None = None) -> pd.DataFrame:
         return queries.metrics(self.cursor(), run_id, names)
+
+    def labels(self, run_id: str, round: int | None = None) -> list[Label]:
+        return queries.labels(self.cursor(), run_id, round)
 
     def replay(self, run_id: str) -> pd.DataFrame:
         return queries.replay(self.cursor(), run_id)

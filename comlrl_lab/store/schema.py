@@ -12,10 +12,13 @@ from datetime import datetime, timezone
 
 import duckdb
 
-from comlrl_lab.names.phases import PHASES as PHASES  # re-exported: the store names phases too
+# Re-exported: the store names phases too. PHASES is a round of the reward function's runs, ALL_PHASES every phase
+# name in round order (a labelled run's round), which the store checks and sorts by.
+from comlrl_lab.names.phases import ALL_PHASES as ALL_PHASES
+from comlrl_lab.names.phases import PHASES as PHASES
 
 #: Bump when the DDL changes, and add a step to ``MIGRATIONS`` that brings version - 1 up to it.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 #: Tables whose rows belong to one committed (run, round, phase) and are replaced when it is committed again. Of
@@ -57,6 +60,7 @@ TABLES: dict[str, str] = {
             num_candidates INTEGER NOT NULL DEFAULT 0,
             num_pairs INTEGER NOT NULL DEFAULT 0,
             num_drawn INTEGER NOT NULL DEFAULT 0,
+            label_at TIMESTAMP,  -- version 4: the label phase of a run labelled by people or a judge
             PRIMARY KEY (run_id, round)
         )""",
     "phases": """
@@ -154,6 +158,21 @@ TABLES: dict[str, str] = {
             mean DOUBLE,
             raw_rewards DOUBLE[]
         )""",
+    # One verdict per (comparison, labeller): people's from the Pairs page or an import, a judge's from its label
+    # phase. A comparison is a pair of the collect phase (round, pair_index). Rows are written as they are given,
+    # outside any phase commit, so no phase commit or roll-back removes them; a_side records which stored side
+    # (winner or loser, in the reward function's order) was shown as A.
+    "labels": """
+        CREATE TABLE IF NOT EXISTS labels (
+            run_id VARCHAR NOT NULL,
+            round INTEGER NOT NULL,
+            pair_index INTEGER NOT NULL,
+            labeller VARCHAR NOT NULL,
+            verdict VARCHAR NOT NULL,
+            a_side VARCHAR NOT NULL,
+            labelled_at TIMESTAMP NOT NULL,
+            PRIMARY KEY (run_id, round, pair_index, labeller)
+        )""",
 }
 
 #: The seed's JSON record as a view of ``pairs``: the nine fields in the seed page's order, ``raw_rewards`` [] when
@@ -184,10 +203,16 @@ def _add_event_origin(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("ALTER TABLE events ALTER COLUMN logged SET DEFAULT false")
 
 
+def _add_labels(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(TABLES["labels"])
+    con.execute("ALTER TABLE rounds ADD COLUMN label_at TIMESTAMP")
+
+
 #: version -> step that upgrades a store from ``version - 1`` to ``version``.
 MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {
     2: _add_reward_distributions,  # 1 -> 2: the reward_distributions table (log_reward_distribution)
     3: _add_event_origin,  # 2 -> 3: events.logged, so a phase committed again keeps the log about it
+    4: _add_labels,  # 3 -> 4: the labels table and rounds.label_at (preference_source human or judge)
 }
 
 

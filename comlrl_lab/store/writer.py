@@ -20,8 +20,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from comlrl_lab.data.labels import Label, check_side, check_verdict
 from comlrl_lab.data.records import JointCandidate, PreferencePair
-from comlrl_lab.store.schema import PHASE_TABLES, PHASES, TABLES, utcnow
+from comlrl_lab.store.schema import ALL_PHASES, PHASE_TABLES, TABLES, utcnow
 
 WINNER_SIDES = ("current", "comparator")
 CANDIDATE_SIDES = ("current", "comparator", "eval")  # eval: fresh samples of the evaluate phase
@@ -93,6 +94,16 @@ DISTRIBUTION_SCHEMA = pa.schema(
         ("raw_rewards", _FLOAT_LIST),
     ]
 )
+LABEL_SCHEMA = pa.schema(
+    [
+        ("round", pa.int32()),
+        ("pair_index", pa.int32()),
+        ("labeller", pa.string()),
+        ("verdict", pa.string()),
+        ("a_side", pa.string()),
+        ("labelled_at", pa.timestamp("us")),
+    ]
+)
 Rows = Sequence[Any] | pa.Table | pd.DataFrame | None
 
 
@@ -104,11 +115,13 @@ class PhaseBatch:
     phase: str
     tables: dict[str, pa.Table]
     num_agents: int | None = None
+    # A judge's verdicts, committed with its label phase (they replace the same labellers' verdicts of the round).
+    labels: pa.Table | None = None
 
 
 def check_phase(phase: str) -> str:
-    if phase not in PHASES:
-        raise ValueError(f"phase must be one of {list(PHASES)}, got {phase!r}")
+    if phase not in ALL_PHASES:
+        raise ValueError(f"phase must be one of {list(ALL_PHASES)}, got {phase!r}")
     return phase
 
 
@@ -122,6 +135,7 @@ def build_batch(
     metrics: Rows = None,
     events: Rows = None,
     reward_distributions: Rows = None,
+    labels: Sequence[Label] = (),
 ) -> PhaseBatch:
     """Validate one phase's records and turn them into Arrow tables (no database access)."""
     if not isinstance(round, int) or isinstance(round, bool) or round < 0:
@@ -140,7 +154,62 @@ def build_batch(
         if tables[name].num_rows:
             num_agents = int(pc.max(pc.list_value_length(tables[name]["prompts"])).as_py() or 0) or None
             break
-    return PhaseBatch(round=round, phase=phase, tables=tables, num_agents=num_agents)
+    label_rows = label_table(labels) if labels else None
+    return PhaseBatch(round=round, phase=phase, tables=tables, num_agents=num_agents, labels=label_rows)
+
+
+def label_table(labels: Sequence[Label]) -> pa.Table:
+    """Labels as the staged Arrow table; a verdict or shown side that is not one of the known values is refused."""
+    for label in labels:
+        check_verdict(label.verdict)
+        check_side(label.a_side)
+        if not str(label.labeller).strip():
+            raise ValueError("a label needs a labeller name")
+    now = utcnow()
+    columns = {
+        "round": [int(x.round) for x in labels],
+        "pair_index": [int(x.pair_index) for x in labels],
+        "labeller": [str(x.labeller).strip() for x in labels],
+        "verdict": [x.verdict for x in labels],
+        "a_side": [x.a_side for x in labels],
+        "labelled_at": [x.labelled_at or now for x in labels],
+    }
+    return pa.table({f.name: pa.array(columns[f.name], type=f.type) for f in LABEL_SCHEMA}, schema=LABEL_SCHEMA)
+
+
+def put_labels(con: duckdb.DuckDBPyConnection, run_id: str, rows: pa.Table, *, replace: bool) -> int:
+    """Write labels in one transaction and return how many were written. ``replace``: a labeller's new verdict on a
+    comparison replaces their earlier one (the labelling view); otherwise an existing verdict is kept and the new
+    row skipped (an import never overwrites what was labelled)."""
+    view = "_stage_labels"
+    action = (
+        "DO UPDATE SET verdict = excluded.verdict, a_side = excluded.a_side, labelled_at = excluded.labelled_at"
+        if replace
+        else "DO NOTHING"
+    )
+    con.register(view, rows)
+    try:
+        with _transaction(con):
+            _ensure_run(con, run_id, utcnow())
+            before = con.execute("SELECT count(*) FROM labels WHERE run_id = ?", [run_id]).fetchone()[0]
+            con.execute(
+                f"INSERT INTO labels BY NAME SELECT ?::VARCHAR AS run_id, * FROM {view} "
+                f"ON CONFLICT (run_id, round, pair_index, labeller) {action}",
+                [run_id],
+            )
+            after = con.execute("SELECT count(*) FROM labels WHERE run_id = ?", [run_id]).fetchone()[0]
+    finally:
+        con.unregister(view)
+    return rows.num_rows if replace else int(after - before)
+
+
+def delete_label(con: duckdb.DuckDBPyConnection, run_id: str, round: int, pair_index: int, labeller: str) -> None:
+    """Remove one labeller's verdict on one comparison (undo in the labelling view)."""
+    with _transaction(con):
+        con.execute(
+            "DELETE FROM labels WHERE run_id = ? AND round = ? AND pair_index = ? AND labeller = ?",
+            [run_id, round, pair_index, labeller],
+        )
 
 
 @contextmanager
@@ -179,6 +248,19 @@ def commit_batches(
             for table, rows in batch.tables.items():
                 if rows.num_rows:
                     _append(con, table, rows, key)
+            if batch.labels is not None and batch.labels.num_rows:
+                who = sorted(set(batch.labels["labeller"].to_pylist()))
+                con.execute(
+                    "DELETE FROM labels WHERE run_id = ? AND round = ? AND list_contains(?::VARCHAR[], labeller)",
+                    [run_id, batch.round, who],
+                )
+                con.register("_stage_labels", batch.labels)
+                try:
+                    con.execute(
+                        "INSERT INTO labels BY NAME SELECT ?::VARCHAR AS run_id, * FROM _stage_labels", [run_id]
+                    )
+                finally:
+                    con.unregister("_stage_labels")
             if batch.tables["pairs"].num_rows:
                 # Appending a round before a later one breaks the file order that lets exports skip their sort.
                 con.execute(
@@ -239,7 +321,7 @@ def discard_after(con: duckdb.DuckDBPyConnection, run_id: str, round: int, phase
 
     A resume calls this with its checkpoint's position, so the store never holds rows the resumed run will redo.
     """
-    later = list(PHASES[PHASES.index(check_phase(phase)) + 1 :]) if phase is not None else []
+    later = list(ALL_PHASES[ALL_PHASES.index(check_phase(phase)) + 1 :]) if phase is not None else []
     cond = "run_id = ? AND (round > ? OR (round = ? AND list_contains(?::VARCHAR[], phase)))"
     args = [run_id, round, round, later]
     with _transaction(con):
@@ -322,7 +404,7 @@ def _refresh_round(con: duckdb.DuckDBPyConnection, run_id: str, round: int) -> N
             num_drawn = (SELECT coalesce(sum(drawn_count), 0) FROM replay WHERE run_id = $1 AND round = $2)
         WHERE run_id = $1 AND round = $2
         """,
-        [run_id, round, list(PHASES)],
+        [run_id, round, list(ALL_PHASES)],
     )
 
 

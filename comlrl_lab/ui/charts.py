@@ -18,7 +18,13 @@ COMPARATOR = "#ea580c"
 EVAL = "#16a34a"
 MUTED = "#94a3b8"
 SIDE_COLORS = {"current": CURRENT, "comparator": COMPARATOR, "eval": EVAL}
-PHASE_COLORS = {"collect": "#2563eb", "select": "#9333ea", "train": "#dc2626", "evaluate": "#16a34a"}
+PHASE_COLORS = {
+    "collect": "#2563eb",
+    "label": "#d97706",
+    "select": "#9333ea",
+    "train": "#dc2626",
+    "evaluate": "#16a34a",
+}
 SERIES_PALETTE = ("#2563eb", "#ea580c", "#16a34a", "#9333ea", "#dc2626", "#0891b2", "#ca8a04", "#db2777")
 
 

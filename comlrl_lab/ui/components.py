@@ -37,6 +37,7 @@ STATUS_BADGES = {
     "stopping": ("stopping", "orange", ":material/stop_circle:"),
     "error": ("error", "red", ":material/error:"),
     "finished": ("finished", "green", ":material/check_circle:"),
+    "awaiting labels": ("awaiting labels", "violet", ":material/how_to_vote:"),
 }
 
 

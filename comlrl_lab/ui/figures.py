@@ -17,8 +17,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from comlrl_lab.names import metric_names
+from comlrl_lab.names.phases import ALL_PHASES
 from comlrl_lab.ui import charts, frames, services
-from comlrl_lab.ui.frames import PHASES
 
 CACHE_ENTRIES = 64
 
@@ -29,7 +29,7 @@ def data_version(rounds: pd.DataFrame) -> str:
         return "empty"
     parts = []
     for row in rounds.itertuples(index=False):
-        stamps = [getattr(row, f"{p}_at", None) for p in PHASES]
+        stamps = [getattr(row, f"{p}_at", None) for p in ALL_PHASES]
         parts.append(f"{int(row.round)}:{int(row.num_pairs)}:{int(row.num_drawn)}:" + ",".join(str(s) for s in stamps))
     return "|".join(parts)
 

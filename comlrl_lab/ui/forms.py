@@ -76,6 +76,8 @@ GROUP_CAPTIONS: dict[str, str] = {
     "MADPO stabilisers": "Opt-in remedies for the seed's reference-free MADPO loss; the defaults are CoMLRL's.",
     "Generation": "How every agent samples its candidates.",
     "Preference pairs": "Which joint responses become pairs, and the oracle that scores them.",
+    "Preference source": "Who labels the comparisons: the reward function, people in the Pairs page, or a judge model.",
+    "Judge model": "The LLM judge of preference_source='judge', asked through the API client in both orders.",
     "Evaluation": "Fresh samples from the current policy, scored by the task reward.",
     "Reward model (MARLHF)": "The Bradley-Terry reward model fitted on the pairs.",
     "Policy learning (MARLHF)": "Online multi-agent RL against the frozen reward model.",
@@ -395,6 +397,8 @@ def render_field(algorithm: str, spec: FieldSpec, errors: Sequence[ConfigError] 
         st.multiselect(label, list(spec.choices), default=base, placeholder="None", **common)
     elif spec.kind == fields.JSON:
         st.text_area(label, value=base, placeholder=_placeholder(spec), height=80, **common)
+    elif spec.metadata.get("multiline"):
+        st.text_area(label, value=base, placeholder=_placeholder(spec), height=160, **common)
     else:
         st.text_input(label, value=base, placeholder=_placeholder(spec), **common)
     note = filled_note(algorithm, spec.name)

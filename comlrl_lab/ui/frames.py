@@ -14,13 +14,19 @@ from typing import Any
 import pandas as pd
 
 from comlrl_lab.names import metric_names
-from comlrl_lab.names.phases import PHASES
+from comlrl_lab.names.phases import ALL_PHASES, PHASES
 from comlrl_lab.trainers.preference.config import MADPOIterConfig
 from comlrl_lab.trainers.preference.fields import FLOAT, applies, field_specs
 from comlrl_lab.trainers.preference.replay import REPLAY_FIELDS, REPLAY_MODES, lambda_decay_weights, replay_weights
 from comlrl_lab.ui.stats import t975
 
-PHASE_LABELS = {"collect": "Collect", "select": "Select replay sample", "train": "Train", "evaluate": "Evaluate"}
+PHASE_LABELS = {
+    "collect": "Collect",
+    "label": "Label",
+    "select": "Select replay sample",
+    "train": "Train",
+    "evaluate": "Evaluate",
+}
 
 #: Rewards per round: series label -> (metric name, phase it is recorded in, or None for any).
 REWARD_SERIES: dict[str, tuple[str, str | None]] = {
@@ -41,7 +47,7 @@ def phase_durations(metrics: pd.DataFrame) -> dict[tuple[int, str], float]:
     timed = metrics[metrics["name"].str.startswith("time/") & metrics["name"].str.endswith("_seconds")]
     for row in timed.itertuples(index=False):
         phase = str(row.name)[len("time/") : -len("_seconds")]
-        if phase in PHASES and row.round is not None and not pd.isna(row.round):
+        if phase in ALL_PHASES and row.round is not None and not pd.isna(row.round):
             out[(int(row.round), phase)] = float(row.value)
     return out
 
@@ -50,7 +56,7 @@ def timeline(rounds: pd.DataFrame, durations: Mapping[tuple[int, str], float]) -
     """One row per committed phase: round, phase, start, finish, seconds (start = commit time - duration)."""
     rows = []
     for row in rounds.itertuples(index=False):
-        for phase in PHASES:
+        for phase in ALL_PHASES:
             finish = getattr(row, f"{phase}_at", None)
             if finish is None or pd.isna(finish):
                 continue
@@ -78,7 +84,7 @@ CHECKPOINT_COLUMNS = {
 
 #: Every ``checkpoint/<phase>_...`` metric name -> the ``CHECKPOINT_COLUMNS`` template it was made from.
 _CHECKPOINT_TEMPLATES = {
-    metric_names.name(template, phase=phase): template for phase in PHASES for template in CHECKPOINT_COLUMNS
+    metric_names.name(template, phase=phase): template for phase in ALL_PHASES for template in CHECKPOINT_COLUMNS
 }
 
 
@@ -95,7 +101,7 @@ def checkpoint_costs(metrics: pd.DataFrame) -> pd.DataFrame:
     wide = wide.reindex(columns=["round", "phase", *CHECKPOINT_COLUMNS])
     wide[metric_names.CHECKPOINT_BYTES] = wide[metric_names.CHECKPOINT_BYTES] / 1e6
     wide = wide.rename(columns=CHECKPOINT_COLUMNS)
-    wide["order"] = wide["phase"].map(PHASES.index)
+    wide["order"] = wide["phase"].map(ALL_PHASES.index)
     wide = wide.sort_values(["round", "order"]).drop(columns="order").reset_index(drop=True)
     wide["round"] = wide["round"].astype(int)
     wide["phase"] = wide["phase"].map(PHASE_LABELS)
@@ -138,13 +144,15 @@ def phase_table(
     num_rounds: int | None,
     cursor: tuple[int, str | None],
     running: tuple[int, str] | None = None,
+    phases: Sequence[str] = PHASES,
 ) -> pd.DataFrame:
-    """Round-by-phase status grid for the Rounds page: "✓ 3.2 s" (its duration), "running…", "next" or "·"."""
+    """Round-by-phase status grid for the Rounds page: "✓ 3.2 s" (its duration), "running…", "next" or "·", one
+    column per phase of the run's rounds (``phases``: with a label phase for a human or judge run)."""
     done = {}
     info = {}
     for row in rounds.itertuples(index=False):
         info[int(row.round)] = row
-        for phase in PHASES:
+        for phase in phases:
             at = getattr(row, f"{phase}_at", None)
             if at is not None and not pd.isna(at):
                 done[(int(row.round), phase)] = pd.Timestamp(at)
@@ -152,7 +160,7 @@ def phase_table(
     records = []
     for r in range(1, last_round + 1):
         record: dict[str, object] = {"round": r}
-        for phase in PHASES:
+        for phase in phases:
             if (r, phase) in done:
                 seconds = durations.get((r, phase))
                 record[PHASE_LABELS[phase]] = (

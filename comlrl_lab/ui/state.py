@@ -95,6 +95,17 @@ PAIRS_PAGE = "pairs.page"
 PAIRS_TABLE = "pairs.table"
 PAIRS_OPEN = "pairs.open"
 PAIRS_CANDIDATES_CHART = "pairs.candidates_chart"
+# The Pairs page's Label tab (``labelling``): its buttons are keyed by their keyboard key, label.key.<key>.
+LABEL_KEYS = "label.key"
+LABEL_LABELLER = "label.labeller"
+LABEL_SKIPPED = "label.skipped"  # (round, pair_index) keys this session skipped
+LABEL_HISTORY = "label.history"  # (round, pair_index, labeller) of this session's verdicts, for undo
+LABEL_LAST = "label.last"  # what the last verdict revealed, shown above the next comparison
+LABEL_GUIDELINE = "label.guideline"
+LABEL_COMPARISON = "label.comparison"
+LABEL_UNSKIP = "label.unskip"
+LABEL_GO_ON = "label.go_on"
+LABEL_AGREEMENT_TABLE = "label.agreement_table"
 SQL_QUERY = "sql.query"
 SQL_SUBMITTED = "sql.submitted"
 SQL_LIMIT = "sql.limit"
@@ -222,6 +233,16 @@ def agent_tiny_key(i: int) -> str:
 def upload_key(key: str) -> str:
     """The file uploader that sits beside the text input keyed ``key``."""
     return f"{key}.upload"
+
+
+def label_key(key: str) -> str:
+    """The Label tab's button that keyboard key ``key`` (1 2 3 4 s u) presses."""
+    return f"{LABEL_KEYS}.{key}"
+
+
+def label_side_key(name: str) -> str:
+    """The box of shown side ``name`` (A or B) of the comparison being labelled."""
+    return f"label.side.{name}"
 
 
 def phase_button_key(phase: str) -> str:

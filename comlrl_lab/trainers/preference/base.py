@@ -1,7 +1,8 @@
 """What every preference trainer shares: CoMLRL's constructor, the phase machine, evaluation and checkpoints.
 
 A trainer advances one phase at a time (``step()``): collect -> select -> train -> evaluate, round after
-round. ``train()`` simply steps until done, so the Python API, the CLI and the workbench's background engine all
+round; a run labelled by people or a judge (``preference_source``) has a label phase after collect, whose
+``Labeller`` (``labelling.py``) gathers the verdicts the select phase builds its pairs from. ``train()`` simply steps until done, so the Python API, the CLI and the workbench's background engine all
 drive the same code. Each public trainer is a composition: it sets ``self.collector`` (collect and select:
 ``collectors.py``) and ``self.learner`` (train: ``madpo.DPOLearner`` or ``marlhf.RLHFLearner``); this module owns
 the cursor, evaluation, the commit of each phase's records to the sink, and the checkpoint written after it. It
@@ -19,6 +20,7 @@ from typing import Any, Protocol
 
 from comlrl_lab.data.datasets import load_items
 from comlrl_lab.data.formatters import resolve_formatters
+from comlrl_lab.data.labels import Label
 from comlrl_lab.data.records import JointCandidate, PreferencePair
 from comlrl_lab.models.chat import chat_formatters
 from comlrl_lab.models.loading import load_agents
@@ -31,7 +33,7 @@ from comlrl_lab.models.lora import (
 )
 from comlrl_lab.models.scoring import disable_dropout
 from comlrl_lab.names import metric_names as M
-from comlrl_lab.names.phases import check_next_phase
+from comlrl_lab.names.phases import LABEL_PHASE, check_next_phase, round_phases
 from comlrl_lab.names.run_ids import new_run_id
 from comlrl_lab.seeding import RandomStreams
 from comlrl_lab.trainers.preference import checkpoint as ckpt
@@ -48,8 +50,9 @@ from comlrl_lab.trainers.preference.fingerprint import (
     tensors_fingerprint,
     tokenizer_fingerprint,
 )
+from comlrl_lab.trainers.preference.labelling import Labeller
 from comlrl_lab.trainers.preference.optim import build_adamw
-from comlrl_lab.trainers.preference.sink import PHASES, NullSink, PhaseControl, PhaseRecords, RecordSink
+from comlrl_lab.trainers.preference.sink import NullSink, PhaseControl, PhaseRecords, RecordSink
 from comlrl_lab.trainers.preference.tracking import Trackers
 
 EVAL_STREAM = "eval"
@@ -62,8 +65,10 @@ class Collector(Protocol):
     ``step`` is the trainer's update count, the step its metrics are recorded at; the round is the records'.
     """
 
-    round_pairs: list[PreferencePair]  # what the last collect made
+    round_pairs: list[PreferencePair]  # what the last collect made (comparisons, in a labelled run)
     train_pairs: list[PreferencePair]  # what the last select chose
+    round_labels: list[Label]  # the last label phase's verdicts (a labelled run)
+    labelled_pairs: list[PreferencePair]  # the pairs the last select of a labelled run made from them
 
     def collect(self, records: PhaseRecords, step: int) -> None: ...
     def select(self, records: PhaseRecords, step: int) -> None: ...
@@ -103,6 +108,7 @@ class PreferenceTrainerBase:
     collector: Collector
     learner: Learner
     context: PartContext
+    labeller: Labeller | None  # preference_source human or judge
 
     config_class: type = object
     algorithm_name = "Preference"
@@ -204,6 +210,8 @@ class PreferenceTrainerBase:
             run_id=run_id,
         )
         self._open_outputs(sink)
+        self.phases = round_phases(self.args.preference_source)
+        self.labeller = None if self.args.preference_source == "reward" else Labeller(self.context, self.sink.labels)
         self._start_cursor()
 
     # ---------------------------------------------------------------------------------------------------
@@ -331,7 +339,7 @@ class PreferenceTrainerBase:
     # Stepping
     @property
     def next_phase(self) -> str | None:
-        return None if self.finished else PHASES[self.phase_index]
+        return None if self.finished else self.phases[self.phase_index]
 
     def step(self, phase: str | None = None) -> PhaseRecords | None:
         """Run the next phase, commit its records, checkpoint, and advance the cursor. None when finished.
@@ -342,7 +350,7 @@ class PreferenceTrainerBase:
             return None
         if phase is not None:
             check_next_phase(phase, self.round_index, self.next_phase)
-        phase = PHASES[self.phase_index]
+        phase = self.phases[self.phase_index]
         records = PhaseRecords(round_index=self.round_index, phase=phase)
         started = time.monotonic()
         self._run_phase(phase, records)
@@ -361,14 +369,19 @@ class PreferenceTrainerBase:
         """Whether ``save_strategy`` checkpoints after ``phase``: every phase, each round's last one, or never."""
         # Differs from CoMLRL: its checkpoints follow checkpoint_interval alone; save_strategy is ours (TRL's name).
         strategy = self.args.save_strategy
-        return strategy == "phase" or (strategy == "round" and (phase == PHASES[-1] or self.finished))
+        return strategy == "phase" or (strategy == "round" and (phase == self.phases[-1] or self.finished))
 
     def _run_phase(self, phase: str, records: PhaseRecords) -> None:
         if phase == "collect":
             self.collector.collect(records, self.updates_seen)
-            self.learner.on_pairs_collected(self.collector.round_pairs)
+            if self.labeller is None:
+                self.learner.on_pairs_collected(self.collector.round_pairs)
+        elif phase == LABEL_PHASE:
+            self.collector.round_labels = self.labeller.label(self.collector.round_pairs, records, self.updates_seen)
         elif phase == "select":
             self.collector.select(records, self.updates_seen)
+            if self.labeller is not None:  # the round's pairs exist now: the labels chose their winners
+                self.learner.on_pairs_collected(self.collector.labelled_pairs)
         elif phase == "train":
             self.initial_fingerprints()  # the last moment the weights are still the initial ones
             self._weights_touched = True
@@ -386,7 +399,7 @@ class PreferenceTrainerBase:
 
     def _advance_cursor(self) -> None:
         self.phase_index += 1
-        if self.phase_index == len(PHASES):
+        if self.phase_index == len(self.phases):
             self.phase_index = 0
             self.round_index += 1
             self.collector.end_of_round()

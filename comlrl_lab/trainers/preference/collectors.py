@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from comlrl_lab.data.labels import Label, LabelledRound, labelled_pairs
 from comlrl_lab.data.records import JointCandidate, PreferencePair
 from comlrl_lab.data.reward_distribution import (
     DISTRIBUTION_DIR,
@@ -49,6 +50,7 @@ from comlrl_lab.trainers.preference.comparators.centralized import (
 from comlrl_lab.trainers.preference.comparators.local import INITIAL_SNAPSHOT, snapshot_name
 from comlrl_lab.trainers.preference.context import PartContext
 from comlrl_lab.trainers.preference.devices import model_dtype_spec
+from comlrl_lab.trainers.preference.labelling import blind
 from comlrl_lab.trainers.preference.pairing import base_pairs, iterative_pairs
 from comlrl_lab.trainers.preference.replay import ReplayBuffer
 from comlrl_lab.trainers.preference.sink import PhaseRecords
@@ -65,6 +67,11 @@ class CurrentCollector:
         self.round_pairs: list[PreferencePair] = []
         self.train_pairs: list[PreferencePair] = []
         self.total_pairs = 0
+        # preference_source human or judge: collect's pairs are comparisons, and their verdicts (the label phase's)
+        # decide the pairs select makes.
+        self.labelled = context.config.preference_source != "reward"
+        self.round_labels: list[Label] = []
+        self.labelled_pairs: list[PreferencePair] = []
 
     # collect ------------------------------------------------------------------------------------------
     def collect(self, records: PhaseRecords, step: int) -> None:
@@ -82,10 +89,18 @@ class CurrentCollector:
         pairs: list[PreferencePair] = []
         for row in joint:
             pairs.extend(
-                base_pairs(row, selection=config.pair_selection, cap=config.preference_pairs_per_sample, rng=rng)
+                base_pairs(
+                    row,
+                    selection=config.pair_selection,
+                    cap=config.preference_pairs_per_sample,
+                    rng=rng,
+                    keep_ties=self.labelled,
+                )
             )
         for pair in pairs:
             pair.round_index = round_index
+        if self.labelled:
+            blind(context, pairs)
         self.round_pairs = pairs
         self.total_pairs += len(pairs)
         records.candidates = flat
@@ -105,25 +120,43 @@ class CurrentCollector:
     def select(self, records: PhaseRecords, step: int) -> None:
         context = self.context
         context.control.begin(records.round_index, "select", 1)
-        self.train_pairs = list(self.round_pairs)
+        self.train_pairs = self.labelled_round(records, step).pairs if self.labelled else list(self.round_pairs)
         if not self.train_pairs:
             records.add_event("warning", f"{context.algorithm_name}: no non-tied preference pairs were generated.")
         records.add_metrics(step, {M.TRAIN_PREFERENCE_PAIRS: len(self.train_pairs)})
+
+    def labelled_round(self, records: PhaseRecords, step: int) -> LabelledRound:
+        """The round's pairs from the label phase's verdicts, with their counts as metrics."""
+        made = labelled_pairs(self.round_pairs, records.round_index, self.round_labels)
+        self.labelled_pairs = made.pairs
+        records.add_metrics(
+            step,
+            {M.LABELLED_PAIRS: made.kept, M.LABELLED_DROPPED: made.dropped, M.LABELLED_OVERRULED: made.overruled},
+        )
+        return made
 
     # round hooks and state ----------------------------------------------------------------------------
     def after_train(self, round_index: int) -> None:
         """Hook run after the learner's train phase of round ``round_index``."""
 
     def end_of_round(self) -> None:
-        self.round_pairs, self.train_pairs = [], []
+        self.round_pairs, self.train_pairs, self.round_labels, self.labelled_pairs = [], [], [], []
 
     def state_dict(self) -> dict[str, Any]:
-        return {"round_pairs": self.round_pairs, "train_pairs": self.train_pairs, "total_pairs": self.total_pairs}
+        labels = [[x.round, x.pair_index, x.labeller, x.verdict, x.a_side] for x in self.round_labels]
+        return {
+            "round_pairs": self.round_pairs,
+            "train_pairs": self.train_pairs,
+            "total_pairs": self.total_pairs,
+            "round_labels": labels,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.round_pairs = list(state["round_pairs"])
         self.train_pairs = list(state["train_pairs"])
         self.total_pairs = int(state["total_pairs"])
+        # Checkpoints written before the label phase existed have no labels.
+        self.round_labels = [Label(int(r), int(i), w, v, a) for r, i, w, v, a in state.get("round_labels", [])]
 
 
 class ComparatorCollector(CurrentCollector):
@@ -233,11 +266,15 @@ class ComparatorCollector(CurrentCollector):
                     cap=args.preference_pairs_per_sample,
                     rng=rng,
                     round_index=round_index,
+                    keep_ties=self.labelled,
                 )
             )
         self.round_pairs = pairs
         self.total_pairs += len(pairs)
-        self.replay.add_round(round_index, pairs)
+        if self.labelled:
+            blind(context, pairs)  # the replay buffer gets the labelled pairs at select
+        else:
+            self.replay.add_round(round_index, pairs)
         records.candidates = current_flat + comparator_flat
         records.pairs = pairs
         self.round_rewards = {
@@ -313,6 +350,8 @@ class ComparatorCollector(CurrentCollector):
     def select(self, records: PhaseRecords, step: int) -> None:
         context, round_index = self.context, records.round_index
         context.control.begin(round_index, "select", 1)
+        if self.labelled:
+            self.replay.add_round(round_index, self.labelled_round(records, step).pairs)
         selection = self.replay.select(round_index, context.streams.python(REPLAY_STREAM))
         self.train_pairs = list(selection.pairs)
         mode = context.config.preference_replay_mode

@@ -65,6 +65,22 @@ MAGRPO_FAMILY_ADVANTAGE_MODE: dict[str, str] = {
     "marloo": "rloo",
 }
 
+#: What the labelling view shows above each comparison unless the spec says otherwise (label_guideline).
+DEFAULT_LABEL_GUIDELINE = (
+    "Read the prompt(s), then both joint responses: every agent's part together. Choose A or B for the joint "
+    "response that better does what the prompt asks, tie when neither is better, both bad when neither is "
+    "acceptable. Judge the responses, not their length; skip when unsure."
+)
+#: The placeholders judge_template must contain.
+JUDGE_PLACEHOLDERS: tuple[str, ...] = ("{prompt}", "{response_a}", "{response_b}")
+DEFAULT_JUDGE_TEMPLATE = (
+    "You compare two joint responses of a team of agents to the same task.\n\n"
+    "Task:\n{prompt}\n\n"
+    "Response A:\n{response_a}\n\n"
+    "Response B:\n{response_b}\n\n"
+    "Which response better does what the task asks? Answer with one of: A, B, tie, both bad. "
+    "Begin your answer with it."
+)
 SECRET_FIELDS: frozenset[str] = frozenset({"comparator_api_key"})
 #: The API comparator's settings mean something only for comparator_policy="api".
 _API_ONLY: dict[str, tuple[str, ...]] = {"comparator_policy": ("api",)}
@@ -663,6 +679,135 @@ class MADPOConfig:
         },
     )
 
+    # Differs from CoMLRL: its oracle is always the reward function; people and a judge model are ours (issue 26).
+    preference_source: str = field(
+        default="reward",
+        kw_only=True,
+        metadata={
+            "help": "Who decides which of two joint responses is better: the reward function (CoMLRL's oracle), people (a label phase after collect waits for their verdicts, given in the Pairs page or with comlrl-lab labels import) or a judge model asked through an API in both orders.",
+            "choices": ("reward", "human", "judge"),
+            "choice_help": {
+                "reward": "the task's reward function, as CoMLRL",
+                "human": "people label blinded comparisons in the Pairs page (A / B / tie / both bad)",
+                "judge": "an LLM judge, asked in both orders; kept only when both orders agree",
+            },
+            "group": "Preference source",
+        },
+    )
+    labels_per_comparison: int = field(
+        default=1,
+        kw_only=True,
+        metadata={
+            "help": "human: how many labellers must label each comparison before the round goes on (>= 1); the pair's winner is the side more than half of them prefer, otherwise the comparison is dropped.",
+            "group": "Preference source",
+            "applies_when": {"preference_source": ("human",)},
+        },
+    )
+    label_guideline: str = field(
+        default=DEFAULT_LABEL_GUIDELINE,
+        kw_only=True,
+        metadata={
+            "help": "human: the guideline the labelling view shows above each comparison.",
+            "group": "Preference source",
+            "applies_when": {"preference_source": ("human",)},
+            "multiline": True,
+        },
+    )
+    judge_api_url: str | None = field(
+        default=None,
+        kw_only=True,
+        metadata={
+            "help": "judge: endpoint URL of the judge model (required). Credentials in it are never saved; ${ENV_VAR} is read from the environment.",
+            "group": "Judge model",
+            "applies_when": {"preference_source": ("judge",)},
+            "strict": True,
+            "required": True,
+        },
+    )
+    judge_api_format: str = field(
+        default="openai",
+        kw_only=True,
+        metadata={
+            "help": "judge request format, as the api comparator's: generic, openai (chat completions), anthropic (Messages) or openai_responses.",
+            "choices": ("generic", "openai", "anthropic", "openai_responses"),
+            "aliases": {
+                "openai_chat": "openai",
+                "chat": "openai",
+                "anthropic_messages": "anthropic",
+                "messages": "anthropic",
+                "responses": "openai_responses",
+            },
+            "suggest": True,
+            "group": "Judge model",
+            "applies_when": {"preference_source": ("judge",)},
+        },
+    )
+    judge_api_model: str | None = field(
+        default=None,
+        kw_only=True,
+        metadata={
+            "help": "judge: 'model' field of each request; also the labeller name of the judge's verdicts ('judge' when empty).",
+            "group": "Judge model",
+            "applies_when": {"preference_source": ("judge",)},
+        },
+    )
+    judge_api_key_env: str | None = field(
+        default=None,
+        kw_only=True,
+        metadata={
+            "help": "judge: environment variable holding the API key (None: the format's, OPENAI_API_KEY or ANTHROPIC_API_KEY; empty: no key). The key itself is never a setting, so it is never saved.",
+            "group": "Judge model",
+            "applies_when": {"preference_source": ("judge",)},
+            "none_means": "the format's variable",
+        },
+    )
+    judge_template: str = field(
+        default=DEFAULT_JUDGE_TEMPLATE,
+        kw_only=True,
+        metadata={
+            "help": "judge: the prompt sent for one comparison; {prompt}, {response_a} and {response_b} are replaced by the item's prompts and the two joint responses (every agent's part). The judge's answer must begin with A, B, tie or both bad.",
+            "group": "Judge model",
+            "applies_when": {"preference_source": ("judge",)},
+            "multiline": True,
+        },
+    )
+    judge_max_new_tokens: int = field(
+        default=16,
+        kw_only=True,
+        metadata={
+            "help": "judge: most tokens of one answer (>= 1).",
+            "group": "Judge model",
+            "applies_when": {"preference_source": ("judge",)},
+        },
+    )
+    judge_api_timeout: float = field(
+        default=60.0,
+        kw_only=True,
+        metadata={
+            "help": "judge: seconds per HTTP request (> 0); a timed-out request is retried.",
+            "group": "Judge model",
+            "applies_when": {"preference_source": ("judge",)},
+        },
+    )
+    judge_api_max_retries: int = field(
+        default=3,
+        kw_only=True,
+        metadata={
+            "help": "judge: retries of a request after HTTP 429/5xx or a timeout (>= 0), honouring Retry-After.",
+            "group": "Judge model",
+            "applies_when": {"preference_source": ("judge",)},
+        },
+    )
+    judge_api_max_concurrency: int = field(
+        default=8,
+        kw_only=True,
+        metadata={
+            "help": "judge: requests in flight at once (>= 1).",
+            "group": "Judge model",
+            "applies_when": {"preference_source": ("judge",)},
+        },
+    )
+
     def __post_init__(self) -> None:
         if _choose(self, "collaboration_mode") == "centralized":
             # Only the Iter configs have comparator fields; a centralized run has a single actor, index 0.
@@ -791,6 +936,28 @@ class MADPOConfig:
                 field="lora_target_modules",
                 value=targets,
             )
+        self._check_preference_source()
+
+    def _check_preference_source(self) -> None:
+        """``preference_source`` and the label and judge settings it brings."""
+        _choose(self, "preference_source")
+        _check_int_at_least("labels_per_comparison", self.labels_per_comparison, 1)
+        if not isinstance(self.label_guideline, str):
+            raise ConfigError("label_guideline must be a string.", field="label_guideline", value=self.label_guideline)
+        _check_dependent(self, "judge_api_url", "preference_source")
+        _choose(self, "judge_api_format")
+        if not isinstance(self.judge_template, str):
+            raise ConfigError("judge_template must be a string.", field="judge_template", value=self.judge_template)
+        missing = [p for p in JUDGE_PLACEHOLDERS if p not in self.judge_template]
+        if missing and self.preference_source == "judge":
+            raise ConfigError(
+                f"judge_template must contain {', '.join(missing)}: the judge would not see what it compares.",
+                field="judge_template",
+            )
+        _check_int_at_least("judge_max_new_tokens", self.judge_max_new_tokens, 1)
+        _check_positive("judge_api_timeout", self.judge_api_timeout)
+        _check_int_at_least("judge_api_max_retries", self.judge_api_max_retries, 0)
+        _check_int_at_least("judge_api_max_concurrency", self.judge_api_max_concurrency, 1)
 
     def _check_report_to(self) -> None:
         """``report_to`` as a list of known tracker names (a single name is accepted); "none" stands alone."""

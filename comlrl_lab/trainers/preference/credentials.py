@@ -27,6 +27,7 @@ MASK = "***"
 KEY_FIELD = "comparator_api_key"
 HEADERS_FIELD = "comparator_api_headers"
 URL_FIELD = "comparator_api_url"
+JUDGE_URL_FIELD = "judge_api_url"  # the judge model's endpoint, masked as the comparator's is
 ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # Query parameter names holding a credential: api_key, access_token, sig, X-Amz-Signature, password, ...
 _SECRET_PARAM = re.compile(r"key|token|secret|pass|pwd|auth|sig|credential|session|cookie|bearer", re.IGNORECASE)
@@ -83,8 +84,9 @@ def public_config(values: Mapping[str, Any]) -> dict[str, Any]:
     out = {name: value for name, value in values.items() if name != KEY_FIELD}
     if isinstance(out.get(HEADERS_FIELD), Mapping):
         out[HEADERS_FIELD] = public_headers(out[HEADERS_FIELD])
-    if URL_FIELD in out:
-        out[URL_FIELD] = public_url(out[URL_FIELD])
+    for name in (URL_FIELD, JUDGE_URL_FIELD):
+        if name in out:
+            out[name] = public_url(out[name])
     return out
 
 

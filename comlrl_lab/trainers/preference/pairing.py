@@ -29,6 +29,7 @@ def base_pairs(
     selection: str,
     cap: int | None,
     rng: random.Random,
+    keep_ties: bool = False,
 ) -> list[PreferencePair]:
     """Within-policy pairs of one task item: candidate i beats j when r_i - r_j > 0 (processed rewards).
 
@@ -38,7 +39,9 @@ def base_pairs(
     Rewards [1, 3, 3, 0] with cap 3 give (1, 3), (2, 3), (1, 0).
 
     Winner and loser texts and sampled token ids are copied from the candidates, so a pair trains on exactly
-    what was sampled.
+    what was sampled. ``keep_ties`` (comparisons for people or a judge to label, ``preference_source`` human or
+    judge) also keeps each tied pair once, as (i, j) with i < j and gap 0: the reward function cannot tell them
+    apart, a labeller may.
     """
     ordered = sorted(candidates, key=lambda c: c.candidate_index)
     scored = [c for c in ordered if _usable(c)]
@@ -51,7 +54,8 @@ def base_pairs(
             if winner is loser:
                 continue
             gap = float(winner.reward) - float(loser.reward)
-            if gap > 0:  # strict: ties produce no pair
+            tie_kept = keep_ties and gap == 0 and winner.candidate_index < loser.candidate_index
+            if gap > 0 or tie_kept:  # strict: ties produce no pair unless they are kept for labelling
                 entries.append((gap, winner, loser))
 
     if selection == "reward_gap":
@@ -72,6 +76,7 @@ def iterative_pairs(
     cap: int | None,
     rng: random.Random,
     round_index: int | None,
+    keep_ties: bool = False,
 ) -> list[PreferencePair]:
     """Current joint candidate j against comparator joint candidate j, for j < min(N, M) (reference 2.3).
 
@@ -82,7 +87,8 @@ def iterative_pairs(
     comparator [3,1,2,4,4,3,9] gives j = 4, 3, 0, 1 (comparator_reward) and j = 1, 4, 0, 3 (reward_gap).
 
     ``candidate_reward_mean`` is the mean over the item's parsed current *and* comparator rewards.
-    Prompts and ``prompt_ids`` come from the current side; ``round_index`` is the 1-based iteration.
+    Prompts and ``prompt_ids`` come from the current side; ``round_index`` is the 1-based iteration. ``keep_ties``
+    keeps gap-0 comparisons too (for labelling), with the comparator as the stored winner.
     """
     # N and M count every sampled candidate (parsed or not), as the comparison window does in CoMLRL.
     window = min(len(current), len(comparator))
@@ -96,7 +102,7 @@ def iterative_pairs(
         if ours is None or theirs is None or not (_usable(ours) and _usable(theirs)):
             continue
         gap = float(ours.reward) - float(theirs.reward)
-        if gap != 0:
+        if gap != 0 or keep_ties:
             entries.append((abs(gap), float(theirs.reward), j, ours, theirs))
 
     if selection == "comparator_reward":

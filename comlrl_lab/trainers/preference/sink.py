@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from comlrl_lab.data.labels import Label
 from comlrl_lab.data.records import JointCandidate, PreferencePair
 from comlrl_lab.names.phases import PHASES
 
@@ -30,6 +31,8 @@ class PhaseRecords:
     events: list[dict[str, Any]] = field(default_factory=list)  # {"level", "message"}
     # log_reward_distribution: one row per (series, side), as data.reward_distribution.distribution_rows makes them
     reward_distributions: list[dict[str, Any]] = field(default_factory=list)
+    # the label phase of a judge run: the judge's kept verdicts (people's are written as they give them)
+    labels: list[Label] = field(default_factory=list)
 
     def add_metrics(self, step: int, values: dict[str, float]) -> None:
         for name, value in values.items():
@@ -47,6 +50,10 @@ class RecordSink(Protocol):
         the checkpoint writer's thread. A later commit of the same phase replaces them."""
         ...
 
+    def labels(self, round_index: int) -> list[Label]:
+        """Every verdict given so far on round ``round_index``'s comparisons (people's, and a judge's committed)."""
+        ...
+
 
 class NullSink:
     """Keeps nothing; the Python API default."""
@@ -57,12 +64,24 @@ class NullSink:
     def add_phase_metrics(self, round_index: int, phase: str, step: int, values: dict[str, float]) -> None:
         return None
 
+    def labels(self, round_index: int) -> list[Label]:
+        return []
+
 
 class MemorySink:
-    """Keeps every phase's records in memory (tests, notebooks)."""
+    """Keeps every phase's records in memory (tests, notebooks); ``give`` adds people's verdicts."""
 
     def __init__(self) -> None:
         self.phases: list[PhaseRecords] = []
+        self.given: list[Label] = []
+
+    def give(self, *labels: Label) -> None:
+        """People's verdicts, as the labelling view writes them to the store."""
+        self.given.extend(labels)
+
+    def labels(self, round_index: int) -> list[Label]:
+        committed = [label for r in self.phases for label in r.labels]
+        return [label for label in (*self.given, *committed) if label.round == round_index]
 
     def commit_phase(self, records: PhaseRecords) -> None:
         self.phases.append(records)
