@@ -41,14 +41,7 @@ VERDICT_OF_KEY = {"1": "A", "2": "B", "3": "tie", "4": "both_bad"}
 
 
 def _shoot(page, name: str) -> Path:
-    ARTIFACTS.mkdir(exist_ok=True)
-    height = page.evaluate("document.querySelector('[data-testid=stMain]').scrollHeight")
-    page.set_viewport_size({"width": 1400, "height": max(1000, min(int(height) + 40, 7000))})
-    page.wait_for_timeout(500)
-    path = ARTIFACTS / f"{name}.png"
-    page.screenshot(path=str(path))
-    page.set_viewport_size({"width": 1400, "height": 1000})
-    return path
+    return driver.screenshot(page, ARTIFACTS / f"{name}.png")
 
 
 def _label_progress(page) -> str:
