@@ -99,6 +99,18 @@ def chromium_page(scratch: Path, *, width: int = 1400, height: int = 1000) -> It
             browser.close()
 
 
+def screenshot(page, path: Path) -> Path:
+    """A screenshot of the whole main area at ``path``: the viewport is stretched to its height, then put back."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    width = page.viewport_size["width"]
+    height = page.evaluate("document.querySelector('[data-testid=stMain]').scrollHeight")
+    page.set_viewport_size({"width": width, "height": max(1000, min(int(height) + 40, 7000))})
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(path))
+    page.set_viewport_size({"width": width, "height": 1000})
+    return path
+
+
 def wait_idle(page, *, started_within_ms: int = 1000) -> None:
     """Wait for the script run an action caused to start (if it has not already ended), then for it to end."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout

@@ -982,11 +982,159 @@ COMPARE_REPLAY = [
     ),
 ]
 
+
+# ---------------------------------------------------------------------------------------------------------------
+# 06: preferences from people and from a judge
+
+LABELS = [
+    md(
+        """
+        # 06 · Preferences from people and from a judge model
+
+        CoMLRL's oracle is the task's reward function. With `preference_source: human` a round stops after
+        collect at a **label** phase until people have labelled its comparisons (in the app's Pairs page, Label
+        tab, or with `comlrl-lab labels export/import` as here); with `judge` an LLM labels them through the API
+        client, asked in both orders. Both runs below are one MADPOIter round on the embedded tiny model and the
+        `length_ratio` task; the "person" is a rule in this notebook, and the judge is a stub server it starts on
+        127.0.0.1. The verdicts go into the run's DuckDB `labels` table, select trains on the sides they prefer,
+        and the label phase records how far they agree with the reward function.
+        """
+    ),
+    code(SETUP.format(name="06_human_and_judge_labels")),
+    code(
+        """
+        import json
+
+        from comlrl_lab import cli
+        from comlrl_lab.engine import ExperimentSpec
+        from comlrl_lab.store import RunStore
+
+        RUNS = OUT / "runs"
+
+
+        def spec(**config):
+            return ExperimentSpec(
+                algorithm="MADPOIter",
+                agent_models=[MODEL, MODEL],
+                task="length_ratio",
+                config={"num_iterations": 1, "preference_num_candidates": 2, "max_new_tokens": 12, "seed": 1, **config},
+                max_train_items=4,
+                max_eval_items=2,
+            )
+
+
+        def run(spec_, name):
+            path = OUT / f"{name}.json"
+            spec_.save(path)
+            assert cli.main(["run", str(path), "--runs-root", str(RUNS / name), "--quiet"]) == 0
+            return next((RUNS / name).iterdir())
+
+
+        human_dir = run(spec(preference_source="human"), "human")
+        with RunStore(human_dir / "run.duckdb", read_only=True) as store:
+            run_id = store.first_run_id()
+            print([phase for _, phase in store.committed_phases(run_id)])  # collect only: the round waits at label
+        """
+    ),
+    md(
+        """
+        ## Label the comparisons outside the app
+
+        `labels export` writes the comparisons still waiting (prompt, response A, response B in the blinded order,
+        ids). Our labeller prefers the joint response whose second agent wrote about twice as much as the first
+        (what `length_ratio` asks), and calls it a tie when both are as close. `labels import` checks every row
+        against the ids and never overwrites a label already given.
+        """
+    ),
+    code(
+        """
+        assert cli.main(["labels", "export", str(human_dir), "--format", "jsonl"]) == 0
+        waiting = [json.loads(line) for line in (human_dir / "labels_waiting.jsonl").read_text().splitlines()]
+
+
+        def distance(joint):  # how far agent 2's part is from twice agent 1's, in words
+            parts = joint.split("[Agent 2]")
+            first, second = parts[0].split(), parts[1].split() if len(parts) > 1 else []
+            return abs(len(second) - 2 * max(1, len(first) - 2))
+
+
+        def verdict(row):
+            a, b = distance(row["response_a"]), distance(row["response_b"])
+            return "A" if a < b else "B" if b < a else "tie"
+
+
+        answers = OUT / "answers.jsonl"
+        answers.write_text("".join(json.dumps({**r, "labeller": "ann", "verdict": verdict(r)}) + "\\n" for r in waiting))
+        assert cli.main(["labels", "import", str(human_dir), str(answers)]) == 0
+        assert cli.main(["run", "--resume", str(human_dir), "--quiet"]) == 0
+        with RunStore(human_dir / "run.duckdb", read_only=True) as store:
+            labels = store.labels(run_id)
+            metrics = store.metrics(run_id, names=["label/"])
+        assert len(labels) == len(waiting)
+        print({row.name: round(row.value, 3) for row in metrics.itertuples()})
+        """
+    ),
+    md(
+        """
+        ## A judge model, asked in both orders
+
+        The stub judge below answers like a model with a position bias on some items: for items whose prompt
+        mentions "friend" it always says "A", so the two orders disagree and the verdict is dropped; otherwise it
+        prefers the longer joint response. Its verdicts are stored under the judge's model name.
+        """
+    ),
+    code(
+        """
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+        class Judge(BaseHTTPRequestHandler):
+            def do_POST(self):
+                prompt = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["prompt"]
+                a = prompt.split("Response A:\\n", 1)[1].split("\\n\\nResponse B:", 1)[0]
+                b = prompt.split("Response B:\\n", 1)[1].split("\\n\\nWhich", 1)[0]
+                if "friend" in prompt.split("Response A:", 1)[0]:
+                    answer = "A"
+                else:
+                    answer = "A" if len(a) > len(b) else "B" if len(b) > len(a) else "tie"
+                body = json.dumps({"completions": [answer]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Judge)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        judge_url = f"http://127.0.0.1:{server.server_port}/judge"
+        judge_dir = run(
+            spec(preference_source="judge", judge_api_url=judge_url, judge_api_format="generic", judge_api_model="stub-judge"),
+            "judge",
+        )
+        server.shutdown()
+        with RunStore(judge_dir / "run.duckdb", read_only=True) as store:
+            judge_id = store.first_run_id()
+            judged = store.labels(judge_id)
+            figures = {row.name: row.value for row in store.metrics(judge_id, names=["label/"]).itertuples()}
+        assert {label.labeller for label in judged} == {"stub-judge"}
+        assert figures["label/judge_verdicts"] == len(judged)
+        print({name: round(value, 3) for name, value in figures.items()})
+        """
+    ),
+]
+
+
 NOTEBOOKS: dict[str, list[tuple[str, str]]] = {
     "01_quickstart.ipynb": QUICKSTART,
     "02_analyze_pairs.ipynb": ANALYZE,
     "03_custom_task.ipynb": CUSTOM_TASK,
     "04_compare_replay_modes.ipynb": COMPARE_REPLAY,
+    "06_human_and_judge_labels.ipynb": LABELS,
 }
 
 

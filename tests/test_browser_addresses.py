@@ -47,13 +47,8 @@ def app(tmp_path_factory):
         yield server, page, run_id
 
 
-def _shoot(page, name: str) -> None:
-    ARTIFACTS.mkdir(exist_ok=True)
-    height = page.evaluate("document.querySelector('[data-testid=stMain]').scrollHeight")
-    page.set_viewport_size({"width": 1400, "height": max(1000, min(int(height) + 40, 7000))})
-    page.wait_for_timeout(500)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
-    page.set_viewport_size({"width": 1400, "height": 1000})
+def _shoot(page, name: str) -> Path:
+    return driver.screenshot(page, ARTIFACTS / f"{name}.png")
 
 
 def test_a_fresh_servers_first_visitor_opens_a_title_case_address_with_its_run(app):

@@ -23,12 +23,13 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 CELL_TIMEOUT_S = 300
 
 
-def test_the_four_notebooks_exist_and_are_up_to_date_with_their_builder():
+def test_the_notebooks_exist_and_are_up_to_date_with_their_builder():
     assert [p.name for p in NOTEBOOKS] == [
         "01_quickstart.ipynb",
         "02_analyze_pairs.ipynb",
         "03_custom_task.ipynb",
         "04_compare_replay_modes.ipynb",
+        "06_human_and_judge_labels.ipynb",
     ]
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "build_notebooks.py"), "--check"], capture_output=True, text=True

@@ -164,7 +164,9 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         CURRENT_WIN_SHARE,
         "share",
-        "Share of the round's pairs whose winner is the current agents' candidate.",
+        "Share of the round's pairs whose winner is the current agents' candidate. In a run labelled by people "
+        "or a judge (preference_source) it is taken at collect, from the reward function's ordering of the "
+        "comparisons, not from the labels.",
         "iterative",
     ),
     Metric(CURRENT_ITERATION, "count", "The round (CoMLRL's iteration) the collect phase belongs to.", "iterative"),

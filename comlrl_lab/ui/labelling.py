@@ -14,12 +14,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 import streamlit as st
 
-from comlrl_lab.data.labels import VERDICTS, Label, agreement, group_labels, joint_text, shown_sides
+from comlrl_lab.data.labels import VERDICTS, Agreement, Label, agreement, group_labels, joint_text, shown_sides
 from comlrl_lab.data.records import PreferencePair
+from comlrl_lab.engine.manager import Progress
 from comlrl_lab.names import metric_names
 from comlrl_lab.ui import services, state
 
@@ -105,7 +107,7 @@ def _other(side: str | None) -> str | None:
 # -- the view ---------------------------------------------------------------------------------------------------
 
 
-def label_tab(view: services.RunView, progress) -> None:
+def label_tab(view: services.RunView, progress: Progress | None) -> None:
     """The Label tab of a run whose preferences come from people or a judge."""
     config = view.spec.build_config()
     store, run_id = view.store, view.run_id
@@ -127,7 +129,7 @@ def label_tab(view: services.RunView, progress) -> None:
     agreement_panel(store, run_id, int(getattr(config, "labels_per_comparison", 1)))
 
 
-def _label_round(view: services.RunView, progress, config) -> None:
+def _label_round(view: services.RunView, progress: Progress, config: Any) -> None:
     store, run_id, round_index = view.store, view.run_id, progress.round_index
     st.html(KEYS_SCRIPT, unsafe_allow_javascript=True)
     with st.container(border=True, key=state.LABEL_GUIDELINE):
@@ -272,7 +274,9 @@ def _judge_counts(store, run_id: str) -> None:
         col.metric(text, int(totals.get(name, 0)))
 
 
-def agreement_frame(store, run_id: str, labels: Sequence[Label], raters: int) -> tuple[object, pd.DataFrame]:
+def agreement_frame(
+    store: services.RunStore, run_id: str, labels: Sequence[Label], raters: int
+) -> tuple[Agreement, pd.DataFrame]:
     """(``data.labels.Agreement`` over every stored label, one row per labeller against the reward function)."""
     comparisons = {}
     for round_index in sorted({label.round for label in labels}):
