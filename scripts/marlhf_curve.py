@@ -27,6 +27,7 @@ from comlrl_lab.data.tasks import get_task, list_tasks  # noqa: E402
 from comlrl_lab.engine import ExperimentSpec, build_trainer  # noqa: E402
 from comlrl_lab.engine.presets import MARLHF_QUICKSTART_CONFIG as PRESET  # noqa: E402
 from comlrl_lab.engine.presets import MARLHF_QUICKSTART_TRAIN_ITEMS, QUICKSTART_EVAL_ITEMS  # noqa: E402
+from comlrl_lab.engine.run import apply_torch_threads  # noqa: E402
 from comlrl_lab.names.run_ids import new_run_id  # noqa: E402
 from comlrl_lab.trainers.preference.sink import MemorySink  # noqa: E402
 from comlrl_lab.ui.intervals import mean_interval  # noqa: E402
@@ -103,6 +104,7 @@ def run_curve(args: argparse.Namespace, seed: int) -> dict[str, list[float]]:
     )
     sink = MemorySink()
     started = time.monotonic()
+    apply_torch_threads(spec)  # one thread for the embedded model, as a run of the engine has
     trainer = build_trainer(spec, output_dir=output_dir, run_id=new_run_id("marlhf-curve"), sink=sink)
     curve: dict[str, list[float]] = {"bt_val_accuracy": [math.nan], "eval_reward": []}
     curve["eval_reward"].append(trainer.evaluate()["eval/turn_1/reward_mean"])

@@ -6,8 +6,8 @@ value or a URL credential (``credentials.py``): only names of the environment va
 
 ``ExperimentSpec.read`` is the one reader of spec files, for the CLI and the Setup page alike: a syntax error, an
 unknown key, field or built-in task (with the closest name), a value the field codec cannot read or the config
-refuses, each is one ``SpecError`` line at the place in the file it is about. The config fields a spec sets keep their own names
-everywhere, and the config built from it is what checks them.
+refuses, each is one ``SpecError`` line at the place in the file it is about. The config fields a spec sets keep
+their own names everywhere, and the config built from it is what checks them.
 """
 
 from __future__ import annotations
