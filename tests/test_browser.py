@@ -574,12 +574,15 @@ def test_compare_page_answers_the_replay_mode_question_as_one_grid(server, brows
     base_run = json.loads((server["tmp"] / "runs" / cells[2]["run_id"] / "spec.json").read_text())
     assert sweep_dir.name not in base_run["tags"]  # the run made on Setup, not run again
     assert page.locator(key(state.COMPARE_TAGS)).get_by_text(sweep_dir.name).count() >= 1
-    # The numbers: each group's final and best evaluation with n, and the difference between the two with its CI.
-    outcomes = page.locator(key(state.COMPARE_OUTCOMES_TABLE))
-    outcomes.wait_for()
-    assert page.get_by_text(re.compile(r"preference_replay_mode=nearest_k, preference_replay_k=2")).count() >= 1
-    assert page.get_by_text(re.compile(r"95% CI")).count() >= 1
+    # The numbers: each group's final and best evaluation with n, and the difference of the two modes with its CI,
+    # paired by seed (both ran the same two seeds). A is lambda_decay (the run made on Setup comes first).
+    page.get_by_text("Evaluation reward: final and best").first.wait_for()
+    answer = page.locator("[data-testid='stMarkdown']").filter(has_text="A − B at round 2").first
+    answer.wait_for()
+    assert "95% CI" in answer.inner_text() and "paired by seed over the 2 seeds" in answer.inner_text()
     page.wait_for_selector("[data-testid='stPlotlyChart']")
+    legend = page.locator("[data-testid='stPlotlyChart'] .legendtext")
+    assert any("preference_replay_k=2" in text for text in legend.all_text_contents())
     assert page.locator("[data-testid='stPlotlyChart']").count() >= 3  # curves, gaps, winner side
     shoot(page, "08-compare")
 

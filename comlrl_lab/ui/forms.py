@@ -238,7 +238,8 @@ def validate(
 
 
 def load_config_into_state(algorithm: str, config: Mapping[str, Any]) -> list[str]:
-    """Put a spec's config overrides into the widgets of ``algorithm``; returns messages about skipped keys."""
+    """Put a spec's config overrides into the widgets of ``algorithm``; returns messages about values the form
+    cannot hold. The spec was read by ``ExperimentSpec.read`` or ``load``, which refuse an unknown field."""
     specs = specs_of(algorithm)
     notes = []
     for name, spec in specs.items():
@@ -250,9 +251,6 @@ def load_config_into_state(algorithm: str, config: Mapping[str, Any]) -> list[st
             notes.append(f"{name}: the form cannot hold {value!r}; kept the default")
             raw = to_widget(spec, spec.default)
         st.session_state[state.config_field_key(algorithm, name)] = raw
-    for name in config:
-        if name not in specs:
-            notes.append(f"{name}: not a field of {config_class(algorithm).__name__}; ignored")
     return notes
 
 
