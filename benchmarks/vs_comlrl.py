@@ -18,10 +18,20 @@ comparator ``current``, replay ``current``, temperature 0.6, top-p 0.6, top-k 50
 Usage::
 
     python benchmarks/vs_comlrl.py [--configs 1,2,3,4] [--repeats 3] [--venv .bench/comlrl-venv] [--json OUT]
-                                   [--threads 1] [--ours FIELD=VALUE ...]
+                                   [--threads 1] [--ours FIELD=VALUE ...] [--max-load-drift 0.5]
+                                   [--settle-below LOAD]
 
 ``--threads 0`` gives both sides torch's default thread count (the machine's cores), and ``--ours
 concurrent_cpu_agents=true`` measures our agents in threads of their own against CoMLRL as it runs by default.
+
+**The load.** Before and after each pair of runs (CoMLRL's, then ours) it reads the load average
+(``os.getloadavg()``) and, from ``/proc/stat``, how much CPU other processes took while the pair ran (the machine's
+busy time less this benchmark's own, in cores). Every figure is printed with them; a pair whose 1-minute load moved
+by more than ``--max-load-drift`` (0.5) is flagged in the table and the JSON, and a last line says whether the whole
+measurement counts as quiet (1-minute load below 0.5 at every reading). The 1-minute load counts this benchmark's
+own busy thread too, so after a long run it climbs towards 1 on an otherwise idle machine; ``--settle-below 0.5``
+waits before each pair (at most ``--settle-max`` seconds) until it has fallen below 0.5, and the others' CPU is the
+figure that this benchmark does not inflate.
 
 The first run creates the venv (``python -m venv``, then ``pip install torch==<ours> comlrl==1.4.3
 transformers==<ours>``: a few minutes). Absolute times move with the machine's load; the ratios of interleaved
@@ -33,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -181,6 +192,124 @@ class RunTime:
     process_seconds: float
 
 
+QUIET_LOAD = 0.5  # a 1-minute load average below this at every reading makes a quiet measurement
+
+
+def read_load() -> tuple[float, float, float]:
+    """The 1-, 5- and 15-minute load averages."""
+    return tuple(round(value, 2) for value in os.getloadavg())
+
+
+def machine_busy_seconds() -> float | None:
+    """CPU seconds all cores have spent busy since boot (``/proc/stat``), or None where there is no such file."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = [int(value) for value in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")  # user..steal; guest is already in user
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds of this process and of the finished runs it waited for."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
+
+
+@dataclass
+class Pair:
+    """One interleaved pair of runs (CoMLRL's, then ours) and the machine's load around it."""
+
+    theirs: RunTime
+    ours: RunTime
+    load_before: tuple[float, float, float]
+    load_after: tuple[float, float, float]
+    others_cores: float | None  # CPU other processes took during the pair, in cores; None without /proc/stat
+
+    @property
+    def load_drift(self) -> float:
+        return round(abs(self.load_after[0] - self.load_before[0]), 2)
+
+    def as_json(self, max_drift: float) -> dict:
+        return {
+            "comlrl": vars(self.theirs),
+            "comlrl_lab": vars(self.ours),
+            "load_before": list(self.load_before),
+            "load_after": list(self.load_after),
+            "load_drift": self.load_drift,
+            "drifted": self.load_drift > max_drift,
+            "others_cores": self.others_cores,
+        }
+
+
+class PairMeter:
+    """Reads the load before a pair and, after it, the load and the other processes' share of the CPU."""
+
+    def __enter__(self) -> PairMeter:
+        self.load_before = read_load()
+        self.busy, self.own, self.started = machine_busy_seconds(), own_cpu_seconds(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        wall = time.perf_counter() - self.started
+        busy = machine_busy_seconds()
+        own = own_cpu_seconds() - self.own
+        self.load_after = read_load()
+        self.others_cores = (
+            None if busy is None or self.busy is None else round(max(0.0, (busy - self.busy - own) / wall), 2)
+        )
+
+
+def settle(below: float, max_wait: float, poll: float = 5.0) -> float:
+    """Wait until the 1-minute load is below ``below`` or ``max_wait`` seconds have passed; the seconds waited."""
+    started = time.perf_counter()
+    while os.getloadavg()[0] >= below and time.perf_counter() - started < max_wait:
+        time.sleep(poll)
+    return time.perf_counter() - started
+
+
+@dataclass(frozen=True)
+class LoadVerdict:
+    """What the load readings of a measurement say about it."""
+
+    quiet: bool  # every 1-minute reading below QUIET_LOAD
+    lowest: float
+    highest: float
+    drifted: int  # pairs whose 1-minute load moved by more than the allowed drift
+    pairs: int
+    others_cores: float | None  # the most CPU other processes took during one pair, in cores
+
+    def line(self, max_drift: float) -> str:
+        quiet = "quiet" if self.quiet else "NOT quiet"
+        others = "" if self.others_cores is None else f"; other processes took at most {self.others_cores:.2f} cores"
+        drift = (
+            f"{self.drifted} of {self.pairs} pairs moved by more than {max_drift} (flagged)"
+            if self.drifted
+            else f"no pair moved by more than {max_drift}"
+        )
+        return (
+            f"Load: {quiet} (1-minute load {self.lowest:.2f} to {self.highest:.2f}, quiet means below {QUIET_LOAD} at "
+            f"every reading); {drift}{others}."
+        )
+
+
+def load_verdict(pairs: list[Pair], max_drift: float) -> LoadVerdict:
+    readings = [p.load_before[0] for p in pairs] + [p.load_after[0] for p in pairs]
+    others = [p.others_cores for p in pairs if p.others_cores is not None]
+    return LoadVerdict(
+        quiet=max(readings) < QUIET_LOAD,
+        lowest=min(readings),
+        highest=max(readings),
+        drifted=sum(p.load_drift > max_drift for p in pairs),
+        pairs=len(pairs),
+        others_cores=max(others) if others else None,
+    )
+
+
 def run_worker(
     python: str,
     side: str,
@@ -249,17 +378,25 @@ def summarise(values: list[float]) -> Summary:
     return Summary(statistics.median(values), min(values), max(values))
 
 
-def table(rows: list[tuple[str, list[float], list[float]]]) -> str:
-    """A Markdown table: per row a label, CoMLRL's and our seconds; medians with [min, max], and the ratio."""
+def table(rows: list[tuple[str, list[Pair]]], seconds: str, max_drift: float) -> str:
+    """A Markdown table: per row a label and its pairs; CoMLRL's and our ``seconds`` ("train_seconds" or
+    "process_seconds") as medians with [min, max], the ratio of the medians, the 1-minute load before and after the
+    pairs ([lowest, highest] reading) and the other processes' CPU, and a flag when a pair's load drifted."""
     lines = [
-        "| Config | CoMLRL | comlrl-lab | speed-up |",
-        "|---|---|---|---|",
+        "| Config | CoMLRL | comlrl-lab | speed-up | load (1 min) | others' CPU | flag |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for label, theirs, ours in rows:
-        a, b = summarise(theirs), summarise(ours)
+    for label, pairs in rows:
+        a = summarise([getattr(p.theirs, seconds) for p in pairs])
+        b = summarise([getattr(p.ours, seconds) for p in pairs])
+        loads = [p.load_before[0] for p in pairs] + [p.load_after[0] for p in pairs]
+        others = [p.others_cores for p in pairs if p.others_cores is not None]
+        others_text = f"{max(others):.2f} cores" if others else "n/a"
+        drifted = sum(p.load_drift > max_drift for p in pairs)
+        flag = f"load moved > {max_drift} in {drifted} of {len(pairs)} pairs" if drifted else ""
         lines.append(
             f"| {label} | {a.median:.2f} s [{a.low:.2f}, {a.high:.2f}] | {b.median:.2f} s [{b.low:.2f}, {b.high:.2f}] "
-            f"| {a.median / b.median:.2f}x |"
+            f"| {a.median / b.median:.2f}x | {min(loads):.2f}-{max(loads):.2f} | {others_text} | {flag} |"
         )
     return "\n".join(lines)
 
@@ -277,7 +414,7 @@ def main() -> None:
     parser.add_argument("--configs", type=parse_configs, default=list(CONFIGS), help="comma-separated: 1,2,3,4")
     parser.add_argument("--repeats", type=int, default=3, help="runs per side and config, interleaved")
     parser.add_argument("--venv", type=Path, default=DEFAULT_VENV, help="CoMLRL's venv (created when missing)")
-    parser.add_argument("--json", type=Path, default=None, help="also write every run's times here")
+    parser.add_argument("--json", type=Path, default=None, help="also write every run's times and loads here")
     parser.add_argument(
         "--threads", type=int, default=1, help="torch threads per run, both sides (0: torch's default, the cores)"
     )
@@ -289,15 +426,32 @@ def main() -> None:
         metavar="FIELD=VALUE",
         help="a config field for our side only, e.g. concurrent_cpu_agents=true; repeatable",
     )
+    parser.add_argument(
+        "--max-load-drift",
+        type=float,
+        default=0.5,
+        help="flag a pair whose 1-minute load average moved by more than this between before and after",
+    )
+    parser.add_argument(
+        "--settle-below",
+        type=float,
+        default=None,
+        metavar="LOAD",
+        help="before each pair, wait until the 1-minute load average is below LOAD (at most --settle-max seconds)",
+    )
+    parser.add_argument("--settle-max", type=float, default=180.0, help="the longest wait of --settle-below, s")
     args = parser.parse_args()
     ours = dict(args.ours)
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
+    if args.max_load_drift < 0:
+        parser.error("--max-load-drift must be >= 0")
 
     pythons = {"comlrl": str(ensure_comlrl_venv(args.venv)), "comlrl_lab": sys.executable}
     from comlrl_lab.models.tiny_model import tiny_model_path
 
-    train_rows, process_rows, raw = [], [], {}
+    rows: list[tuple[str, list[Pair]]] = []
+    raw: dict = {"max_load_drift": args.max_load_drift, "configs": {}}
     with tempfile.TemporaryDirectory(prefix="vs-comlrl-") as tmp:
         log_dir = LOG_DIR
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -309,43 +463,58 @@ def main() -> None:
             else:
                 big_model = big_model or str(build_llama_86m(Path(tmp) / "llama86m"))
                 model_dir = big_model
-            times: dict[str, list[RunTime]] = {side: [] for side in SIDES}
+            pairs: list[Pair] = []
             for repeat in range(args.repeats):
-                for side in SIDES:
-                    run = run_worker(
-                        pythons[side],
-                        side,
-                        bench,
-                        model_dir,
-                        log_dir / f"config{name}-{side}-{repeat + 1}.log",
-                        threads=args.threads,
-                        extra_fields=ours if side == "comlrl_lab" else None,
-                    )
-                    times[side].append(run)
-                    print(
-                        f"[{name}] {side:10s} run {repeat + 1}: train {run.train_seconds:.2f} s, "
-                        f"process {run.process_seconds:.2f} s",
-                        flush=True,
-                    )
+                if args.settle_below is not None:
+                    waited = settle(args.settle_below, args.settle_max)
+                    print(f"[{name}] waited {waited:.0f} s for the load to settle: {read_load()}", flush=True)
+                runs = {}
+                with PairMeter() as meter:
+                    for side in SIDES:
+                        runs[side] = run_worker(
+                            pythons[side],
+                            side,
+                            bench,
+                            model_dir,
+                            log_dir / f"config{name}-{side}-{repeat + 1}.log",
+                            threads=args.threads,
+                            extra_fields=ours if side == "comlrl_lab" else None,
+                        )
+                pair = Pair(runs["comlrl"], runs["comlrl_lab"], meter.load_before, meter.load_after, meter.others_cores)
+                pairs.append(pair)
+                flag = "  FLAGGED: load moved" if pair.load_drift > args.max_load_drift else ""
+                print(
+                    f"[{name}] pair {repeat + 1}: train CoMLRL {pair.theirs.train_seconds:.2f} s, ours "
+                    f"{pair.ours.train_seconds:.2f} s ({pair.theirs.train_seconds / pair.ours.train_seconds:.2f}x); "
+                    f"process {pair.theirs.process_seconds:.2f} s, {pair.ours.process_seconds:.2f} s; load "
+                    f"{pair.load_before} -> {pair.load_after}, others' CPU {pair.others_cores} cores{flag}",
+                    flush=True,
+                )
             label = bench.label()
-            train_rows.append((label, *[[t.train_seconds for t in times[s]] for s in SIDES]))
-            process_rows.append((label, *[[t.process_seconds for t in times[s]] for s in SIDES]))
-            raw[name] = {"label": label, **{s: [vars(t) for t in times[s]] for s in SIDES}}
+            rows.append((label, pairs))
+            raw["configs"][name] = {"label": label, "pairs": [p.as_json(args.max_load_drift) for p in pairs]}
             # Each config's rows as soon as it is done: a long run interrupted later still leaves them.
             print(
-                f"[{name}] train()\n{table(train_rows[-1:])}\n[{name}] process\n{table(process_rows[-1:])}", flush=True
+                f"[{name}] train()\n{table(rows[-1:], 'train_seconds', args.max_load_drift)}\n"
+                f"[{name}] process\n{table(rows[-1:], 'process_seconds', args.max_load_drift)}",
+                flush=True,
             )
             if args.json is not None:
                 args.json.write_text(json.dumps(raw, indent=2), encoding="utf-8")
 
+    verdict = load_verdict([p for _, pairs in rows for p in pairs], args.max_load_drift)
+    raw["load"] = {**vars(verdict), "quiet_below": QUIET_LOAD}
+    if args.json is not None:
+        args.json.write_text(json.dumps(raw, indent=2), encoding="utf-8")
     threads = "torch's default threads" if args.threads == 0 else f"{args.threads} thread{'s' * (args.threads > 1)}"
     extra = f"; ours with {', '.join(f'{k}={v}' for k, v in ours.items())}" if ours else ""
     print(
         f"\n`trainer.train()` wall-clock, median [min, max] of {args.repeats} interleaved runs per side, {threads}{extra}:\n"
     )
-    print(table(train_rows))
+    print(table(rows, "train_seconds", args.max_load_drift))
     print("\nWhole process (imports, model loading and training):\n")
-    print(table(process_rows))
+    print(table(rows, "process_seconds", args.max_load_drift))
+    print("\n" + verdict.line(args.max_load_drift))
 
 
 if __name__ == "__main__":

@@ -56,16 +56,71 @@ def test_config_fields_build_our_configs_and_keep_the_reward_model_on_cpu():
     MARLHFIterConfig(**marlhf)
 
 
-def test_table_gives_medians_ranges_and_the_ratio_of_medians():
+def pair(bench, theirs, ours, before, after, others=0.1):
+    return bench.Pair(bench.RunTime(theirs, theirs + 5), bench.RunTime(ours, ours + 4), before, after, others)
+
+
+def test_table_gives_medians_ranges_the_ratio_of_medians_and_the_load():
     bench = load_benchmark()
-    text = bench.table([("cfg A", [3.0, 1.0, 2.0], [1.0, 0.5, 2.0]), ("cfg B", [9.0], [2.0])])
-    assert text.splitlines() == [
-        "| Config | CoMLRL | comlrl-lab | speed-up |",
-        "|---|---|---|---|",
-        "| cfg A | 2.00 s [1.00, 3.00] | 1.00 s [0.50, 2.00] | 2.00x |",
-        "| cfg B | 9.00 s [9.00, 9.00] | 2.00 s [2.00, 2.00] | 4.50x |",
+    a = [
+        pair(bench, 3.0, 1.0, (0.2, 0.3, 0.3), (0.4, 0.3, 0.3)),
+        pair(bench, 1.0, 0.5, (0.4, 0.3, 0.3), (1.1, 0.5, 0.4), others=0.25),  # moved by 0.7
+        pair(bench, 2.0, 2.0, (1.1, 0.5, 0.4), (0.9, 0.5, 0.4)),
     ]
+    b = [pair(bench, 9.0, 2.0, (0.1, 0.1, 0.1), (0.3, 0.1, 0.1), others=None)]
+    text = bench.table([("cfg A", a), ("cfg B", b)], "train_seconds", max_drift=0.5)
+    assert text.splitlines() == [
+        "| Config | CoMLRL | comlrl-lab | speed-up | load (1 min) | others' CPU | flag |",
+        "|---|---|---|---|---|---|---|",
+        "| cfg A | 2.00 s [1.00, 3.00] | 1.00 s [0.50, 2.00] | 2.00x | 0.20-1.10 | 0.25 cores "
+        "| load moved > 0.5 in 1 of 3 pairs |",
+        "| cfg B | 9.00 s [9.00, 9.00] | 2.00 s [2.00, 2.00] | 4.50x | 0.10-0.30 | n/a |  |",
+    ]
+    process = bench.table([("cfg B", b)], "process_seconds", max_drift=0.5).splitlines()[-1]
+    assert process.startswith("| cfg B | 14.00 s [14.00, 14.00] | 6.00 s [6.00, 6.00] | 2.33x |")
     assert bench.summarise([4.0, 1.0, 3.0, 2.0]) == bench.Summary(2.5, 1.0, 4.0)
+
+
+def test_load_verdict_is_quiet_only_below_half_at_every_reading_and_counts_drifted_pairs():
+    bench = load_benchmark()
+    quiet = [
+        pair(bench, 1, 1, (0.05, 0, 0), (0.45, 0, 0), others=0.02),
+        pair(bench, 1, 1, (0.3, 0, 0), (0.49, 0, 0), others=0.04),
+    ]
+    verdict = bench.load_verdict(quiet, max_drift=0.5)
+    assert verdict == bench.LoadVerdict(quiet=True, lowest=0.05, highest=0.49, drifted=0, pairs=2, others_cores=0.04)
+    assert verdict.line(0.5) == (
+        "Load: quiet (1-minute load 0.05 to 0.49, quiet means below 0.5 at every reading); no pair moved by more "
+        "than 0.5; other processes took at most 0.04 cores."
+    )
+    # One reading at 0.5 is enough to lose "quiet"; a move of exactly the drift is not flagged, one past it is.
+    loud = quiet + [pair(bench, 1, 1, (0.5, 0, 0), (1.0, 0, 0)), pair(bench, 1, 1, (1.0, 0, 0), (0.2, 0, 0))]
+    verdict = bench.load_verdict(loud, max_drift=0.5)
+    assert (verdict.quiet, verdict.highest, verdict.drifted, verdict.pairs) == (False, 1.0, 1, 4)
+    assert "NOT quiet" in verdict.line(0.5) and "1 of 4 pairs moved by more than 0.5 (flagged)" in verdict.line(0.5)
+    assert loud[3].as_json(0.5)["drifted"] is True and loud[2].as_json(0.5)["load_drift"] == 0.5
+
+
+def test_others_cpu_is_the_machines_busy_time_less_this_process_and_its_children(monkeypatch):
+    bench = load_benchmark()
+    # Over 2 s of wall-clock the machine was busy 3 CPU-seconds, 1 of them this benchmark's own: others took 1 core.
+    readings = {"busy": iter([100.0, 103.0]), "own": iter([10.0, 11.0]), "clock": iter([50.0, 52.0])}
+    monkeypatch.setattr(bench, "machine_busy_seconds", lambda: next(readings["busy"]))
+    monkeypatch.setattr(bench, "own_cpu_seconds", lambda: next(readings["own"]))
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: next(readings["clock"]))
+    loads = iter([(0.1, 0.2, 0.3), (0.4, 0.2, 0.3)])
+    monkeypatch.setattr(bench, "read_load", lambda: next(loads))
+    with bench.PairMeter() as meter:
+        pass
+    assert (meter.load_before, meter.load_after, meter.others_cores) == ((0.1, 0.2, 0.3), (0.4, 0.2, 0.3), 1.0)
+
+
+def test_the_readings_come_from_this_machine():
+    bench = load_benchmark()
+    assert len(bench.read_load()) == 3
+    assert bench.own_cpu_seconds() > 0
+    busy = bench.machine_busy_seconds()
+    assert busy is None or busy > 0
 
 
 def test_ours_fields_are_read_by_the_field_codec():
