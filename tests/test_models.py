@@ -190,6 +190,25 @@ def test_load_agents_homogeneous(model_dir):
     assert bundle.tokenizers[0] is bundle.tokenizers[2]  # one tokenizer per distinct source
 
 
+def test_load_agents_reads_each_source_once_and_copies_it_into_independent_weights(model_dir, monkeypatch):
+    reads = []
+    read = loading.load_model
+    monkeypatch.setattr(loading, "load_model", lambda source, **kw: reads.append(source) or read(source, **kw))
+    other = str(model_dir) + "/."  # a second spelling of the folder: another source, read on its own
+    bundle = load_agents(agents=[str(model_dir), other, str(model_dir), str(model_dir)], devices="cpu")
+    assert reads == [str(model_dir), other]
+    first, copy = bundle.models[0], bundle.models[2]
+    assert copy is not first and copy.config is not first.config
+    with torch.no_grad():
+        next(copy.parameters()).add_(1.0)  # training one agent leaves the others as loaded
+    assert torch.equal(next(first.parameters()), next(bundle.models[3].parameters()))
+    assert not torch.equal(next(first.parameters()), next(copy.parameters()))
+    # Tied weights stay tied within each copy, and are not shared between copies.
+    embeddings, head = copy.get_input_embeddings().weight, copy.get_output_embeddings().weight
+    assert (embeddings is head) == (first.get_input_embeddings().weight is first.get_output_embeddings().weight)
+    assert embeddings.data_ptr() != first.get_input_embeddings().weight.data_ptr()
+
+
 def test_load_agents_names_equal_to_agent_model_and_model_config(model_dir):
     bundle = load_agents(
         str(model_dir),

@@ -11,6 +11,7 @@ it once avoids. This module does not generate, score or train.
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import socket
 import threading
@@ -303,6 +304,26 @@ def load_model(
     return model.to(device)
 
 
+def load_once(sources: Sequence[Any], devices: Sequence[Any], load: Callable[[str, Any], Any]) -> list[Any]:
+    """One model per source: ``load(source, device)`` once for each distinct string source; each later use of the
+    same source gets a deep copy of that first model (its own trainable weights), moved to its own device.
+
+    Reading and converting the files again costs about three times a copy (the tiny model: 150 ms against 50 ms).
+    Objects are returned as they are. The copies are made from the loaded model before any caller changes it.
+    """
+    first: dict[str, Any] = {}
+    models = []
+    for source, device in zip(sources, devices):
+        if not isinstance(source, str):
+            models.append(source)
+        elif source in first:
+            models.append(copy.deepcopy(first[source]).to(device))
+        else:
+            first[source] = load(source, device)
+            models.append(first[source])
+    return models
+
+
 def _model_options(model_config: Mapping[str, Any] | None) -> dict[str, Any]:
     config = dict(model_config or {})
     unknown = set(config) - _MODEL_CONFIG_KEYS - _MODEL_CONFIG_OTHER_KEYS
@@ -395,7 +416,8 @@ def load_agents(
 ) -> AgentBundle:
     """Build the agents the way CoMLRL's trainer constructors do.
 
-    - ``agent_model`` (a name, path or hub id): ``num_agents`` homogeneous copies, each loaded separately.
+    - ``agent_model`` (a name, path or hub id): ``num_agents`` homogeneous agents, loaded once and copied
+      (``load_once``): each has its own weights.
     - ``agents``: a list of names or model objects; the agent count is ``len(agents)``. Objects need
       ``tokenizer``. With both, ``agents`` must be names equal to ``agent_model``.
     - ``tokenizer``: one tokenizer shared by all agents or a list with one per agent; None loads one per
@@ -411,21 +433,21 @@ def load_agents(
     # Where the weights come from is where the tokenizer comes from.
     hub_kwargs = {k: v for k, v in options["model_kwargs"].items() if k in _HUB_KWARGS}
     tokenizers = _agent_tokenizers(tokenizer, sources, options["special_tokens"], hub_kwargs)
-    models = []
-    for source, device, tok in zip(sources, agent_devices, tokenizers):
-        if isinstance(source, str):
-            model = load_model(
-                source,
-                device=device,
-                dtype=options["dtype"],
-                model_kwargs=options["model_kwargs"],
-                attn_implementation=options["attn_implementation"],
-            )
-        else:
-            model = source.to(device)
-        if options["special_tokens"]:
+    models = load_once(
+        sources,
+        agent_devices,
+        lambda source, device: load_model(
+            source,
+            device=device,
+            dtype=options["dtype"],
+            model_kwargs=options["model_kwargs"],
+            attn_implementation=options["attn_implementation"],
+        ),
+    )
+    models = [model.to(device) for model, device in zip(models, agent_devices)]
+    if options["special_tokens"]:
+        for model, tok in zip(models, tokenizers):
             _fit_embeddings(model, tok)
-        models.append(model)
     return AgentBundle(
         models=models,
         tokenizers=tokenizers,

@@ -35,7 +35,7 @@ from torch import Tensor
 from comlrl_lab.data.records import JointCandidate
 from comlrl_lab.models.devices import resolve_devices
 from comlrl_lab.models.generation import SamplingSettings
-from comlrl_lab.models.loading import load_model, load_tokenizer
+from comlrl_lab.models.loading import load_model, load_once, load_tokenizer
 from comlrl_lab.models.reference import frozen_references
 from comlrl_lab.models.scoring import set_mode, token_logps_and_mask
 from comlrl_lab.names import metric_names as M
@@ -249,16 +249,25 @@ class PolicyLearner:
         devices = self._critic_devices(len(sources))
         dtype = self.model_config.get("dtype", self.model_config.get("torch_dtype"))
         loaded: dict[int, Any] = {}
+        # A critic model named for several agents is read once and copied (load_once); one tokenizer per name.
+        backbones = load_once(
+            sources,
+            devices,
+            lambda source, device: load_model(
+                source,
+                device=device,
+                dtype=dtype,
+                model_kwargs=self.model_config.get("critic_model_kwargs") or self.model_config.get("model_kwargs"),
+                attn_implementation=self.model_config.get("attn_implementation", "sdpa"),
+            ),
+        )
+        tokenizers: dict[str, Any] = {}
         for index, (source, device) in enumerate(zip(sources, devices)):
             if isinstance(source, str):
-                backbone = load_model(
-                    source,
-                    device=device,
-                    dtype=dtype,
-                    model_kwargs=self.model_config.get("critic_model_kwargs") or self.model_config.get("model_kwargs"),
-                    attn_implementation=self.model_config.get("attn_implementation", "sdpa"),
-                )
-                tokenizer = load_tokenizer(source)
+                backbone = backbones[index]
+                if source not in tokenizers:
+                    tokenizers[source] = load_tokenizer(source)
+                tokenizer = tokenizers[source]
             else:
                 # A critic object shared by several agents is copied, so each agent's critic learns on its own.
                 backbone = copy.deepcopy(source) if id(source) in loaded else source

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from comlrl_lab.models.devices import model_device
-from comlrl_lab.models.loading import load_model
+from comlrl_lab.models.loading import load_model, load_once
 from comlrl_lab.models.lora import (
     drop_shared_adapter,
     is_adapter_dir,
@@ -95,19 +95,19 @@ class ModelComparator(Comparator):
 
     def models_for_round(self) -> list[Any]:
         if self._models is None:
-            models = []
-            for source, device in zip(self.sources, self.context.comparator_devices):
-                model_kwargs = (self.context.model_config or {}).get("model_kwargs")
-                if isinstance(source, str) and is_adapter_dir(source):
-                    model = load_adapter_model(
+            model_kwargs = (self.context.model_config or {}).get("model_kwargs")
+
+            def load(source: str, device: Any) -> Any:
+                if is_adapter_dir(source):
+                    return load_adapter_model(
                         source, device=device, dtype=self.context.dtype, model_kwargs=model_kwargs
                     )
-                elif isinstance(source, str):
-                    model = load_model(source, device=device, dtype=self.context.dtype, model_kwargs=model_kwargs)
-                else:
-                    model = source.to(device)
-                models.append(frozen(model))
-            self._models = models
+                return load_model(source, device=device, dtype=self.context.dtype, model_kwargs=model_kwargs)
+
+            devices = self.context.comparator_devices
+            # One comparator model named for every agent is read once and copied (load_once).
+            models = load_once(self.sources, devices, load)
+            self._models = [frozen(model.to(device)) for model, device in zip(models, devices)]
         return self._models
 
 
