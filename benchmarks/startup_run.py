@@ -15,11 +15,13 @@ between them:
 then a second run of the same spec in the same process (steps 5 and 6 again: a warm process), and the rest of the
 first run to its end. ``-X importtime``'s lines between two marks give the seconds each step spent importing
 modules, split by package, so a call's transformers imports (its lazy imports) are told apart from its loading.
-The process's wall-clock from its start to its end is compared with a real ``comlrl-lab run`` of the same spec in a
-process of its own, to show that the steps are the run's. Usage::
+With ``--cli`` the process's wall-clock from its start to its end is compared with a real ``comlrl-lab run`` of the
+same spec in a process of its own, to show that the steps are the run's. Usage::
 
-    python benchmarks/startup_run.py [--spec config1|quickstart|FILE] [--repeats 3] [--json OUT]
+    python benchmarks/startup_run.py [--spec config1|quickstart|FILE] [--repeats 3] [--cli] [--baseline CHECKOUT]
+                                     [--json OUT]
 
+``--baseline`` measures another checkout too (its children alternate with this one's), for a before/after split.
 ``config1`` is ``benchmarks/vs_comlrl.py``'s config 1 as a spec (MADPOIter, 2 rounds, 8 items, 4 candidates,
 16 tokens, tiny model, no evaluation). Each repeat is a fresh child; the figures are medians. Timings move with the
 machine's load, printed with them: compare the parts with each other.
@@ -214,8 +216,9 @@ def spec_file(choice: str, folder: Path) -> Path:
     return Path(choice)
 
 
-def run_child(spec: Path, folder: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def run_child(spec: Path, folder: Path, root: Path = ROOT) -> dict:
+    """One fresh child importing the project from ``root``; its split."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
     runs_root = tempfile.mkdtemp(prefix="runs-", dir=folder)
     started = time.time()
     done = subprocess.run(
@@ -250,36 +253,43 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
-def report(results: list[dict], cli: list[float]) -> str:
-    def med(*path: str) -> float:
-        values = []
-        for result in results:
-            for key in path:
-                result = result[key]
-            values.append(result)
-        return median(values)
+def report(columns: dict[str, list[dict]], cli: list[float]) -> str:
+    """A Markdown table of the medians, one column per checkout measured."""
+    names = list(columns)
 
-    lines = ["| Step | seconds (median) |", "|---|---|"]
-    lines.append(f"| interpreter start and site imports | {med('interpreter'):.2f} |")
+    def med(*path: str) -> str:
+        cells = []
+        for name in names:
+            values = []
+            for result in columns[name]:
+                for key in path:
+                    result = result[key]
+                values.append(result)
+            cells.append(f"{median(values):.2f}")
+        return " | ".join(cells)
+
+    def row(text: str, *path: str) -> str:
+        return f"| {text} | {med(*path)} |"
+
+    first = columns[names[0]][0]
+    lines = ["| Step | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    lines.append(row("interpreter start and site imports", "interpreter"))
     for key, text in STEPS[:-2]:
-        lines.append(f"| {text} | {med(key):.2f} |")
+        lines.append(row(text, key))
     for run, title in (("run1", "first run"), ("run2", "second run, same process")):
-        lines.append(f"| {title}: {STEPS[4][1]} | {med(run, 'store'):.2f} (imports {med(run, 'store_imports'):.2f}) |")
-        lines.append(f"| {title}: {STEPS[5][1]}, all of it | {med(run, 'build'):.2f} |")
+        lines.append(row(f"{title}: {STEPS[4][1]}", run, "store"))
+        lines.append(row(f"{title}: {STEPS[5][1]}, all of it", run, "build"))
         for kind in ("tokenizer", "model"):
-            calls = results[0][run]["loads"].get(kind, {"calls": 0})["calls"]
-            if not calls:
-                lines.append(f"| &nbsp;&nbsp;{kind} loads | none |")
-                continue
-            lines.append(
-                f"| &nbsp;&nbsp;{calls} {kind} load{'s' * (calls > 1)} | {med(run, 'loads', kind, 'seconds'):.2f}, of "
-                f"which lazy imports {med(run, 'loads', kind, 'imports'):.2f} |"
-            )
-        lines.append(f"| &nbsp;&nbsp;imports outside the loads | {med(run, 'build_imports_outside_loads'):.2f} |")
-        lines.append(f"| &nbsp;&nbsp;the rest of the build | {med(run, 'build_rest'):.2f} |")
-    lines.append(f"| **fresh process to the first phase** | **{med('to_first_phase'):.2f}** |")
-    lines.append(f"| whole process (both runs' set-up, the first run to its end) | {med('process'):.2f} |")
-    lines.append(f"| a real `comlrl-lab run`, start to end | {median(cli):.2f} |")
+            if kind in first[run]["loads"]:
+                lines.append(row(f"&nbsp;&nbsp;{kind} loads (`from_pretrained` calls)", run, "loads", kind, "seconds"))
+                lines.append(row("&nbsp;&nbsp;&nbsp;&nbsp;of which their lazy imports", run, "loads", kind, "imports"))
+                lines.append(row("&nbsp;&nbsp;&nbsp;&nbsp;calls", run, "loads", kind, "calls"))
+        lines.append(row("&nbsp;&nbsp;imports outside the loads", run, "build_imports_outside_loads"))
+        lines.append(row("&nbsp;&nbsp;the rest of the build", run, "build_rest"))
+    lines.append(row("**fresh process to the first phase**", "to_first_phase"))
+    lines.append(row("whole process (both runs' set-up, the first run to its end)", "process"))
+    if cli:
+        lines.append(f"| a real `comlrl-lab run`, start to end | {median(cli):.2f} |")
     return "\n".join(lines)
 
 
@@ -289,29 +299,49 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", default="config1", help="config1 (default), quickstart, or a spec file")
-    parser.add_argument("--repeats", type=int, default=3, help="fresh child processes (and real CLI runs)")
+    parser.add_argument("--repeats", type=int, default=3, help="fresh child processes per checkout")
+    parser.add_argument("--cli", action="store_true", help="also time a real `comlrl-lab run` after each child")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        metavar="CHECKOUT",
+        help="another checkout of the project (its root) measured too, alternating with this one",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write every child's split here")
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
-    results, cli = [], []
+    checkouts = {"this checkout": ROOT}
+    if args.baseline is not None:
+        checkouts = {"baseline": args.baseline.resolve(), **checkouts}
+    columns: dict[str, list[dict]] = {name: [] for name in checkouts}
+    cli: list[float] = []
+    loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="startup-run-") as tmp:
         folder = Path(tmp)
         spec = spec_file(args.spec, folder)
         for repeat in range(args.repeats):
-            load = os.getloadavg()
-            results.append(run_child(spec, folder))
-            cli.append(cli_seconds(spec, folder))
-            print(
-                f"repeat {repeat + 1}: to the first phase {results[-1]['to_first_phase']:.2f} s, second run's set-up "
-                f"{results[-1]['run2']['store'] + results[-1]['run2']['build']:.2f} s, real CLI run {cli[-1]:.2f} s; "
-                f"load {load[0]:.2f} -> {os.getloadavg()[0]:.2f}",
-                flush=True,
-            )
-    print(f"\n`{args.spec}`, {args.repeats} fresh processes:\n")
-    print(report(results, cli))
+            for name, root in checkouts.items():
+                result = run_child(spec, folder, root)
+                columns[name].append(result)
+                loads.append(os.getloadavg()[0])
+                print(
+                    f"repeat {repeat + 1}, {name}: to the first phase {result['to_first_phase']:.2f} s, second run's "
+                    f"set-up {result['run2']['store'] + result['run2']['build']:.2f} s; load {loads[-1]:.2f}",
+                    flush=True,
+                )
+            if args.cli:
+                cli.append(cli_seconds(spec, folder))
+                print(f"repeat {repeat + 1}: a real CLI run {cli[-1]:.2f} s", flush=True)
+    print(
+        f"\n`{args.spec}`, {args.repeats} fresh processes per checkout, median seconds; 1-minute load "
+        f"{min(loads):.2f} to {max(loads):.2f}:\n"
+    )
+    print(report(columns, cli))
     if args.json is not None:
-        args.json.write_text(json.dumps({"spec": args.spec, "children": results, "cli": cli}, indent=2), "utf-8")
+        payload = {"spec": args.spec, "columns": columns, "cli": cli, "loads": loads}
+        args.json.write_text(json.dumps(payload, indent=2), encoding="utf-8")
 
 
 if __name__ == "__main__":
