@@ -14,7 +14,7 @@ between them:
 
 then a second run of the same spec in the same process (steps 5 and 6 again: a warm process), and the rest of the
 first run to its end. ``-X importtime``'s lines between two marks give the seconds each step spent importing
-modules, split by package, so a call's transformers imports (its lazy imports) are told apart from its loading.
+modules, so a call's transformers imports (its lazy imports) are told apart from its loading.
 With ``--cli`` the process's wall-clock from its start to its end is compared with a real ``comlrl-lab run`` of the
 same spec in a process of its own, to show that the steps are the run's. Usage::
 
@@ -43,8 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MARK = "STARTUP_RUN_MARK "
 RESULT = "STARTUP_RUN_RESULT "
-IMPORT_LINE = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \|( +)(\S+)$")
-PACKAGES = ("torch", "transformers", "comlrl_lab", "duckdb")
+IMPORT_LINE = re.compile(r"^import time:\s+\d+ \|\s+(\d+) \|( +)\S+$")
 STEPS = (
     ("cli", "the CLI and the spec"),
     ("torch", "import torch"),
@@ -139,19 +138,16 @@ def child(spec_path: str, runs_root: str) -> None:
 
 
 def windows(stderr: str, started: float) -> list[dict]:
-    """The marks in order, each with its wall-clock seconds to the next mark and the imports made in between
-    (cumulative seconds of the outermost imports, by package)."""
+    """The marks in order, each with its wall-clock seconds to the next mark and the seconds spent importing in
+    between (the cumulative times of the outermost imports: the others are inside them)."""
     marks: list[dict] = []
     for line in stderr.splitlines():
         if line.startswith(MARK):
-            marks.append({**json.loads(line[len(MARK) :]), "imports": {}})
+            marks.append({**json.loads(line[len(MARK) :]), "imports": 0.0})
             continue
         found = IMPORT_LINE.match(line)
-        if found and marks and len(found.group(3)) == 1:  # an outermost import: the rest are inside it
-            package = found.group(4).split(".")[0]
-            package = package if package in PACKAGES else "other"
-            imports = marks[-1]["imports"]
-            imports[package] = imports.get(package, 0.0) + int(found.group(2)) / 1e6
+        if found and marks and len(found.group(2)) == 1:  # an outermost import
+            marks[-1]["imports"] += int(found.group(1)) / 1e6
     for here, after in zip(marks, marks[1:]):
         here["seconds"] = after["at"] - here["at"]
     if marks:
@@ -180,21 +176,21 @@ def split(marks: list[dict]) -> dict:
             end = by_label[f"end {call['label']}"]
             kind = call["label"].split("#")[0]
             seconds = end["at"] - call["at"]
-            imported = sum(call["imports"].values())  # the imports made inside this call (its lazy imports)
+            imported = call["imports"]  # the imports made inside this call: its lazy imports
             entry = loads.setdefault(kind, {"calls": 0, "seconds": 0.0, "imports": 0.0})
             entry["calls"] += 1
             entry["seconds"] += seconds
             entry["imports"] += imported
         in_calls = sum(v["seconds"] for v in loads.values())
         imports_outside = sum(
-            sum(m["imports"].values())
+            m["imports"]
             for m in marks
             if build["at"] <= m["at"] < by_label[f"built/{run_number}"]["at"]
             and ("#" not in m["label"] or m["label"].startswith("end "))
         )
         result[f"run{run_number}"] = {
             "store": store["seconds"],
-            "store_imports": sum(store["imports"].values()),
+            "store_imports": store["imports"],
             "build": build_seconds,
             "loads": loads,
             "build_imports_outside_loads": imports_outside,
