@@ -118,7 +118,7 @@ def train_step(args, dtype: str = "float32") -> tuple[float, float, int]:
         batches = [pairs[i : i + args.batch_size] for i in range(0, len(pairs), args.batch_size)]
         tensors = raw_batches(trainer, batches)
         for model in trainer.agents:
-            model.train(trainer.train_mode_for_updates)
+            model.train(trainer.context.train_mode_for_updates)
         ours, raw = [], []
         for _ in range(args.repeats):
             started = time.perf_counter()
@@ -147,7 +147,7 @@ def memory_child(args) -> dict:
         trainer.step("collect")
         pairs = trainer.collector.round_pairs[: args.batch_size]
         for model in trainer.agents:
-            model.train(trainer.train_mode_for_updates)
+            model.train(trainer.context.train_mode_for_updates)
         for _ in range(2):  # the second pass holds AdamW's moments from the first
             trainer.learner.update(pairs)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
