@@ -92,7 +92,7 @@ def test_the_picker_lists_the_registered_models_and_describes_the_chosen_one(mod
     picker = at.selectbox(key=state.agent_source_key(0))
     assert picker.options == [
         f"{TINY_MODEL_NAME} · embedded, loads offline",
-        "big-fixture · registered, LlamaForCausalLM 168.3M",
+        "big-fixture · registered, 168.3M",
         model_picker.OTHER,
     ]
     assert BIG_PARAMETERS == 168_313_856

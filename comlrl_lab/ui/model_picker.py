@@ -55,7 +55,7 @@ def _label(choice: str, models: Mapping[str, registry.RegisteredModel]) -> str:
         return f"{TINY_MODEL_NAME} · embedded, loads offline"
     if choice in models:
         model = models[choice]
-        return f"{choice} · registered, {model.architecture} {model.parameters / 1e6:.1f}M"
+        return f"{choice} · registered, {model.parameters / 1e6:.1f}M"  # the line below names the architecture
     return choice
 
 
