@@ -4,7 +4,7 @@ import json
 
 import streamlit as st
 
-from comlrl_lab.ui import charts, components, draft, forms, frames, services, state
+from comlrl_lab.ui import charts, components, draft, forms, frames, model_picker, services, state
 
 ws = services.workspace()
 
@@ -91,10 +91,35 @@ def _load_file() -> None:
     )
 
 
+def _load_preset() -> None:
+    title = st.session_state.get(state.SETUP_PRESET_PICK)
+    make, path, _ = forms.PRESETS[title]
+    notes = forms.load_spec_into_state(make())
+    st.session_state[state.SETUP_NOTICE] = (
+        "success",
+        f"Loaded the preset {title} (`{path}`)" + (". " + "; ".join(notes) if notes else "."),
+    )
+
+
 if st.session_state.pop(state.SETUP_GO_ROUNDS, False):
     state.switch_page(components.ROUNDS_PAGE)
 
-top_left, top_right = st.columns(2)
+top_preset, top_left, top_right = st.columns(3)
+with top_preset, st.container(border=True, height="stretch"):
+    st.markdown("**Start from a preset**")
+    title = st.selectbox("Preset", list(forms.PRESETS), key=state.SETUP_PRESET_PICK, label_visibility="collapsed")
+    blocked = forms.preset_problem(title)
+    if blocked:
+        st.warning(blocked, icon=":material/download:")
+    else:
+        st.caption(forms.PRESETS[title][2])
+    st.button(
+        "Load the preset",
+        on_click=_load_preset,
+        disabled=bool(blocked),
+        icon=":material/bolt:",
+        key=state.SETUP_LOAD_PRESET,
+    )
 with top_left, st.container(border=True, height="stretch"):
     st.markdown("**Reopen a past run**")
     past = services.past_runs()
@@ -223,7 +248,7 @@ if len(runs):
 # -- agents, task, algorithm -----------------------------------------------------------------------------------
 
 st.header("Agents", divider="gray")
-models, agent_problems = forms.agents_section()
+models, agent_problems, footprint_slots = forms.agents_section()
 
 st.header("Task", divider="gray")
 task_fields, task_problems = forms.task_section(ws.save_upload, len(models))
@@ -238,6 +263,9 @@ errors = parse_errors + [e for e in config_errors if e.field not in {p.field for
 iterative = forms.algorithm_row(algorithm).iterative
 st.caption(config_class.__doc__.strip().splitlines()[0] if config_class.__doc__ else "")
 forms.render_fields(algorithm, forms.ESSENTIALS, values, errors, columns=5)
+for slot, model in zip(footprint_slots, models):
+    if model:
+        slot.caption(model_picker.describe(model, values))
 
 # -- comparator: the policy and what it needs, then the rest -------------------------------------------------
 
@@ -306,17 +334,20 @@ for error in errors:
     st.error(f"**{config_class.__name__} is invalid{where}:** {error}", icon=":material/error:")
 for problem in problems:
     st.warning(problem, icon=":material/warning:")
-if not errors and not problems:
-    st.success(f"{config_class.__name__} is valid.", icon=":material/check_circle:")
-
 spec = services.ExperimentSpec(
     algorithm=algorithm,
-    agent_models=models or [forms.TINY_MODEL_NAME],
+    agent_models=models or [model_picker.TINY_MODEL_NAME],
     config=forms.overrides(algorithm, values),
     name=(st.session_state.get(state.SETUP_RUN_NAME, forms.base_setup_value(state.SETUP_RUN_NAME)) or "").strip()
     or None,
     **task_fields,
 )
+memory = None if errors or problems else model_picker.fit_warning(spec)
+if memory:
+    st.warning(f"**The agents may not fit in memory:** {memory}.", icon=":material/memory:")
+if not errors and not problems:
+    st.success(f"{config_class.__name__} is valid.", icon=":material/check_circle:")
+
 with st.expander("The spec as it will be saved (spec.json)"):
     st.json(spec.to_dict())
 

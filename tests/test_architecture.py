@@ -674,7 +674,7 @@ def test_ui_state_keys_follow_one_convention_and_never_collide():
             "config_field_key": state.config_field_key("MADPOIter", "dpo_beta"),
             "agent_source_key": state.agent_source_key(0),
             "agent_model_key": state.agent_model_key(0),
-            "agent_tiny_key": state.agent_tiny_key(0),
+            "agent_footprint_key": state.agent_footprint_key(0),
             "upload_key": state.upload_key(state.SETUP_USER_TRAIN),
             "phase_button_key": state.phase_button_key("collect"),
             "learning_chart_key": state.learning_chart_key("loss"),

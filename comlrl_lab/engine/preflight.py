@@ -7,6 +7,7 @@ trainers or load model weights.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +37,15 @@ def preflight(spec: ExperimentSpec, config: Any) -> None:
     resolve_layout(config, count, model_config=spec.model_config)
 
 
-def memory_warning(spec: Any) -> str | None:
+def memory_warning(spec: Any, describe: Callable[..., Any] | None = None) -> str | None:
     """A one-line warning when the spec's agents will not fit in the memory available now (``footprint``); None when
-    they fit, or when a model's config cannot be read (the run's own loading then says why)."""
+    they fit, or when a model's size is unknown here (a config that cannot be read: the run's own loading says why).
+
+    ``describe(model, dtype=, lora_r=, lora_target_modules=)`` gives a model's ``Footprint`` or None when it is
+    unknown; by default ``footprint.describe_model`` (the Setup page passes its cached ``model_picker.footprint``)."""
     from comlrl_lab.models.footprint import describe_model, memory_check
 
+    describe = describe or describe_model
     config = spec.build_config()
     models = list(spec.agent_models)
     if len(models) == 1:
@@ -49,9 +54,12 @@ def memory_warning(spec: Any) -> str | None:
     dtype = spec.model_config.get("dtype", spec.model_config.get("torch_dtype"))
     try:
         footprints = {
-            m: describe_model(m, dtype=dtype, lora_r=config.lora_r or 8, lora_target_modules=config.lora_target_modules)
+            m: describe(m, dtype=dtype, lora_r=config.lora_r or 8, lora_target_modules=config.lora_target_modules)
             for m in set(models)
         }
     except (OSError, ValueError):  # a config that cannot be read now: loading the model reports why, in the run
         return None
-    return memory_check([footprints[m] for m in models], lora=lora)
+    if any(f is None for f in footprints.values()):
+        return None
+    warning = memory_check([footprints[m] for m in models], lora=lora)
+    return f"{warning}; the run may be killed for memory" if warning else None

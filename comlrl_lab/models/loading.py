@@ -80,6 +80,16 @@ def resolve_model_source(source: str) -> str:
     return path
 
 
+def local_source(source: str) -> str | None:
+    """The folder or ``.gguf`` file ``source`` names on this machine (the embedded model, a registered name, a path,
+    a hub id in the local Hugging Face cache); None for a path that does not exist or a hub id that is not cached,
+    which only the network could tell more about. Never touches the network."""
+    path = resolve_model_source(source.strip())
+    if os.path.isdir(path) or is_gguf_file(path):
+        return path
+    return None if _looks_like_path(path) else _cached_snapshot(path, {})
+
+
 def _looks_like_path(source: str) -> bool:
     return os.path.isabs(source) or source.startswith((".", "~"))
 

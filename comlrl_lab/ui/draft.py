@@ -15,11 +15,12 @@ from typing import Any
 import streamlit as st
 
 from comlrl_lab.data.tasks import list_tasks
+from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
 from comlrl_lab.trainers.preference import fields
 from comlrl_lab.trainers.preference.algorithms import FAMILIES
 from comlrl_lab.trainers.preference.config import CONFIG_CLASSES, ConfigError
 from comlrl_lab.trainers.preference.fields import FieldSpec, field_specs
-from comlrl_lab.ui import forms, state
+from comlrl_lab.ui import forms, model_picker, state
 
 
 def _widget(key: str, kind: str, *, choices: tuple[str, ...] = (), optional: bool = False) -> FieldSpec:
@@ -45,8 +46,9 @@ def draft_widgets() -> dict[str, tuple[FieldSpec, Any]]:
         (_widget(state.SETUP_MAX_TRAIN_ITEMS, number, optional=True), base(state.SETUP_MAX_TRAIN_ITEMS)),
         (_widget(state.SETUP_MAX_EVAL_ITEMS, number, optional=True), base(state.SETUP_MAX_EVAL_ITEMS)),
     ]
+    models = model_picker.options()
     for i in range(forms.MAX_AGENTS):
-        setup.append((_widget(state.agent_source_key(i), choice, choices=forms.AGENT_SOURCES), forms.AGENT_SOURCES[0]))
+        setup.append((_widget(state.agent_source_key(i), choice, choices=models), TINY_MODEL_NAME))
         setup.append((_widget(state.agent_model_key(i), text), ""))
     out: dict[str, tuple[FieldSpec, Any]] = {spec.name: (spec, start) for spec, start in setup}
     for algorithm, cls in CONFIG_CLASSES.items():

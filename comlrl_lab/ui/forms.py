@@ -14,23 +14,22 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import streamlit as st
 
 from comlrl_lab.data.tasks import get_task, list_tasks
 from comlrl_lab.engine import ExperimentSpec
-from comlrl_lab.engine.presets import preset_config, quickstart_spec
+from comlrl_lab.engine.presets import preset_config, quickstart_spec, smollm2_spec
 from comlrl_lab.engine.spec import resolve_task
 from comlrl_lab.engine.spec_file import parse_spec_text
-from comlrl_lab.models.tiny_model import TINY_MODEL_NAME, is_tiny_model_name
+from comlrl_lab.models.registry import RegistryError, check_model_name
 from comlrl_lab.trainers.preference import fields
 from comlrl_lab.trainers.preference.algorithms import FAMILIES, algorithm_name
 from comlrl_lab.trainers.preference.algorithms import algorithm as algorithm_row
 from comlrl_lab.trainers.preference.config import SECRET_FIELDS, ConfigError, resolve
 from comlrl_lab.trainers.preference.fields import FieldSpec, field_specs
-from comlrl_lab.ui import state
+from comlrl_lab.ui import model_picker, state
 
 #: Every Setup widget keeps its value for the session: leaving the page and coming back loses nothing.
 # Not Streamlit's bind="query-params": in Chromium its URL writes were lost now and then (a widget whose binding
@@ -53,6 +52,34 @@ def session_preset() -> ExperimentSpec | None:
     if st.session_state.get(state.SETUP_PRESET, PRESET_QUICKSTART) == PRESET_NONE:
         return None
     return _quickstart()
+
+
+#: The "Start from a preset" box: title -> (the spec, where it is a file, what it is).
+PRESETS: dict[str, tuple[Any, str, str]] = {
+    "Quickstart (embedded model)": (
+        quickstart_spec,
+        "examples/quickstart.yaml",
+        "MADPOIter on the embedded 1M-parameter model with the opt-in MADPO stabilisers: learns visibly in a few CPU "
+        "minutes, offline.",
+    ),
+    "Real model (SmolLM2-135M)": (
+        smollm2_spec,
+        "examples/smollm2.yaml",
+        "MADPOIter on SmolLM2-135M-Instruct, LoRA on both agents, prompts through its chat template; sized for a "
+        "round of at most about three minutes on two idle CPU cores.",
+    ),
+}
+
+
+def preset_problem(title: str) -> str | None:
+    """Why preset ``title`` cannot run here (a model it names is not registered, with how to register it), or None."""
+    spec = PRESETS[title][0]()
+    for model in spec.agent_models:
+        try:
+            check_model_name(model)
+        except RegistryError as error:
+            return f"{str(error)[0].upper()}{str(error)[1:]}."
+    return None
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -261,12 +288,10 @@ def load_spec_into_state(spec: ExperimentSpec) -> list[str]:
     st.session_state[state.SETUP_ITERATIVE] = row.iterative
     st.session_state[state.SETUP_NUM_AGENTS] = len(spec.agent_models)
     for i, model in enumerate(spec.agent_models):
-        if is_tiny_model_name(model):
-            st.session_state[state.agent_source_key(i)] = AGENT_SOURCES[0]
-        else:
-            local = Path(model).expanduser().exists() or model.startswith((".", "/", "~"))
-            st.session_state[state.agent_source_key(i)] = AGENT_SOURCES[1] if local else AGENT_SOURCES[2]
-            st.session_state[state.agent_model_key(i)] = model
+        choice, text = model_picker.choice_for(model)
+        st.session_state[state.agent_source_key(i)] = choice
+        if text is not None:
+            st.session_state[state.agent_model_key(i)] = text
     if spec.user_task:
         st.session_state[state.SETUP_TASK_KIND] = TASK_KINDS[1]
         st.session_state[state.SETUP_USER_MODULE] = spec.user_task
@@ -429,14 +454,14 @@ def render_fields(
 # ------------------------------------------------------------------------------------------------------------
 # Agents and task: the parts of the spec that are not config fields
 
-AGENT_SOURCES = ("Embedded tiny model", "Local path", "Hub id")
 TASK_KINDS = ("Built-in task", "Your own task module")
 #: The most agents the Agents section offers (``agents_section``).
 MAX_AGENTS = 8
 
 
-def agents_section(max_agents: int = MAX_AGENTS) -> tuple[list[str], list[str]]:
-    """Agent count and one model per agent. Returns (model ids/paths, problems)."""
+def agents_section(max_agents: int = MAX_AGENTS) -> tuple[list[str], list[str], list[Any]]:
+    """Agent count and one model picker per agent. Returns (model ids/paths, problems, one empty container per agent
+    for ``model_picker.describe``, drawn once the LoRA fields are read)."""
     n = st.number_input(
         "Number of agents",
         min_value=1,
@@ -449,41 +474,14 @@ def agents_section(max_agents: int = MAX_AGENTS) -> tuple[list[str], list[str]]:
     )
     models: list[str] = []
     problems: list[str] = []
+    slots: list[Any] = []
     for i in range(int(n)):
-        left, right = st.columns([2, 3], vertical_alignment="bottom")
-        with left:
-            source = st.segmented_control(
-                f"Agent {i + 1} model",
-                AGENT_SOURCES,
-                key=state.agent_source_key(i),
-                **KEEP,
-                required=True,
-                help="The embedded tiny model needs no network; a local path is a save_pretrained folder; a hub id "
-                "loads from the Hugging Face cache or the hub.",
-                default=AGENT_SOURCES[0],
-            )
-        with right:
-            if source == AGENT_SOURCES[0]:
-                with st.container(key=state.agent_tiny_key(i)):
-                    st.markdown(f"`{TINY_MODEL_NAME}` · embedded 1M-parameter Llama, loads offline")
-                models.append(TINY_MODEL_NAME)
-            else:
-                placeholder = (
-                    "/path/to/model (save_pretrained folder)" if source == AGENT_SOURCES[1] else "org/model-name"
-                )
-                value = st.text_input(
-                    f"Agent {i + 1} model",
-                    key=state.agent_model_key(i),
-                    **KEEP,
-                    placeholder=placeholder,
-                    label_visibility="collapsed",
-                ).strip()
-                if not value:
-                    problems.append(f"Agent {i + 1}: enter a {'path' if source == AGENT_SOURCES[1] else 'hub id'}.")
-                elif source == AGENT_SOURCES[1] and not Path(value).expanduser().exists():
-                    problems.append(f"Agent {i + 1}: {value} does not exist.")
-                models.append(value)
-    return models, problems
+        model, problem = model_picker.model_picker(i)
+        models.append(model)
+        if problem:
+            problems.append(problem)
+        slots.append(st.container(key=state.agent_footprint_key(i)))
+    return models, problems, slots
 
 
 def agent_count_problem(task: Any, num_agents: int) -> str | None:

@@ -29,6 +29,8 @@ SIDEBAR_RUN = "sidebar.run"
 SETUP_NOTICE = "setup.notice"  # a notice carried over one rerun (e.g. "config loaded")
 SETUP_GO_ROUNDS = "setup.go_rounds"  # set by a callback: switch to Rounds on the next rerun
 SETUP_PRESET = "setup.preset"  # the spec the session's form starts from: forms.PRESET_QUICKSTART or PRESET_NONE
+SETUP_PRESET_PICK = "setup.preset_pick"  # the ready-made spec the "Start from a preset" box offers to load
+SETUP_LOAD_PRESET = "setup.load_preset"
 SETUP_PAST = "setup.past"
 SETUP_OPEN_PAST = "setup.open_past"
 SETUP_COPY_PAST = "setup.copy_past"
@@ -226,8 +228,8 @@ def agent_model_key(i: int) -> str:
     return f"setup.agent.{i}.model"
 
 
-def agent_tiny_key(i: int) -> str:
-    return f"setup.agent.{i}.tiny"
+def agent_footprint_key(i: int) -> str:
+    return f"setup.agent.{i}.footprint"
 
 
 def upload_key(key: str) -> str:
