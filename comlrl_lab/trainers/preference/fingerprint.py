@@ -39,6 +39,9 @@ def tensors_fingerprint(tensors: Iterable[tuple[str, torch.Tensor]]) -> str:
         digest.update(f"{name}|{tuple(tensor.shape)}|{tensor.dtype}|".encode())
         if count:
             index = torch.linspace(0, count - 1, steps=min(count, SAMPLES_PER_TENSOR), device=flat.device).long()
+            # float32 rounds count - 1 up past 2**24 (SmolLM2's 49152 x 576 embedding gave 28311552): clamp rather
+            # than compute the spacing another way, so every fingerprint already written stays the same.
+            index = index.clamp_(max=count - 1)
             digest.update(flat[index].to(torch.float64).cpu().numpy().tobytes())
     return digest.hexdigest()[:24]
 
