@@ -13,11 +13,14 @@ comparator ``current``, replay ``current``, temperature 0.6, top-p 0.6, top-k 50
 2. MADPOIter, 3 rounds, 32 items, 8 candidates, 32 tokens, tiny model;
 3. MARLHFIter, the sizes of 2 (reward model and RL on the tiny model too);
 4. MADPOIter, 1 round, 8 items, 4 candidates, 32 tokens, a random 86M Llama (``LlamaConfig``, seed 0, the tiny
-   model's tokenizer), built once into a temporary folder and used by both sides.
+   model's tokenizer), built once into a temporary folder and used by both sides;
+5. MADPOIter, 1 round, 8 items, 4 candidates, 32 tokens, SmolLM2-135M-Instruct: both sides load the folder that
+   ``comlrl-lab models add smollm2-135m-instruct`` converted (skipped when it is not registered). CoMLRL has no
+   chat templates, so ours gets ``use_chat_template=false``: the same prompts, the same maths.
 
 Usage::
 
-    python benchmarks/vs_comlrl.py [--configs 1,2,3,4] [--repeats 3] [--venv .bench/comlrl-venv] [--json OUT]
+    python benchmarks/vs_comlrl.py [--configs 1,2,3,4,5] [--repeats 3] [--venv .bench/comlrl-venv] [--json OUT]
                                    [--threads 1] [--ours FIELD=VALUE ...] [--max-load-drift 0.5]
                                    [--settle-below LOAD]
 
@@ -75,10 +78,10 @@ class BenchConfig:
     items: int
     candidates: int
     max_new_tokens: int
-    model: str  # "tiny" or "llama86m"
+    model: str  # a key of MODEL_LABELS
 
     def label(self) -> str:
-        model = "tiny model" if self.model == "tiny" else "random 86M Llama"
+        model = MODEL_LABELS[self.model]
         rounds = f"{self.rounds} round" + ("s" if self.rounds != 1 else "")
         return (
             f"{self.trainer}, {rounds}, {self.items} items, {self.candidates} candidates, "
@@ -91,7 +94,11 @@ CONFIGS: dict[str, BenchConfig] = {
     "2": BenchConfig("MADPOIter", 3, 32, 8, 32, "tiny"),
     "3": BenchConfig("MARLHFIter", 3, 32, 8, 32, "tiny"),
     "4": BenchConfig("MADPOIter", 1, 8, 4, 32, "llama86m"),
+    "5": BenchConfig("MADPOIter", 1, 8, 4, 32, "smollm2"),
 }
+MODEL_LABELS = {"tiny": "tiny model", "llama86m": "random 86M Llama", "smollm2": "SmolLM2-135M-Instruct"}
+# CoMLRL renders a task's prompt as it is; a real model's chat template would give our side other prompts.
+OURS_FIELDS_FOR_MODEL = {"smollm2": {"use_chat_template": False}}
 
 # About 86M parameters: 12 layers of 7.08M (attention 4 x 768^2, SwiGLU MLP 3 x 768 x 2048) and the tiny
 # tokenizer's 1,307-token embedding, tied to the head.
@@ -411,7 +418,7 @@ def parse_configs(text: str) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", type=parse_configs, default=list(CONFIGS), help="comma-separated: 1,2,3,4")
+    parser.add_argument("--configs", type=parse_configs, default=list(CONFIGS), help="comma-separated: 1,2,3,4,5")
     parser.add_argument("--repeats", type=int, default=3, help="runs per side and config, interleaved")
     parser.add_argument("--venv", type=Path, default=DEFAULT_VENV, help="CoMLRL's venv (created when missing)")
     parser.add_argument("--json", type=Path, default=None, help="also write every run's times and loads here")
@@ -421,7 +428,7 @@ def main() -> None:
     parser.add_argument(
         "--ours",
         action="append",
-        type=field_arg(MARLHFIterConfig),  # it has every field the four configs have
+        type=field_arg(MARLHFIterConfig),  # it has every field the configs have
         default=[],
         metavar="FIELD=VALUE",
         help="a config field for our side only, e.g. concurrent_cpu_agents=true; repeatable",
@@ -448,6 +455,7 @@ def main() -> None:
         parser.error("--max-load-drift must be >= 0")
 
     pythons = {"comlrl": str(ensure_comlrl_venv(args.venv)), "comlrl_lab": sys.executable}
+    from comlrl_lab.models.registry import SMOLLM2_135M_INSTRUCT, registered_path
     from comlrl_lab.models.tiny_model import tiny_model_path
 
     rows: list[tuple[str, list[Pair]]] = []
@@ -460,6 +468,12 @@ def main() -> None:
             bench = CONFIGS[name]
             if bench.model == "tiny":
                 model_dir = tiny_model_path()
+            elif bench.model == "smollm2":
+                model_dir = registered_path(SMOLLM2_135M_INSTRUCT.name)
+                if model_dir is None:
+                    print(f"[{name}] skipped: comlrl-lab models add {SMOLLM2_135M_INSTRUCT.name} first", flush=True)
+                    continue
+                model_dir = str(model_dir)
             else:
                 big_model = big_model or str(build_llama_86m(Path(tmp) / "llama86m"))
                 model_dir = big_model
@@ -478,7 +492,9 @@ def main() -> None:
                             model_dir,
                             log_dir / f"config{name}-{side}-{repeat + 1}.log",
                             threads=args.threads,
-                            extra_fields=ours if side == "comlrl_lab" else None,
+                            extra_fields={**OURS_FIELDS_FOR_MODEL.get(bench.model, {}), **ours}
+                            if side == "comlrl_lab"
+                            else None,
                         )
                 pair = Pair(runs["comlrl"], runs["comlrl_lab"], meter.load_before, meter.load_after, meter.others_cores)
                 pairs.append(pair)

@@ -17,7 +17,7 @@ def load_benchmark():
     return load_repo_script("benchmarks/vs_comlrl.py", "vs_comlrl_benchmark")
 
 
-def test_the_four_configs_are_the_issues_sizes():
+def test_the_configs_are_the_issues_sizes():
     bench = load_benchmark()
     sizes = {
         name: (c.trainer, c.rounds, c.items, c.candidates, c.max_new_tokens, c.model)
@@ -28,11 +28,15 @@ def test_the_four_configs_are_the_issues_sizes():
         "2": ("MADPOIter", 3, 32, 8, 32, "tiny"),
         "3": ("MARLHFIter", 3, 32, 8, 32, "tiny"),
         "4": ("MADPOIter", 1, 8, 4, 32, "llama86m"),
+        "5": ("MADPOIter", 1, 8, 4, 32, "smollm2"),
     }
     assert bench.CONFIGS["4"].label() == "MADPOIter, 1 round, 8 items, 4 candidates, 32 tokens, random 86M Llama"
     assert bench.parse_configs(" 2,4 ") == ["2", "4"]
-    with pytest.raises(argparse.ArgumentTypeError, match="among 1, 2, 3, 4"):
-        bench.parse_configs("2,5")
+    assert bench.CONFIGS["5"].label().endswith("SmolLM2-135M-Instruct")
+    # CoMLRL has no chat templates: on the real model our side renders the same plain prompts.
+    assert bench.OURS_FIELDS_FOR_MODEL == {"smollm2": {"use_chat_template": False}}
+    with pytest.raises(argparse.ArgumentTypeError, match="among 1, 2, 3, 4, 5"):
+        bench.parse_configs("2,6")
 
 
 def test_config_fields_build_our_configs_and_keep_the_reward_model_on_cpu():
