@@ -475,8 +475,9 @@ def agents_section(max_agents: int = MAX_AGENTS) -> tuple[list[str], list[str], 
     models: list[str] = []
     problems: list[str] = []
     slots: list[Any] = []
+    registered = model_picker.registered()
     for i in range(int(n)):
-        model, problem = model_picker.model_picker(i)
+        model, problem = model_picker.model_picker(i, registered)
         models.append(model)
         if problem:
             problems.append(problem)

@@ -71,9 +71,9 @@ def _free_text_problem(agent: int, value: str) -> str | None:
     return None
 
 
-def model_picker(i: int) -> tuple[str, str | None]:
-    """Agent ``i``'s picker; returns (the model name or path, the form's problem with it or None)."""
-    models = registered()
+def model_picker(i: int, models: Mapping[str, registry.RegisteredModel]) -> tuple[str, str | None]:
+    """Agent ``i``'s picker over the registered ``models`` (``registered()``, read once for all the agents);
+    returns (the model name or path, the form's problem with it or None)."""
     choices = options(models)
     key = state.agent_source_key(i)
     if st.session_state.get(key, TINY_MODEL_NAME) not in choices:  # a model removed from the registry since
