@@ -10,7 +10,9 @@ Every figure is a ratio of two things measured in this run, on the same model, p
   <= 1.1 (ours' seconds over raw's);
 - memory, each in a fresh process: the peak RSS of two agents collecting and taking updates, above the process's
   RSS before the model loads, against weights + gradients + AdamW state (16 bytes a parameter in float32) for full
-  fine-tuning (target <= 1.3), and LoRA's peak for comparison;
+  fine-tuning (target <= 1.3), and LoRA's peak for comparison; once per scoring micro-batch size in
+  ``--memory-scoring-batch-sizes``, because the activations the backward keeps grow with the pairs scored at once
+  (both agents' forwards are alive until the one backward of the joint loss);
 - bf16: the same collection and train step with the agents in bfloat16, against float32.
 
     python benchmarks/real_model.py                     # all of it (needs comlrl-lab models add smollm2-135m-instruct)
@@ -59,7 +61,7 @@ def build_trainer(args, output_dir: str, *, dtype: str = "float32", lora: bool =
         "preference_pairs_per_sample": args.candidates,
         "max_new_tokens": args.max_new_tokens,
         "train_batch_size": args.batch_size,
-        "scoring_batch_size": args.batch_size,
+        "scoring_batch_size": args.scoring_batch_size or args.batch_size,
         "temperature": 0.7,
         "top_p": 0.9,
         "lora_r": 8 if lora else None,
@@ -165,6 +167,8 @@ def memory(args, lora: bool) -> dict:
     command = [sys.executable, __file__, "--memory-child", "--model", args.model, "--threads", str(args.threads)]
     command += ["--batch-size", str(args.batch_size), "--max-new-tokens", str(args.max_new_tokens)]
     command += ["--candidates", str(args.candidates)] + (["--lora"] if lora else [])
+    if args.scoring_batch_size:
+        command += ["--scoring-batch-size", str(args.scoring_batch_size)]
     done = subprocess.run(command, capture_output=True, text=True, check=True, cwd=Path(__file__).parent)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -182,6 +186,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--candidates", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument(
+        "--scoring-batch-size",
+        type=int,
+        default=None,
+        help="pairs per scoring micro-batch (scoring_batch_size) in the step and bf16 parts (default: --batch-size)",
+    )
+    parser.add_argument(
+        "--memory-scoring-batch-sizes",
+        default=None,
+        help="comma-separated scoring micro-batch sizes the memory part measures, each in its own processes "
+        "(default: --scoring-batch-size)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--lora", action="store_true", help="the train step with LoRA r=8 adapters (memory: both)")
@@ -197,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     parts = args.parts.split(",")
     print(
         f"model {args.model}, task {args.task}, {args.items} items x {args.candidates} candidates, "
-        f"{args.max_new_tokens} tokens, batch {args.batch_size}, {args.threads} thread(s), {args.repeats} repeats"
+        f"{args.max_new_tokens} tokens, batch {args.batch_size} (scoring micro-batch "
+        f"{args.scoring_batch_size or args.batch_size}), {args.threads} thread(s), {args.repeats} repeats"
     )
     if "collection" in parts:
         raw, ours = collection(args)
@@ -212,18 +229,24 @@ def main(argv: list[str] | None = None) -> int:
             f"raw fwd+bwd+AdamW {raw:.2f} s: ratio {ours / raw:.2f} (target <= 1.1)"
         )
     if "memory" in parts:
-        full, lora = memory(args, lora=False), memory(args, lora=True)
-        state = full["agents"] * full["parameters"] * FULL_FINE_TUNING_BYTES_PER_PARAMETER
-        used = full["peak"] - full["before"]
-        print(
-            f"memory, full fine-tuning of {full['agents']} agents x {full['parameters'] / 1e6:.1f}M: peak RSS "
-            f"{gib(full['peak'])} ({gib(used)} above the {gib(full['before'])} before loading) against weights + "
-            f"grads + AdamW {gib(state)}: ratio {used / state:.2f} (target <= 1.3; whole process {full['peak'] / state:.2f})"
-        )
-        print(
-            f"memory, LoRA r=8 ({lora['trainable'] / 1e6:.2f}M trainable per agent): peak RSS {gib(lora['peak'])} "
-            f"({gib(lora['peak'] - lora['before'])} above the start), {lora['peak'] / full['peak']:.2f} of full's"
-        )
+        sizes = args.memory_scoring_batch_sizes or str(args.scoring_batch_size or args.batch_size)
+        for size in (int(text) for text in sizes.split(",")):
+            sized = argparse.Namespace(**{**vars(args), "scoring_batch_size": size})
+            full, lora = memory(sized, lora=False), memory(sized, lora=True)
+            state = full["agents"] * full["parameters"] * FULL_FINE_TUNING_BYTES_PER_PARAMETER
+            used = full["peak"] - full["before"]
+            print(
+                f"memory, scoring micro-batch {size} pairs, full fine-tuning of {full['agents']} agents x "
+                f"{full['parameters'] / 1e6:.1f}M: peak RSS {gib(full['peak'])} ({gib(used)} above the "
+                f"{gib(full['before'])} before loading) against weights + grads + AdamW {gib(state)}: ratio "
+                f"{used / state:.2f} (target <= 1.3; whole process {full['peak'] / state:.2f})"
+            )
+            print(
+                f"memory, scoring micro-batch {size} pairs, LoRA r=8 ({lora['trainable'] / 1e6:.2f}M trainable per "
+                f"agent): peak RSS {gib(lora['peak'])} ({gib(lora['peak'] - lora['before'])} above the start), "
+                f"{lora['peak'] / full['peak']:.2f} of full's",
+                flush=True,
+            )
     if "bf16" in parts:
         raw32, ours32 = collection(args)
         raw16, ours16 = collection(args, dtype="bfloat16")

@@ -18,6 +18,7 @@ def tiny_args(**overrides) -> argparse.Namespace:
         candidates=4,
         max_new_tokens=6,
         batch_size=8,
+        scoring_batch_size=None,
         repeats=1,
         threads=1,
         lora=False,
@@ -46,3 +47,11 @@ def test_the_bf16_part_builds_bfloat16_agents():
     with tempfile.TemporaryDirectory() as tmp:
         trainer = bench.build_trainer(tiny_args(), tmp, dtype="bfloat16")
         assert {p.dtype for model in trainer.agents for p in model.parameters()} == {torch.bfloat16}
+
+
+def test_the_scoring_micro_batch_defaults_to_the_batch_and_can_be_smaller():
+    bench = load_repo_script("benchmarks/real_model.py", "real_model_benchmark")
+    with tempfile.TemporaryDirectory() as tmp:
+        assert bench.build_trainer(tiny_args(), tmp).args.scoring_batch_size == 8
+    with tempfile.TemporaryDirectory() as tmp:
+        assert bench.build_trainer(tiny_args(scoring_batch_size=2), tmp).args.scoring_batch_size == 2
