@@ -7,9 +7,9 @@ combined`` measures it over seeds; ``examples/quickstart.yaml`` is the same spec
 equal), and MARLHFIter (``MARLHF_QUICKSTART_CONFIG``, as a file ``examples/marlhf_quickstart.yaml``;
 ``scripts/marlhf_curve.py --seeds 3`` measures it). ``preset_config(algorithm)`` gives the Setup form the preset of
 the algorithm chosen. The real-model preset runs the MADPO quickstart's loss on SmolLM2-135M-Instruct
-(``comlrl-lab models add smollm2-135m-instruct``) with LoRA adapters on both agents and its chat template, sized so
-that a round takes at most about three minutes on two CPU cores (``benchmarks/learning.py --model
-smollm2-135m-instruct``; ``examples/smollm2.yaml``). It only describes runs; it does not start them.
+(``comlrl-lab models add smollm2-135m-instruct``) with LoRA adapters on both agents and its chat template; a round
+takes about four minutes on two idle CPU cores, and ``benchmarks/learning.py --model smollm2-135m-instruct``
+measures its rise over seeds (``examples/smollm2.yaml``). It only describes runs; it does not start them.
 """
 
 from __future__ import annotations
@@ -81,6 +81,9 @@ SMOLLM2_CONFIG: dict[str, object] = {
     "preference_num_candidates": 4,
     "preference_pairs_per_sample": 2,
     "num_train_epochs": 2,
+    # Two pairs per scoring forward: the gradient of eight up to float rounding (micro-batches are summed by size),
+    # while the activations kept for the backward shrink: LoRA's peak RSS 5.2 -> 2.8 GiB (benchmarks/real_model.py).
+    "scoring_batch_size": 2,
     "agent_learning_rate": 3.0e-4,
     "max_new_tokens": 32,
     "temperature": 0.7,
