@@ -1230,7 +1230,7 @@ REAL_MODEL = [
         `smollm2_spec()` is the same spec as `examples/smollm2.yaml`: two SmolLM2 agents with LoRA (r = 8, all
         linear layers), the quickstart's MADPO stabilisers, `use_chat_template: auto` (the tokenizer has a
         template, so it applies), 12 training items and 16 evaluation items a round. A round of the full preset
-        takes up to about three minutes on two idle CPU cores. To keep this notebook short, it runs **one round
+        took about four minutes on two idle CPU cores. To keep this notebook short, it runs **one round
         on 4 items** with 4 evaluation items.
         """
     ),

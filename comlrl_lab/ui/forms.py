@@ -65,8 +65,9 @@ PRESETS: dict[str, tuple[Any, str, str]] = {
     "Real model (SmolLM2-135M)": (
         smollm2_spec,
         "examples/smollm2.yaml",
-        "MADPOIter on SmolLM2-135M-Instruct, LoRA on both agents, prompts through its chat template; sized for a "
-        "round of at most about three minutes on two idle CPU cores.",
+        "MADPOIter on SmolLM2-135M-Instruct, LoRA on both agents, prompts through its chat template; a round "
+        "takes about four minutes on two idle CPU cores, and the evaluation reward on stance_agreement rises over "
+        "three rounds (README, Does it learn?).",
     ),
 }
 
