@@ -48,6 +48,11 @@ def rss_bytes() -> int:
         return int(handle.read().split()[1]) * resource.getpagesize()
 
 
+def scoring_batch_size(args) -> int:
+    """Pairs per scoring forward: ``--scoring-batch-size``, else the whole update's batch."""
+    return args.scoring_batch_size or args.batch_size
+
+
 def build_trainer(args, output_dir: str, *, dtype: str = "float32", lora: bool = False, items: int | None = None):
     """One MADPOIter round's trainer on the registered model, built by the engine from a spec as a run's is."""
     from comlrl_lab.data.tasks import get_task
@@ -61,7 +66,7 @@ def build_trainer(args, output_dir: str, *, dtype: str = "float32", lora: bool =
         "preference_pairs_per_sample": args.candidates,
         "max_new_tokens": args.max_new_tokens,
         "train_batch_size": args.batch_size,
-        "scoring_batch_size": args.scoring_batch_size or args.batch_size,
+        "scoring_batch_size": scoring_batch_size(args),
         "temperature": 0.7,
         "top_p": 0.9,
         "lora_r": 8 if lora else None,
@@ -190,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         "--scoring-batch-size",
         type=int,
         default=None,
-        help="pairs per scoring micro-batch (scoring_batch_size) in the step and bf16 parts (default: --batch-size)",
+        help="pairs per scoring micro-batch (scoring_batch_size) in the step and bf16 parts, and the memory part's "
+        "default (default: --batch-size)",
     )
     parser.add_argument(
         "--memory-scoring-batch-sizes",
@@ -214,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"model {args.model}, task {args.task}, {args.items} items x {args.candidates} candidates, "
         f"{args.max_new_tokens} tokens, batch {args.batch_size} (scoring micro-batch "
-        f"{args.scoring_batch_size or args.batch_size}), {args.threads} thread(s), {args.repeats} repeats"
+        f"{scoring_batch_size(args)}), {args.threads} thread(s), {args.repeats} repeats"
     )
     if "collection" in parts:
         raw, ours = collection(args)
@@ -229,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
             f"raw fwd+bwd+AdamW {raw:.2f} s: ratio {ours / raw:.2f} (target <= 1.1)"
         )
     if "memory" in parts:
-        sizes = args.memory_scoring_batch_sizes or str(args.scoring_batch_size or args.batch_size)
+        sizes = args.memory_scoring_batch_sizes or str(scoring_batch_size(args))
         for size in (int(text) for text in sizes.split(",")):
             sized = argparse.Namespace(**{**vars(args), "scoring_batch_size": size})
             full, lora = memory(sized, lora=False), memory(sized, lora=True)
