@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 
@@ -9,7 +10,13 @@ import pytest
 import torch
 from trainer_fixtures import ITEMS
 
-from comlrl_lab.models.generation import SamplingSettings, sample_candidates, sample_sides, top_k_then_top_p
+from comlrl_lab.models.decode_loop import DROP_SHARE
+from comlrl_lab.models.generation import (
+    SamplingSettings,
+    sample_candidates,
+    sample_sides,
+    top_k_then_top_p,
+)
 from comlrl_lab.trainers.preference import MADPOConfig
 from comlrl_lab.trainers.preference.optim import build_adamw
 
@@ -224,6 +231,70 @@ def test_two_sides_in_one_pass_get_their_own_tokens_from_one_prefill(model_dir):
     # One generate call of 15 rows; its 3 distinct prompts are prefilled once for both sides.
     assert [rows for rows, width in forward_rows if width > 1] == [3]
     assert apart[0] != apart[1]  # different seeds: the sides are not copies of each other
+
+
+def _decode_steps_fed(lengths: list[int], finished: list[bool], max_new_tokens: int) -> list[int]:
+    """The rows the own decode loop feeds at each step, worked out from the rows' completions by its rule: after a
+    step, the rows that have emitted their EOS leave once they are at least ``DROP_SHARE`` of the rows fed."""
+    fed, counts = list(range(len(lengths))), []
+    for step in range(max_new_tokens):
+        counts.append(len(fed))
+        done = [r for r in fed if finished[r] and lengths[r] <= step + 1]
+        if len(done) == len(fed):
+            break
+        if len(done) >= DROP_SHARE * len(fed):
+            fed = [r for r in fed if r not in done]
+    return counts
+
+
+def test_the_own_decode_loop_samples_generates_tokens_and_feeds_only_unfinished_rows(model_dir):
+    model, tokenizer, forward_rows = model_logging_forward_shapes(model_dir)
+    prompts = ["the red cat sat on the mat", "a dog", "the green bird sang all day long"]
+    seeds = [3, 4, 5]
+    settings = SamplingSettings(max_new_tokens=10, temperature=1.5, top_p=1.0, top_k=None, batch_size=12)
+    # An EOS the tiny model samples often, so that rows end at different steps.
+    first = sample_candidates(model, tokenizer, prompts, 4, settings, None, row_seeds=seeds)
+    tokens = [t for row in first for s in row for t in s.completion_ids]
+    model.generation_config.eos_token_id = max(set(tokens), key=tokens.count)
+    results = {}
+    for own in (True, False):
+        forward_rows.clear()
+        result = sample_candidates(
+            model, tokenizer, prompts, 4, dataclasses.replace(settings, own_decode_loop=own), None, row_seeds=seeds
+        )
+        results[own] = [[(s.completion_ids, s.finished) for s in row] for row in result]
+        steps = [rows for rows, width in forward_rows if width == 1]
+        if own:
+            # Rows in the loop's order: prompts shortest first ("a dog", then the others), 4 candidates each.
+            rows = [results[own][k][j] for k in (1, 0, 2) for j in range(4)]
+            lengths, finished = [len(ids) for ids, _ in rows], [done for _, done in rows]
+            assert any(finished) and not all(finished) and len(set(lengths)) > 2
+            assert steps == _decode_steps_fed(lengths, finished, settings.max_new_tokens)
+        else:
+            assert set(steps) == {12}  # generate feeds every row until the last one ends
+    assert results[True] == results[False]
+
+
+def test_generation_configs_that_add_processors_keep_generate(model_dir, monkeypatch):
+    import comlrl_lab.models.generation as generation
+
+    model, tokenizer, _ = model_logging_forward_shapes(model_dir)
+    settings = SamplingSettings(max_new_tokens=4)
+
+    def no_loop(*args, **kwargs):
+        raise AssertionError("the own decode loop ran")
+
+    monkeypatch.setattr(generation, "decode_rows", no_loop)
+    with pytest.raises(AssertionError, match="own decode loop"):
+        sample_candidates(model, tokenizer, ["a cat"], 2, settings, None, row_seeds=[1])
+    model.generation_config.repetition_penalty = 1.3  # a processor only generate applies
+    assert len(sample_candidates(model, tokenizer, ["a cat"], 2, settings, None, row_seeds=[1])[0]) == 2
+    model.generation_config.repetition_penalty = 1.0
+    # Stream sampling and extra generate kwargs keep generate too.
+    sample_candidates(model, tokenizer, ["a cat"], 2, settings, torch.Generator().manual_seed(0))
+    sample_candidates(
+        model, tokenizer, ["a cat"], 2, settings, None, row_seeds=[1], extra_generate_kwargs={"min_new_tokens": 2}
+    )
 
 
 @pytest.mark.parametrize("policy", ["current", "current_copy"])

@@ -1,9 +1,10 @@
 """Batched sampling of candidate responses: all prompts x candidates of a phase, for one agent's model.
 
 Sequences are left-padded, sorted by prompt length so that a batch holds prompts of similar length, and sent
-``settings.batch_size`` at a time through ``model.generate`` (sampling, one beam, eval mode, no grad). Each
-completion is cut after its first EOS (the EOS is kept) and comes back with its token ids, so that training
-can use exactly the tokens that were sampled.
+``settings.batch_size`` at a time through ``model.generate`` (sampling, one beam, eval mode, no grad), or, for
+row-seeded sampling, through our own decode loop, which drops finished rows (``decode_loop``). Each completion is
+cut after its first EOS (the EOS is kept) and comes back with its token ids, so that training can use exactly the
+tokens that were sampled.
 
 Two ways to draw the randomness:
 
@@ -35,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from comlrl_lab.models.decode_loop import decode_rows
 from comlrl_lab.models.devices import model_device
 from comlrl_lab.models.scoring import set_mode
 
@@ -62,6 +64,10 @@ class SamplingSettings:
     # A ``current`` comparison (row-seeded) samples its current and comparator sides in one pass over the live
     # model (``sample_sides``): each prompt prefilled once for both, half the generate calls. The same tokens.
     sides_in_one_pass: bool = True
+    # Row-seeded sampling runs its own decode loop (``decode_loop``) instead of ``generate`` where generate would
+    # add nothing (no extra generate kwargs, no logits processors in the model's generation config): finished rows
+    # leave the batch. The same tokens; a row's logits may round differently with fewer rows beside it.
+    own_decode_loop: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
@@ -176,7 +182,8 @@ class RowSeededSampler:
     Per step t: scores -> temperature -> top-k -> top-p (transformers' warpers' rules, in the order and with the
     ``min_tokens_to_keep=1`` that sampling with one beam uses), softmax in float32, then the token is the first
     index whose cumulative probability reaches u[b, t] times the total. Every other token gets -inf, so greedy
-    decoding takes the sampled one. Each row's result depends only on its own logits and uniforms.
+    decoding takes the sampled one. Each row's result depends only on its own logits and uniforms. ``choose`` picks
+    the tokens alone, for the own decode loop.
     """
 
     def __init__(self, uniforms: torch.Tensor, settings: SamplingSettings):
@@ -202,19 +209,25 @@ class RowSeededSampler:
         self.warpers = LogitsProcessorList(warpers)
         self.top_k_first = settings.top_k_first and bool(self.top_k) and self.top_p < 1.0
 
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        scores = scores.float()  # (B, V)
+    def choose(self, scores: torch.Tensor, rows: torch.Tensor | None, step: int) -> torch.Tensor:
+        """The tokens (R,) that rows ``rows`` (indices into the batch; None: all) sample at ``step`` from their
+        next-token ``scores`` (R, V)."""
+        scores = scores.float()  # (R, V)
         if self.temperature is not None:
-            scores = self.temperature(input_ids, scores)
+            scores = self.temperature(None, scores)
         filtered = top_k_then_top_p(scores, self.top_k, self.top_p) if self.top_k_first else None
         if filtered is None:
-            filtered = self.warpers(input_ids, scores)
-        cdf = torch.softmax(filtered, dim=-1).cumsum(dim=-1)  # (B, V)
-        u = self.uniforms[:, self.step].to(cdf.device) * cdf[:, -1]  # (B,)
-        self.step += 1
+            filtered = self.warpers(None, scores)
+        cdf = torch.softmax(filtered, dim=-1).cumsum(dim=-1)  # (R, V)
+        uniforms = self.uniforms if rows is None else self.uniforms[rows.to(self.uniforms.device)]
+        u = uniforms[:, step].to(cdf.device) * cdf[:, -1]  # (R,)
         # First index with cdf >= u: u > 0, so that index has a positive probability.
-        tokens = (cdf < u.unsqueeze(1)).sum(dim=-1).clamp_(max=cdf.shape[-1] - 1)  # (B,)
-        forced = torch.full_like(filtered, float("-inf"))
+        return (cdf < u.unsqueeze(1)).sum(dim=-1).clamp_(max=cdf.shape[-1] - 1)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        tokens = self.choose(scores, None, self.step)  # (B,)
+        self.step += 1
+        forced = torch.full_like(scores, float("-inf"), dtype=torch.float32)
         forced.scatter_(1, tokens.unsqueeze(1), 0.0)
         return forced
 
@@ -241,14 +254,12 @@ def top_k_then_top_p(scores: torch.Tensor, top_k: int, top_p: float) -> torch.Te
     return scores.masked_fill(outside, float("-inf"))
 
 
-def _row_processor(batch: list[tuple[int, int]], seeds: Sequence[int], settings: SamplingSettings, device) -> Any:
-    """The logits processors for one generate call over ``batch`` (prompt k, candidate j) rows, row b seeded
-    with ``seeds[b]`` (its prompt's seed for its side)."""
-    from transformers.generation.logits_process import LogitsProcessorList
-
+def _row_sampler(batch: list[tuple[int, int]], seeds: Sequence[int], settings: SamplingSettings, device) -> Any:
+    """The sampler of one batch of (prompt k, candidate j) rows, row b seeded with ``seeds[b]`` (its prompt's
+    seed for its side)."""
     uniforms = np.stack([row_uniforms(seed, j, settings.max_new_tokens) for seed, (_, j) in zip(seeds, batch)])
     tensor = torch.from_numpy(uniforms.astype(np.float32)).to(device)  # (B, max_new_tokens)
-    return LogitsProcessorList([RowSeededSampler(tensor, settings)])
+    return RowSeededSampler(tensor, settings)
 
 
 # Sampling -------------------------------------------------------------------------------------------------
@@ -304,6 +315,41 @@ def _generate_kwargs(settings: SamplingSettings, pad_id: int, eos_ids: list[int]
         raise ValueError(f"extra_generate_kwargs may not set {reserved}; the sampler controls them.")
     kwargs.update(extra)
     return kwargs
+
+
+# Generation-config fields that add nothing to row-seeded sampling (the sampler sets or ignores them); any other
+# field that differs from its default may add a logits processor or stopping rule, which only generate applies.
+_PLAIN_GENERATION_FIELDS = {
+    "_from_model_config",
+    "bos_token_id",
+    "do_sample",
+    "eos_token_id",
+    "max_length",
+    "max_new_tokens",
+    "num_beams",
+    "output_attentions",
+    "output_hidden_states",
+    "pad_token_id",
+    "temperature",
+    "top_k",
+    "top_p",
+    "transformers_version",
+    "use_cache",
+}
+
+
+def _plain_generation(model: Any) -> bool:
+    """True when ``model``'s generation config asks ``generate`` for nothing the own decode loop leaves out."""
+    generation_config = getattr(model, "generation_config", None)
+    if generation_config is None or not hasattr(generation_config, "to_diff_dict"):
+        return False
+    return set(generation_config.to_diff_dict()) <= _PLAIN_GENERATION_FIELDS
+
+
+def _processors(sampler: RowSeededSampler) -> Any:
+    from transformers.generation.logits_process import LogitsProcessorList
+
+    return LogitsProcessorList([sampler])
 
 
 def _cache_argument(model: Any) -> str | None:
@@ -454,6 +500,9 @@ def _sample(
     results: list[list[list[Any]]] = [[[None] * count for _ in prompts] for count in counts]
 
     cache_name = _cache_argument(model) if settings.prefill_once else None
+    loop_cache_name = None
+    if side_seeds is not None and settings.own_decode_loop and not extra_generate_kwargs and _plain_generation(model):
+        loop_cache_name = _cache_argument(model)
     was_training = model.training
     set_mode(model, False)  # dropout off while sampling
     try:
@@ -463,15 +512,30 @@ def _sample(
                 batch = jobs[start : start + settings.batch_size]
                 rows = [(k, j) for k, _, j in batch]
                 input_ids, attention_mask = _left_pad([prompt_ids[k] for k, _ in rows], pad_id, device)
+                sampler = None
                 if side_seeds is not None:
-                    seeds = [side_seeds[s][k] for k, s, _ in batch]
-                    kwargs["logits_processor"] = _row_processor(rows, seeds, settings, device)
+                    sampler = _row_sampler(rows, [side_seeds[s][k] for k, s, _ in batch], settings, device)
                 shared = {}
                 if cache_name and input_ids.shape[1] > 1 and len({k for k, _ in rows}) < len(rows):
                     shared[cache_name] = _shared_prompt_cache(model, cache_name, rows, prompt_ids, pad_id, device)
-                output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs, **shared)
-                sequences = output if isinstance(output, torch.Tensor) else output.sequences  # (B, T + new)
-                cut = [_cut_at_eos(row, eos_set) for row in sequences[:, input_ids.shape[1] :].tolist()]
+                if loop_cache_name and sampler is not None:
+                    generated = decode_rows(
+                        model,
+                        loop_cache_name,
+                        input_ids,
+                        attention_mask,
+                        sampler.choose,
+                        settings.max_new_tokens,
+                        eos_ids,
+                        cache=shared.get(cache_name),
+                    )
+                else:
+                    if sampler is not None:
+                        kwargs["logits_processor"] = _processors(sampler)
+                    output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs, **shared)
+                    sequences = output if isinstance(output, torch.Tensor) else output.sequences  # (B, T + new)
+                    generated = sequences[:, input_ids.shape[1] :].tolist()
+                cut = [_cut_at_eos(row, eos_set) for row in generated]
                 texts = tokenizer.batch_decode([ids for ids, _ in cut], skip_special_tokens=True)
                 for (k, s, j), (ids, finished), text in zip(batch, cut, texts):
                     results[s][k][j] = SampledText(
