@@ -66,7 +66,7 @@ OUR_MADPO_DEFAULTS = {
     "seed": 42,
     "disable_dropout": True,
     "score_final_token": False,
-    "generation_batch_size": 64,
+    "generation_batch_size": None,
     "scoring_batch_size": 16,
     "pack_pair_scoring": True,
     "output_dir": None,

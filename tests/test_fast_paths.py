@@ -12,7 +12,9 @@ from trainer_fixtures import ITEMS
 
 from comlrl_lab.models.decode_loop import DROP_SHARE
 from comlrl_lab.models.generation import (
+    AUTO_BATCH_MOST,
     SamplingSettings,
+    rows_per_call,
     sample_candidates,
     sample_sides,
     top_k_then_top_p,
@@ -295,6 +297,19 @@ def test_generation_configs_that_add_processors_keep_generate(model_dir, monkeyp
     sample_candidates(
         model, tokenizer, ["a cat"], 2, settings, None, row_seeds=[1], extra_generate_kwargs={"min_new_tokens": 2}
     )
+
+
+def test_generate_calls_are_sized_by_their_kv_cache(model_dir):
+    from comlrl_lab.models.loading import load_model
+
+    model = load_model(model_dir, device="cpu", dtype="float32")
+    config = model.config  # the test model: 2 layers, 2 KV heads of 8 dims, float32: 256 bytes a position
+    assert (config.num_hidden_layers, config.num_key_value_heads, config.head_dim) == (2, 2, 8)
+    assert rows_per_call(model, 40, 32) == AUTO_BATCH_MOST  # 72 positions: 18,432 bytes a row
+    assert rows_per_call(model, 100_000, 60_000) == 26  # 40,960,000 bytes a row: 26 rows in 1 GiB
+    assert rows_per_call(model, 4_000_000, 1_000_000) == 1  # more than 1 GiB a row: still one row
+    model.config = type("Config", (), {})()  # a config that does not give the cache's shape
+    assert rows_per_call(model, 40, 32) == 64
 
 
 @pytest.mark.parametrize("policy", ["current", "current_copy"])

@@ -1,10 +1,10 @@
 """Batched sampling of candidate responses: all prompts x candidates of a phase, for one agent's model.
 
 Sequences are left-padded, sorted by prompt length so that a batch holds prompts of similar length, and sent
-``settings.batch_size`` at a time through ``model.generate`` (sampling, one beam, eval mode, no grad), or, for
-row-seeded sampling, through our own decode loop, which drops finished rows (``decode_loop``). Each completion is
-cut after its first EOS (the EOS is kept) and comes back with its token ids, so that training can use exactly the
-tokens that were sampled.
+``settings.batch_size`` at a time (by default as many as a KV-cache budget allows, ``rows_per_call``) through
+``model.generate`` (sampling, one beam, eval mode, no grad), or, for row-seeded sampling, through our own decode
+loop, which drops finished rows (``decode_loop``). Each completion is cut after its first EOS (the EOS is kept)
+and comes back with its token ids, so that training can use exactly the tokens that were sampled.
 
 Two ways to draw the randomness:
 
@@ -54,7 +54,8 @@ class SamplingSettings:
     temperature: float = 0.6
     top_p: float = 0.6
     top_k: int | None = 50  # passed to generate only when not None, as in CoMLRL
-    batch_size: int = 64  # sequences per model.generate call
+    # Sequences per generate call; None: as many as keep the call's KV cache within a budget (``rows_per_call``).
+    batch_size: int | None = None
     # Per-row sampling only: top-p over the top-k candidates (a partial sort) instead of a sort of the whole
     # vocabulary; the same kept set, so the same tokens. False runs transformers' warpers (the slow reference).
     top_k_first: bool = True
@@ -80,8 +81,10 @@ class SamplingSettings:
             isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0
         ):
             raise ValueError(f"top_k must be None or a non-negative integer, got {self.top_k!r}.")
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}.")
+        if self.batch_size is not None and (
+            isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1
+        ):
+            raise ValueError(f"batch_size must be None or a positive integer, got {self.batch_size!r}.")
 
 
 @dataclass(frozen=True)
@@ -352,6 +355,34 @@ def _processors(sampler: RowSeededSampler) -> Any:
     return LogitsProcessorList([sampler])
 
 
+# Rows per generate call when the settings leave it to the sampler: the more rows, the more rows share each step's
+# fixed costs (on a CPU, most of a small model's step), so the calls are as large as a KV-cache budget allows.
+AUTO_BATCH_CACHE_BYTES = 1 << 30
+AUTO_BATCH_MOST = 256
+# For a model whose config does not give its cache's shape.
+AUTO_BATCH_FALLBACK = 64
+
+
+def rows_per_call(model: Any, longest_prompt: int, max_new_tokens: int) -> int:
+    """How many rows one generate call takes when ``SamplingSettings.batch_size`` is None: as many as keep the
+    call's KV cache (keys and values of every layer, prompt and new tokens) within ``AUTO_BATCH_CACHE_BYTES``,
+    between 1 and ``AUTO_BATCH_MOST``."""
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    layers = getattr(config, "num_hidden_layers", None)
+    heads = getattr(config, "num_attention_heads", None)
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None)
+    if head_dim is None and heads and getattr(config, "hidden_size", None):
+        head_dim = config.hidden_size // heads
+    if not (isinstance(layers, int) and isinstance(kv_heads, int) and isinstance(head_dim, int)):
+        return AUTO_BATCH_FALLBACK
+    element = next(model.parameters()).element_size()
+    per_row = 2 * layers * kv_heads * head_dim * (longest_prompt + max_new_tokens) * element
+    return max(1, min(AUTO_BATCH_MOST, AUTO_BATCH_CACHE_BYTES // max(per_row, 1)))
+
+
 def _cache_argument(model: Any) -> str | None:
     """The name under which ``model`` takes a KV cache (``cache`` in transformers >= 5), or None (no sharing)."""
     parameters = inspect.signature(model.forward).parameters
@@ -499,6 +530,9 @@ def _sample(
     jobs = [(k, s, j) for k in order for s, count in enumerate(counts) for j in range(count)]
     results: list[list[list[Any]]] = [[[None] * count for _ in prompts] for count in counts]
 
+    batch_size = settings.batch_size or rows_per_call(
+        model, max(len(ids) for ids in prompt_ids), settings.max_new_tokens
+    )
     cache_name = _cache_argument(model) if settings.prefill_once else None
     loop_cache_name = None
     if side_seeds is not None and settings.own_decode_loop and not extra_generate_kwargs and _plain_generation(model):
@@ -508,8 +542,8 @@ def _sample(
     try:
         rng_context = generator_as_device_rng(generator, device) if side_seeds is None else contextlib.nullcontext()
         with torch.inference_mode(), rng_context:
-            for start in range(0, len(jobs), settings.batch_size):
-                batch = jobs[start : start + settings.batch_size]
+            for start in range(0, len(jobs), batch_size):
+                batch = jobs[start : start + batch_size]
                 rows = [(k, j) for k, _, j in batch]
                 input_ids, attention_mask = _left_pad([prompt_ids[k] for k, _ in rows], pad_id, device)
                 sampler = None

@@ -504,10 +504,14 @@ class MADPOConfig:
             "group": "Training",
         },
     )
-    generation_batch_size: int = field(
-        default=64,
+    generation_batch_size: int | None = field(
+        default=None,
         kw_only=True,
-        metadata={"help": "Sequences per generate call when sampling candidates (>= 1).", "group": "Generation"},
+        metadata={
+            "help": "Sequences per generate call when sampling candidates (>= 1). None sizes the calls by memory: as many sequences as keep a call's KV cache within 1 GiB, at most 256.",
+            "group": "Generation",
+            "none_means": "as many as fit a 1 GiB KV cache, at most 256",
+        },
     )
     scoring_batch_size: int = field(
         default=16,
@@ -907,7 +911,7 @@ class MADPOConfig:
         # Our fields, checked after CoMLRL's so a CoMLRL config fails with CoMLRL's message first.
         _check_int_at_least("seed", self.seed, 0)
         _check_int_at_least("eval_samples_per_item", self.eval_samples_per_item, 1)
-        _check_int_at_least("generation_batch_size", self.generation_batch_size, 1)
+        _check_int_at_least("generation_batch_size", self.generation_batch_size, 1, optional=True)
         _check_int_at_least("scoring_batch_size", self.scoring_batch_size, 1)
         _check_positive("max_grad_norm", self.max_grad_norm, optional=True)
         _choose(self, "adamw_implementation")
