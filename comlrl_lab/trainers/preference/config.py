@@ -510,7 +510,7 @@ class MADPOConfig:
         metadata={
             "help": "Sequences per generate call when sampling candidates (>= 1). None sizes the calls by memory: as many sequences as keep a call's KV cache within 1 GiB, at most 256.",
             "group": "Generation",
-            "none_means": "as many as fit a 1 GiB KV cache, at most 256",
+            "none_means": "fits a 1 GiB KV cache",
         },
     )
     scoring_batch_size: int = field(
