@@ -12,7 +12,8 @@ from trainer_fixtures import ITEMS
 
 from comlrl_lab.models.decode_loop import DROP_SHARE
 from comlrl_lab.models.generation import (
-    AUTO_BATCH_MOST,
+    DEFAULT_ROWS_PER_CALL,
+    MOST_ROWS_PER_CALL,
     SamplingSettings,
     rows_per_call,
     sample_candidates,
@@ -249,11 +250,14 @@ def _decode_steps_fed(lengths: list[int], finished: list[bool], max_new_tokens: 
     return counts
 
 
-def test_the_own_decode_loop_samples_generates_tokens_and_feeds_only_unfinished_rows(model_dir):
+@pytest.mark.parametrize("prefill_once", [True, False])
+def test_the_own_decode_loop_samples_generates_tokens_and_feeds_only_unfinished_rows(model_dir, prefill_once):
     model, tokenizer, forward_rows = model_logging_forward_shapes(model_dir)
     prompts = ["the red cat sat on the mat", "a dog", "the green bird sang all day long"]
     seeds = [3, 4, 5]
-    settings = SamplingSettings(max_new_tokens=10, temperature=1.5, top_p=1.0, top_k=None, batch_size=12)
+    settings = SamplingSettings(
+        max_new_tokens=10, temperature=1.5, top_p=1.0, top_k=None, batch_size=12, prefill_once=prefill_once
+    )
     # An EOS the tiny model samples often, so that rows end at different steps.
     first = sample_candidates(model, tokenizer, prompts, 4, settings, None, row_seeds=seeds)
     tokens = [t for row in first for s in row for t in s.completion_ids]
@@ -265,13 +269,18 @@ def test_the_own_decode_loop_samples_generates_tokens_and_feeds_only_unfinished_
             model, tokenizer, prompts, 4, dataclasses.replace(settings, own_decode_loop=own), None, row_seeds=seeds
         )
         results[own] = [[(s.completion_ids, s.finished) for s in row] for row in result]
+        # Each forward of the loop after the prompt's: one token per row (without the shared prefix, the first
+        # forward runs the whole left-padded prompts).
         steps = [rows for rows, width in forward_rows if width == 1]
+        if not prefill_once:
+            steps = [forward_rows[0][0], *steps]
         if own:
             # Rows in the loop's order: prompts shortest first ("a dog", then the others), 4 candidates each.
             rows = [results[own][k][j] for k in (1, 0, 2) for j in range(4)]
             lengths, finished = [len(ids) for ids, _ in rows], [done for _, done in rows]
             assert any(finished) and not all(finished) and len(set(lengths)) > 2
             assert steps == _decode_steps_fed(lengths, finished, settings.max_new_tokens)
+            assert steps[0] == 12 and min(steps) < 12  # finished rows did leave
         else:
             assert set(steps) == {12}  # generate feeds every row until the last one ends
     assert results[True] == results[False]
@@ -299,17 +308,28 @@ def test_generation_configs_that_add_processors_keep_generate(model_dir, monkeyp
     )
 
 
-def test_generate_calls_are_sized_by_their_kv_cache(model_dir):
+def test_row_seeded_calls_are_sized_by_their_kv_cache(model_dir):
     from comlrl_lab.models.loading import load_model
 
     model = load_model(model_dir, device="cpu", dtype="float32")
     config = model.config  # the test model: 2 layers, 2 KV heads of 8 dims, float32: 256 bytes a position
     assert (config.num_hidden_layers, config.num_key_value_heads, config.head_dim) == (2, 2, 8)
-    assert rows_per_call(model, 40, 32) == AUTO_BATCH_MOST  # 72 positions: 18,432 bytes a row
-    assert rows_per_call(model, 100_000, 60_000) == 26  # 40,960,000 bytes a row: 26 rows in 1 GiB
-    assert rows_per_call(model, 4_000_000, 1_000_000) == 1  # more than 1 GiB a row: still one row
+    assert rows_per_call(model, 40, 32) == MOST_ROWS_PER_CALL  # 72 positions: 18,432 bytes a row
+    assert rows_per_call(model, 30_000, 11_943) == 100  # 10,737,408 bytes a row: 100 rows in 1 GiB
+    assert rows_per_call(model, 100_000, 60_000) == DEFAULT_ROWS_PER_CALL  # 26 would fit: never below 64
     model.config = type("Config", (), {})()  # a config that does not give the cache's shape
-    assert rows_per_call(model, 40, 32) == 64
+    assert rows_per_call(model, 40, 32) == DEFAULT_ROWS_PER_CALL
+
+
+def test_stream_sampling_keeps_calls_of_64_rows_and_row_seeded_sampling_takes_more(model_dir):
+    model, tokenizer, forward_rows = model_logging_forward_shapes(model_dir)
+    prompts = [f"the {w} cat" for w in ("red", "blue", "green", "big", "small")]
+    settings = SamplingSettings(max_new_tokens=2, prefill_once=False)  # batch_size None
+    sample_candidates(model, tokenizer, prompts, 16, settings, torch.Generator().manual_seed(0))
+    assert [rows for rows, width in forward_rows if width > 1] == [64, 16]
+    forward_rows.clear()
+    sample_candidates(model, tokenizer, prompts, 16, settings, None, row_seeds=[1, 2, 3, 4, 5])
+    assert [rows for rows, width in forward_rows if width > 1] == [80]
 
 
 @pytest.mark.parametrize("policy", ["current", "current_copy"])

@@ -1,10 +1,11 @@
 """Batched sampling of candidate responses: all prompts x candidates of a phase, for one agent's model.
 
 Sequences are left-padded, sorted by prompt length so that a batch holds prompts of similar length, and sent
-``settings.batch_size`` at a time (by default as many as a KV-cache budget allows, ``rows_per_call``) through
-``model.generate`` (sampling, one beam, eval mode, no grad), or, for row-seeded sampling, through our own decode
-loop, which drops finished rows (``decode_loop``). Each completion is cut after its first EOS (the EOS is kept)
-and comes back with its token ids, so that training can use exactly the tokens that were sampled.
+``settings.batch_size`` at a time (by default 64, more for row-seeded rows while a KV-cache budget allows,
+``rows_per_call``) through ``model.generate`` (sampling, one beam, eval mode, no grad), or, for row-seeded sampling
+of a plain model, through our own decode loop, which drops finished rows (``decode_loop``). Each completion is cut
+after its first EOS (the EOS is kept) and comes back with its token ids, so that training can use exactly the
+tokens that were sampled.
 
 Two ways to draw the randomness:
 
@@ -54,7 +55,7 @@ class SamplingSettings:
     temperature: float = 0.6
     top_p: float = 0.6
     top_k: int | None = 50  # passed to generate only when not None, as in CoMLRL
-    # Sequences per generate call; None: as many as keep the call's KV cache within a budget (``rows_per_call``).
+    # Sequences per call; None: 64, or for row-seeded sampling up to 256 within a KV-cache budget (``rows_per_call``).
     batch_size: int | None = None
     # Per-row sampling only: top-p over the top-k candidates (a partial sort) instead of a sort of the whole
     # vocabulary; the same kept set, so the same tokens. False runs transformers' warpers (the slow reference).
@@ -350,37 +351,63 @@ def _plain_generation(model: Any) -> bool:
 
 
 def _processors(sampler: RowSeededSampler) -> Any:
+    """``sampler`` as the logits processor list ``generate`` takes."""
     from transformers.generation.logits_process import LogitsProcessorList
 
     return LogitsProcessorList([sampler])
 
 
-# Rows per generate call when the settings leave it to the sampler: the more rows, the more rows share each step's
-# fixed costs (on a CPU, most of a small model's step), so the calls are as large as a KV-cache budget allows.
-AUTO_BATCH_CACHE_BYTES = 1 << 30
-AUTO_BATCH_MOST = 256
-# For a model whose config does not give its cache's shape.
-AUTO_BATCH_FALLBACK = 64
+# Rows per call when the settings leave it to the sampler (``batch_size=None``). Row-seeded rows share each step's
+# fixed costs (on a CPU, most of a small model's step), so their calls grow from the former fixed 64 rows up to 256
+# while the call's KV cache stays within a budget; never below 64, so no model samples in smaller calls than before.
+# Stream sampling keeps 64: its tokens depend on the batching, and a run must sample as it did.
+DEFAULT_ROWS_PER_CALL = 64
+MOST_ROWS_PER_CALL = 256
+KV_CACHE_BUDGET_BYTES = 1 << 30
 
 
 def rows_per_call(model: Any, longest_prompt: int, max_new_tokens: int) -> int:
-    """How many rows one generate call takes when ``SamplingSettings.batch_size`` is None: as many as keep the
-    call's KV cache (keys and values of every layer, prompt and new tokens) within ``AUTO_BATCH_CACHE_BYTES``,
-    between 1 and ``AUTO_BATCH_MOST``."""
+    """Rows per call of row-seeded sampling when ``SamplingSettings.batch_size`` is None: as many as keep the call's
+    KV cache (keys and values of every layer over prompt and new tokens, in the model's dtype) within
+    ``KV_CACHE_BUDGET_BYTES``, between ``DEFAULT_ROWS_PER_CALL`` and ``MOST_ROWS_PER_CALL``. Other memory of the
+    call (prefill activations, the sampler's scores) is not counted."""
     config = getattr(model, "config", None)
     if config is not None and hasattr(config, "get_text_config"):
-        config = config.get_text_config()
+        config = config.get_text_config(decoder=True)
     layers = getattr(config, "num_hidden_layers", None)
     heads = getattr(config, "num_attention_heads", None)
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     head_dim = getattr(config, "head_dim", None)
     if head_dim is None and heads and getattr(config, "hidden_size", None):
         head_dim = config.hidden_size // heads
-    if not (isinstance(layers, int) and isinstance(kv_heads, int) and isinstance(head_dim, int)):
-        return AUTO_BATCH_FALLBACK
-    element = next(model.parameters()).element_size()
-    per_row = 2 * layers * kv_heads * head_dim * (longest_prompt + max_new_tokens) * element
-    return max(1, min(AUTO_BATCH_MOST, AUTO_BATCH_CACHE_BYTES // max(per_row, 1)))
+    dtype = getattr(model, "dtype", None)
+    if not (
+        isinstance(layers, int)
+        and isinstance(kv_heads, int)
+        and isinstance(head_dim, int)
+        and isinstance(dtype, torch.dtype)
+    ):
+        return DEFAULT_ROWS_PER_CALL
+    per_row = 2 * layers * kv_heads * head_dim * (longest_prompt + max_new_tokens) * dtype.itemsize
+    return max(DEFAULT_ROWS_PER_CALL, min(MOST_ROWS_PER_CALL, KV_CACHE_BUDGET_BYTES // max(per_row, 1)))
+
+
+def _decode_loop_fits(model: Any) -> bool:
+    """Whether the own decode loop gives ``model`` what ``generate`` would: a model that generates with the
+    default input preparation and a cache of plain full-attention layers, sdpa or eager attention, and a
+    generation config that adds no processor or stopping rule."""
+    from transformers import DynamicCache, GenerationMixin
+    from transformers.cache_utils import DynamicLayer
+
+    if not _plain_generation(model) or _cache_argument(model) is None:
+        return False
+    if getattr(model.config, "_attn_implementation", None) not in ("sdpa", "eager"):
+        return False
+    if type(model).prepare_inputs_for_generation is not GenerationMixin.prepare_inputs_for_generation:
+        return False  # the model prepares its own inputs (position resets, masks, extra tensors)
+    if getattr(model, "is_remote_code", lambda: True)():
+        return False
+    return all(type(layer) is DynamicLayer for layer in DynamicCache(config=model.config).layers)
 
 
 def _cache_argument(model: Any) -> str | None:
@@ -530,12 +557,15 @@ def _sample(
     jobs = [(k, s, j) for k in order for s, count in enumerate(counts) for j in range(count)]
     results: list[list[list[Any]]] = [[[None] * count for _ in prompts] for count in counts]
 
-    batch_size = settings.batch_size or rows_per_call(
-        model, max(len(ids) for ids in prompt_ids), settings.max_new_tokens
-    )
+    batch_size = settings.batch_size
+    if batch_size is None:
+        longest = max(len(ids) for ids in prompt_ids)
+        batch_size = (
+            DEFAULT_ROWS_PER_CALL if side_seeds is None else rows_per_call(model, longest, settings.max_new_tokens)
+        )
     cache_name = _cache_argument(model) if settings.prefill_once else None
     loop_cache_name = None
-    if side_seeds is not None and settings.own_decode_loop and not extra_generate_kwargs and _plain_generation(model):
+    if side_seeds is not None and settings.own_decode_loop and not extra_generate_kwargs and _decode_loop_fits(model):
         loop_cache_name = _cache_argument(model)
     was_training = model.training
     set_mode(model, False)  # dropout off while sampling

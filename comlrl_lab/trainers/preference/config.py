@@ -508,9 +508,9 @@ class MADPOConfig:
         default=None,
         kw_only=True,
         metadata={
-            "help": "Sequences per generate call when sampling candidates (>= 1). None sizes the calls by memory: as many sequences as keep a call's KV cache within 1 GiB, at most 256.",
+            "help": "Sequences per generate call when sampling candidates (>= 1). None: 64, and for batch-invariant sampling as many more, up to 256, as keep a call's KV cache within 1 GiB (its tokens do not depend on the batching).",
             "group": "Generation",
-            "none_means": "fits a 1 GiB KV cache",
+            "none_means": "64, or more within 1 GiB KV",
         },
     )
     scoring_batch_size: int = field(
