@@ -15,7 +15,8 @@ batch size on the same model, one thread:
     ``--no-sides-in-one-pass`` in two ``sample_candidates`` calls as before.
 
 It prints the rates, (b) / (a) and (c) / (a); the target is >= 0.8 for both. ``--no-top-k-first`` (top-p sorts
-the whole vocabulary) and ``--no-prefill-once`` (every row prefills its prompt) switch the sampler's savings off. Prompts come from the built-in ``length_ratio``
+the whole vocabulary) and ``--no-prefill-once`` (every row prefills its prompt) and ``--no-own-decode-loop`` (row-seeded rows go
+through ``generate``) switch the sampler's savings off. Prompts come from the built-in ``length_ratio``
 task (agent 1's formatter) when it is available. The embedded tiny model is used by default; when it has
 not been built yet the benchmark says so and exits. Usage::
 
@@ -126,6 +127,7 @@ def measure(
     top_k_first: bool = True,
     prefill_once: bool = True,
     sides_in_one_pass: bool = True,
+    own_decode_loop: bool = True,
 ) -> dict:
     """Median tokens/s of both sides over ``repeats`` alternating runs (after one warm-up run each)."""
     torch.set_num_threads(1)
@@ -134,7 +136,11 @@ def measure(
     prompts = task_prompts(num_items)
     # CoMLRL's sampling defaults
     settings = SamplingSettings(
-        max_new_tokens=max_new_tokens, batch_size=batch_size, top_k_first=top_k_first, prefill_once=prefill_once
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        top_k_first=top_k_first,
+        prefill_once=prefill_once,
+        own_decode_loop=own_decode_loop,
     )
     raw_generate(model, tokenizer, prompts[:2], 2, settings, 0)
     ours(model, tokenizer, prompts[:2], 2, settings, 0)
@@ -164,6 +170,7 @@ def measure(
         "repeats": repeats,
         "top_k_first": top_k_first,
         "prefill_once": prefill_once,
+        "own_decode_loop": own_decode_loop,
         "raw_tokens": raw_tokens,
         "sampler_tokens": our_tokens,
         "raw_tokens_per_s": round(raw_rate, 1),
@@ -202,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             top_k_first=args.top_k_first,
             prefill_once=args.prefill_once,
             sides_in_one_pass=args.sides_in_one_pass,
+            own_decode_loop=args.own_decode_loop,
         )
     except ModelLoadError as exc:
         print(f"skipped: {exc}")
@@ -213,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         f"model {result['model']}: {result['sequences']} sequences, max_new_tokens {result['max_new_tokens']}, "
         f"batch size {result['batch_size']}, median of {result['repeats']}, 1 thread, "
         f"top_k_first {result['top_k_first']}, prefill_once {result['prefill_once']}, "
-        f"sides_in_one_pass {result['sides_in_one_pass']}"
+        f"sides_in_one_pass {result['sides_in_one_pass']}, own_decode_loop {result['own_decode_loop']}"
     )
     print(f"  (a) raw model.generate   {result['raw_tokens_per_s']:>10.1f} tokens/s")
     print(f"  (b) sample_candidates    {result['sampler_tokens_per_s']:>10.1f} tokens/s")

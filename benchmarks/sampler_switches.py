@@ -12,6 +12,7 @@ SAMPLER_SAVINGS = {
     "top_k_first": "row-seeded sampler: sort the whole vocabulary for top-p",
     "prefill_once": "prefill every (prompt, candidate) row instead of each distinct prompt once",
     "sides_in_one_pass": "sample a current comparison's current and comparator sides in two passes over the model",
+    "own_decode_loop": "row-seeded sampler: transformers' generate, which feeds every row until the last one ends",
 }
 
 
