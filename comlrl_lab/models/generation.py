@@ -67,8 +67,8 @@ class SamplingSettings:
     # model (``sample_sides``): each prompt prefilled once for both, half the generate calls. The same tokens.
     sides_in_one_pass: bool = True
     # Row-seeded sampling runs its own decode loop (``decode_loop``) instead of ``generate`` where generate would
-    # add nothing (no extra generate kwargs, no logits processors in the model's generation config): finished rows
-    # leave the batch. The same tokens; a row's logits may round differently with fewer rows beside it.
+    # add nothing (no extra generate kwargs, a plain model: ``_decode_loop_cache_name``): finished rows leave the
+    # batch. The same tokens; a row's logits may round differently with fewer rows beside it.
     own_decode_loop: bool = True
 
     def __post_init__(self) -> None:
@@ -392,22 +392,25 @@ def rows_per_call(model: Any, longest_prompt: int, max_new_tokens: int) -> int:
     return max(DEFAULT_ROWS_PER_CALL, min(MOST_ROWS_PER_CALL, KV_CACHE_BUDGET_BYTES // max(per_row, 1)))
 
 
-def _decode_loop_fits(model: Any) -> bool:
-    """Whether the own decode loop gives ``model`` what ``generate`` would: a model that generates with the
-    default input preparation and a cache of plain full-attention layers, sdpa or eager attention, and a
-    generation config that adds no processor or stopping rule."""
+def _decode_loop_cache_name(model: Any) -> str | None:
+    """The name under which the own decode loop passes ``model`` its cache, or None when the loop would not give
+    ``model`` what ``generate`` would. It needs a model that generates with the default input preparation and a
+    cache of plain full-attention layers, sdpa or eager attention, and a generation config that adds no processor
+    or stopping rule."""
     from transformers import DynamicCache, GenerationMixin
     from transformers.cache_utils import DynamicLayer
 
-    if not _plain_generation(model) or _cache_argument(model) is None:
-        return False
+    cache_name = _cache_argument(model)
+    if cache_name is None or not _plain_generation(model):
+        return None
     if getattr(model.config, "_attn_implementation", None) not in ("sdpa", "eager"):
-        return False
+        return None
     if type(model).prepare_inputs_for_generation is not GenerationMixin.prepare_inputs_for_generation:
-        return False  # the model prepares its own inputs (position resets, masks, extra tensors)
+        return None  # the model prepares its own inputs (position resets, masks, extra tensors)
     if getattr(model, "is_remote_code", lambda: True)():
-        return False
-    return all(type(layer) is DynamicLayer for layer in DynamicCache(config=model.config).layers)
+        return None
+    plain = all(type(layer) is DynamicLayer for layer in DynamicCache(config=model.config).layers)
+    return cache_name if plain else None
 
 
 def _cache_argument(model: Any) -> str | None:
@@ -565,8 +568,8 @@ def _sample(
         )
     cache_name = _cache_argument(model) if settings.prefill_once else None
     loop_cache_name = None
-    if side_seeds is not None and settings.own_decode_loop and not extra_generate_kwargs and _decode_loop_fits(model):
-        loop_cache_name = _cache_argument(model)
+    if side_seeds is not None and settings.own_decode_loop and not extra_generate_kwargs:
+        loop_cache_name = _decode_loop_cache_name(model)
     was_training = model.training
     set_mode(model, False)  # dropout off while sampling
     try:
