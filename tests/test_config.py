@@ -79,6 +79,7 @@ OUR_MADPO_DEFAULTS = {
     "save_strategy": "phase",
     "save_total_limit": None,
     "concurrent_cpu_agents": False,
+    "keep_freed_host_memory": True,
     "save_in_background": False,
     "adamw_implementation": "fused",
     "batch_invariant_sampling": True,

@@ -23,6 +23,7 @@ from comlrl_lab.data.formatters import resolve_formatters
 from comlrl_lab.data.labels import Label
 from comlrl_lab.data.records import JointCandidate, PreferencePair
 from comlrl_lab.models.chat import chat_formatters
+from comlrl_lab.models.host_memory import keep_freed_host_memory
 from comlrl_lab.models.loading import load_agents
 from comlrl_lab.models.lora import (
     LoraSettings,
@@ -351,6 +352,8 @@ class PreferenceTrainerBase:
         if phase is not None:
             check_next_phase(phase, self.round_index, self.next_phase)
         phase = self.phases[self.phase_index]
+        if self.args.keep_freed_host_memory:
+            keep_freed_host_memory()
         records = PhaseRecords(round_index=self.round_index, phase=phase)
         started = time.monotonic()
         self._run_phase(phase, records)
