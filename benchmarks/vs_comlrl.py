@@ -22,10 +22,12 @@ Usage::
 
     python benchmarks/vs_comlrl.py [--configs 1,2,3,4,5] [--repeats 3] [--venv .bench/comlrl-venv] [--json OUT]
                                    [--threads 1] [--ours FIELD=VALUE ...] [--max-load-drift 0.5]
-                                   [--settle-below LOAD]
+                                   [--settle-below LOAD] [--comlrl-keeps-freed-memory]
 
 ``--threads 0`` gives both sides torch's default thread count (the machine's cores), and ``--ours
 concurrent_cpu_agents=true`` measures our agents in threads of their own against CoMLRL as it runs by default.
+Our trainers set glibc's malloc thresholds themselves (``keep_freed_host_memory``); ``--comlrl-keeps-freed-memory``
+gives CoMLRL's process the same thresholds through ``GLIBC_TUNABLES``, so the ratio shows what is left without them.
 
 **The load.** Before and after each pair of runs (CoMLRL's, then ours) it reads the load average
 (``os.getloadavg()``) and, from ``/proc/stat``, how much CPU other processes took while the pair ran (the machine's
@@ -58,6 +60,7 @@ from pathlib import Path
 
 from field_args import field_arg
 
+from comlrl_lab.models.host_memory import glibc_tunables
 from comlrl_lab.trainers.preference import MARLHFIterConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -326,11 +329,13 @@ def run_worker(
     *,
     threads: int = 1,
     extra_fields: dict | None = None,
+    extra_env: dict | None = None,
 ) -> RunTime:
     """One fresh process of the worker; its stderr and stdout go to ``log_path``.
 
     ``threads`` torch threads (0: torch's own default, the machine's cores); ``extra_fields`` are added to this
-    side's config (our own fields, such as ``concurrent_cpu_agents``, for our side only)."""
+    side's config (our own fields, such as ``concurrent_cpu_agents``, for our side only); ``extra_env`` is added to its
+    environment."""
     with tempfile.TemporaryDirectory(prefix="vs-comlrl-run-") as workdir:
         spec = {
             "package": side,
@@ -348,7 +353,7 @@ def run_worker(
         }
         spec_path = Path(workdir) / "spec.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
-        env = {**os.environ, "WANDB_MODE": "disabled"}
+        env = {**os.environ, "WANDB_MODE": "disabled", **(extra_env or {})}
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             env.pop(name, None)
             if threads:
@@ -447,8 +452,14 @@ def main() -> None:
         help="before each pair, wait until the 1-minute load average is below LOAD (at most --settle-max seconds)",
     )
     parser.add_argument("--settle-max", type=float, default=180.0, help="the longest wait of --settle-below, s")
+    parser.add_argument(
+        "--comlrl-keeps-freed-memory",
+        action="store_true",
+        help="give CoMLRL's process the malloc thresholds ours sets itself (keep_freed_host_memory), as GLIBC_TUNABLES",
+    )
     args = parser.parse_args()
     ours = dict(args.ours)
+    comlrl_env = {"GLIBC_TUNABLES": glibc_tunables()} if args.comlrl_keeps_freed_memory else None
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
     if args.max_load_drift < 0:
@@ -495,6 +506,7 @@ def main() -> None:
                             extra_fields={**OURS_FIELDS_FOR_MODEL.get(bench.model, {}), **ours}
                             if side == "comlrl_lab"
                             else None,
+                            extra_env=comlrl_env if side == "comlrl" else None,
                         )
                 pair = Pair(runs["comlrl"], runs["comlrl_lab"], meter.load_before, meter.load_after, meter.others_cores)
                 pairs.append(pair)
@@ -524,6 +536,8 @@ def main() -> None:
         args.json.write_text(json.dumps(raw, indent=2), encoding="utf-8")
     threads = "torch's default threads" if args.threads == 0 else f"{args.threads} thread{'s' * (args.threads > 1)}"
     extra = f"; ours with {', '.join(f'{k}={v}' for k, v in ours.items())}" if ours else ""
+    if comlrl_env:
+        extra += f"; CoMLRL with GLIBC_TUNABLES={comlrl_env['GLIBC_TUNABLES']}"
     print(
         f"\n`trainer.train()` wall-clock, median [min, max] of {args.repeats} interleaved runs per side, {threads}{extra}:\n"
     )
