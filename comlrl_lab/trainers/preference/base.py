@@ -353,6 +353,7 @@ class PreferenceTrainerBase:
             check_next_phase(phase, self.round_index, self.next_phase)
         phase = self.phases[self.phase_index]
         if self.args.keep_freed_host_memory:
+            # Differs from CoMLRL: malloc left as the process starts it there; here freed blocks are kept for reuse.
             keep_freed_host_memory()
         records = PhaseRecords(round_index=self.round_index, phase=phase)
         started = time.monotonic()
