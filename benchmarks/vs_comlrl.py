@@ -459,7 +459,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     ours = dict(args.ours)
-    comlrl_env = {"GLIBC_TUNABLES": glibc_tunables()} if args.comlrl_keeps_freed_memory else None
+    comlrl_env = None
+    if args.comlrl_keeps_freed_memory:  # added to any tunables already in the environment
+        comlrl_env = {"GLIBC_TUNABLES": ":".join(filter(None, [os.environ.get("GLIBC_TUNABLES"), glibc_tunables()]))}
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
     if args.max_load_drift < 0:

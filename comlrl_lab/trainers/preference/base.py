@@ -12,6 +12,7 @@ does not know about DuckDB or Streamlit.
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -23,7 +24,7 @@ from comlrl_lab.data.formatters import resolve_formatters
 from comlrl_lab.data.labels import Label
 from comlrl_lab.data.records import JointCandidate, PreferencePair
 from comlrl_lab.models.chat import chat_formatters
-from comlrl_lab.models.host_memory import keep_freed_host_memory
+from comlrl_lab.models.host_memory import keep_freed_host_memory, release_freed_host_memory
 from comlrl_lab.models.loading import load_agents
 from comlrl_lab.models.lora import (
     LoraSettings,
@@ -55,6 +56,8 @@ from comlrl_lab.trainers.preference.labelling import Labeller
 from comlrl_lab.trainers.preference.optim import build_adamw
 from comlrl_lab.trainers.preference.sink import NullSink, PhaseControl, PhaseRecords, RecordSink
 from comlrl_lab.trainers.preference.tracking import Trackers
+
+logger = logging.getLogger(__name__)
 
 EVAL_STREAM = "eval"
 LORA_INIT_STREAM = "lora_init"
@@ -352,9 +355,9 @@ class PreferenceTrainerBase:
         if phase is not None:
             check_next_phase(phase, self.round_index, self.next_phase)
         phase = self.phases[self.phase_index]
-        if self.args.keep_freed_host_memory:
+        if self.args.keep_freed_host_memory and any(device.type == "cpu" for device in self.agent_devices):
             # Differs from CoMLRL: malloc left as the process starts it there; here freed blocks are kept for reuse.
-            keep_freed_host_memory()
+            logger.debug("keep_freed_host_memory: %s", keep_freed_host_memory())
         records = PhaseRecords(round_index=self.round_index, phase=phase)
         started = time.monotonic()
         self._run_phase(phase, records)
@@ -365,6 +368,7 @@ class PreferenceTrainerBase:
         self._advance_cursor()
         if self.finished:
             self.trackers.finish()
+            release_freed_host_memory()  # a long-lived process (workbench, notebook) keeps no finished run's peak
         if self.checkpoint_dir is not None and self._saves_after(phase):
             self._write_checkpoint(self.checkpoint_dir, (records.round_index, phase, self.updates_seen))
         return records

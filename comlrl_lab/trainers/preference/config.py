@@ -652,7 +652,7 @@ class MADPOConfig:
         default=True,
         kw_only=True,
         metadata={
-            "help": "Linux (glibc) only: from the first phase on, the process keeps freed blocks of up to 32 MiB for reuse (malloc's mmap threshold fixed at 32 MiB, its trim threshold at 64 MiB) instead of unmapping them and faulting fresh pages in at the next step; it saved about 240,000 page faults, 0.6 s of system time, in the tiny model's 32-item MADPOIter train(). Process-wide and kept for the process's life; the same numbers either way. Skipped where malloc is not glibc's or the user tuned it (GLIBC_TUNABLES, MALLOC_*_ variables, another allocator in LD_PRELOAD). Off leaves malloc as it is.",
+            "help": "Agents on the CPU, Linux (glibc) only: from the first phase on, the process keeps freed blocks below 32 MiB for reuse (malloc's mmap threshold fixed at 32 MiB, its trim threshold at 64 MiB) instead of unmapping them and faulting fresh pages in at the next step, and hands its free pages back when the run ends. Training results are identical either way (see docs/differences_from_comlrl.md for the measurement). Process-wide: once set it stays for the process, and a later run with this off does not undo it. Skipped where malloc is not glibc's or the user chose or tuned it (GLIBC_TUNABLES, any MALLOC_* variable, another allocator in LD_PRELOAD).",
             "group": "Devices and collaboration",
         },
     )
