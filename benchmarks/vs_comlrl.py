@@ -38,6 +38,9 @@ own busy thread too, so after a long run it climbs towards 1 on an otherwise idl
 waits before each pair (at most ``--settle-max`` seconds) until it has fallen below 0.5, and the others' CPU is the
 figure that this benchmark does not inflate.
 
+The CPU, its cores, torch's CPU kernels and BLAS are printed with the tables and written to the JSON
+(``machine``): the ratio depends on them, not only on the code and the load.
+
 The first run creates the venv (``python -m venv``, then ``pip install torch==<ours> comlrl==1.4.3
 transformers==<ours>``: a few minutes). Absolute times move with the machine's load; the ratios of interleaved
 runs much less.
@@ -48,6 +51,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import resource
 import shutil
 import statistics
@@ -194,6 +198,70 @@ def ensure_comlrl_venv(venv: Path) -> Path:
         check=True,
     )
     return python
+
+
+def cpu_identity(cpuinfo: str) -> dict:
+    """The first processor's model name, vendor, family and model in ``/proc/cpuinfo`` text (missing keys: None)."""
+    found: dict = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            if found:
+                break  # the first processor's block is enough: the rest repeat it
+            continue
+        key, _, value = line.partition(":")
+        found.setdefault(key.strip(), value.strip())
+    return {
+        "model_name": found.get("model name"),
+        "vendor": found.get("vendor_id"),
+        "family": found.get("cpu family"),
+        "model": found.get("model"),
+    }
+
+
+def torch_cpu_kernels() -> dict:
+    """Our torch's version, the CPU kernels it dispatches to here, and the BLAS it was built with."""
+    import torch
+
+    blas = next(
+        (
+            part.split("=", 1)[1]
+            for part in torch.__config__.show().replace(",", " ").split()
+            if part.startswith("BLAS_INFO=")
+        ),
+        None,
+    )
+    return {"torch": torch.__version__, "capability": torch.backends.cpu.get_cpu_capability(), "blas": blas}
+
+
+def machine_description() -> dict:
+    """What the ratio depends on besides the code: the CPU, its cores, and torch's CPU kernels.
+
+    Our side's small updates are mostly matrix products, CoMLRL's batch-1 loop mostly per-operation overhead, so the
+    same code gives other ratios on other CPUs (README, "By machine")."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            cpu = cpu_identity(handle.read())
+    except OSError:
+        cpu = {"model_name": platform.processor() or None, "vendor": None, "family": None, "model": None}
+    return {**cpu, "cores": os.cpu_count(), **torch_cpu_kernels()}
+
+
+def machine_line(machine: dict) -> str:
+    """``machine_description()`` in one line, printed above every table."""
+    vendor = ", ".join(
+        part
+        for part in (
+            machine["vendor"],
+            machine["family"] and f"family {machine['family']}",
+            machine["model"] and f"model {machine['model']}",
+        )
+        if part
+    )
+    cpu = f"{machine['model_name'] or 'unknown CPU'}" + (f" ({vendor})" if vendor else "")
+    return (
+        f"Machine: {cpu}, {machine['cores']} cores; torch {machine['torch']}, {machine['capability']} kernels, "
+        f"BLAS {machine['blas'] or 'unknown'}"
+    )
 
 
 @dataclass
@@ -472,7 +540,9 @@ def main() -> None:
     from comlrl_lab.models.tiny_model import tiny_model_path
 
     rows: list[tuple[str, list[Pair]]] = []
-    raw: dict = {"max_load_drift": args.max_load_drift, "configs": {}}
+    machine = machine_description()
+    print(machine_line(machine), flush=True)
+    raw: dict = {"machine": machine, "max_load_drift": args.max_load_drift, "configs": {}}
     with tempfile.TemporaryDirectory(prefix="vs-comlrl-") as tmp:
         log_dir = LOG_DIR
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -541,8 +611,9 @@ def main() -> None:
     if comlrl_env:
         extra += f"; CoMLRL with GLIBC_TUNABLES={comlrl_env['GLIBC_TUNABLES']}"
     print(
-        f"\n`trainer.train()` wall-clock, median [min, max] of {args.repeats} interleaved runs per side, {threads}{extra}:\n"
+        f"\n`trainer.train()` wall-clock, median [min, max] of {args.repeats} interleaved runs per side, {threads}{extra}."
     )
+    print(machine_line(machine) + "\n")
     print(table(rows, "train_seconds", args.max_load_drift))
     print("\nWhole process (imports, model loading and training):\n")
     print(table(rows, "process_seconds", args.max_load_drift))

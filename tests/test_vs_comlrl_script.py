@@ -4,6 +4,7 @@ worker on our side. CoMLRL's venv is never created here."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -125,6 +126,45 @@ def test_the_readings_come_from_this_machine():
     assert bench.own_cpu_seconds() > 0
     busy = bench.machine_busy_seconds()
     assert busy is None or busy > 0
+
+
+CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 26
+model\t\t: 2
+model name\t: AMD EPYC
+flags\t\t: fpu avx2 avx512f
+
+processor\t: 1
+vendor_id\t: AuthenticAMD
+model name\t: a second block that is never read
+"""
+
+
+def test_the_machine_line_names_the_cpu_its_cores_and_torchs_kernels():
+    bench = load_benchmark()
+    cpu = bench.cpu_identity(CPUINFO)
+    assert cpu == {"model_name": "AMD EPYC", "vendor": "AuthenticAMD", "family": "26", "model": "2"}
+    machine = {**cpu, "cores": 2, "torch": "2.13.0+cpu", "capability": "AVX512", "blas": "mkl"}
+    assert bench.machine_line(machine) == (
+        "Machine: AMD EPYC (AuthenticAMD, family 26, model 2), 2 cores; torch 2.13.0+cpu, AVX512 kernels, BLAS mkl"
+    )
+    # Where /proc/cpuinfo says little (another OS, an ARM machine), the line still reads.
+    bare = {"model_name": None, "vendor": None, "family": None, "model": None}
+    assert bench.cpu_identity("Processor\t: ARMv8\n") == bare
+    assert bench.machine_line({**machine, **bare, "blas": None}) == (
+        "Machine: unknown CPU, 2 cores; torch 2.13.0+cpu, AVX512 kernels, BLAS unknown"
+    )
+
+
+def test_the_machine_description_reads_this_machine_and_this_torch():
+    import torch
+
+    machine = load_benchmark().machine_description()
+    assert machine["cores"] == os.cpu_count()
+    assert machine["torch"] == torch.__version__
+    assert machine["capability"] == torch.backends.cpu.get_cpu_capability()
+    assert machine["blas"] is None or machine["blas"] in torch.__config__.show()
 
 
 def test_ours_fields_are_read_by_the_field_codec():
