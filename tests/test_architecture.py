@@ -365,6 +365,7 @@ RUNTIME_CHECKS = {
     "comlrl_lab/models/loading.py": "agents given to the trainer's constructor",
     "comlrl_lab/models/generation.py": "SamplingSettings, the models layer's own API (it cannot import the config)",
     "comlrl_lab/models/chat.py": "use_chat_template='true' with a tokenizer that has no chat template",
+    "comlrl_lab/models/cpu_matmul.py": "cpu_matmul='onednn' with a torch built without oneDNN",
     "comlrl_lab/trainers/preference/comparators/api.py": "an API key missing from the environment",
     "comlrl_lab/engine/sweep.py": "the grid: seed is swept with --seeds",
 }

@@ -24,6 +24,7 @@ from comlrl_lab.data.formatters import resolve_formatters
 from comlrl_lab.data.labels import Label
 from comlrl_lab.data.records import JointCandidate, PreferencePair
 from comlrl_lab.models.chat import chat_formatters
+from comlrl_lab.models.cpu_matmul import use_onednn_linears
 from comlrl_lab.models.host_memory import keep_freed_host_memory, release_freed_host_memory
 from comlrl_lab.models.loading import load_agents
 from comlrl_lab.models.lora import (
@@ -186,7 +187,7 @@ class PreferenceTrainerBase:
         )
         train_items, self.eval_items = _task_items(train_dataset, eval_dataset)
         streams = RandomStreams(self.args.seed, cuda_offset=devices.cuda_offset)
-        models = self._prepare_agents(list(bundle.models), streams, dist)
+        models = self._prepare_agents(list(bundle.models), streams, dist, devices.agents)
         # Differs from CoMLRL: a fused AdamW by default (adamw_implementation), the same update rounded differently.
         optimizers = [
             build_adamw(trainable_parameters(model), self.args.agent_learning_rate, self.args.adamw_implementation)
@@ -254,8 +255,11 @@ class PreferenceTrainerBase:
         )
         return roles, [roles.prompt]
 
-    def _prepare_agents(self, agents: list[Any], streams: RandomStreams, dist: DistContext) -> list[Any]:
-        """LoRA adapters and gradient checkpointing when asked for; every rank starts from rank 0's weights."""
+    def _prepare_agents(
+        self, agents: list[Any], streams: RandomStreams, dist: DistContext, devices: list[Any]
+    ) -> list[Any]:
+        """LoRA adapters, gradient checkpointing and oneDNN linears when asked for; every rank starts from rank 0's
+        weights."""
         # Differs from CoMLRL: it trains every weight and has neither LoRA nor gradient checkpointing.
         if self.args.lora_r is not None:
             settings = LoraSettings(
@@ -278,6 +282,10 @@ class PreferenceTrainerBase:
                 if self.args.disable_dropout:
                     # Checkpointing only acts in train mode, so updates run in train mode with dropout at zero.
                     disable_dropout(model)
+        if self.args.cpu_matmul == "onednn":
+            for model, device in zip(agents, devices):
+                if device.type == "cpu":
+                    use_onednn_linears(model)
         # What is trained must start equal on every rank (a LoRA adapter's frozen base comes from the same files).
         for model in agents:
             dist.broadcast_parameters(trainable_parameters(model))

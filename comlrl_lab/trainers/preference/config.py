@@ -656,6 +656,15 @@ class MADPOConfig:
             "group": "Devices and collaboration",
         },
     )
+    cpu_matmul: str = field(
+        default="torch",
+        kw_only=True,
+        metadata={
+            "help": "Agents on the CPU, fp32: which kernels run their large linear products (at least 20 M multiply-adds; smaller ones always use torch's BLAS). 'torch' (torch's BLAS, MKL in the PyPI wheels) or 'onednn' (the oneDNN kernels inside the same torch). On an AMD EPYC with AVX-512 MKL ran fp32 at under half the CPU's speed, and 'onednn' took a third off SmolLM2-135M's train(); elsewhere measure first (benchmarks/cpu_gemm.py). Agents on GPUs and other dtypes are unaffected. oneDNN sums in another order: the same maths, other last bits.",
+            "choices": ("torch", "onednn"),
+            "group": "Devices and collaboration",
+        },
+    )
     save_total_limit: int | None = field(
         default=None,
         kw_only=True,
@@ -923,6 +932,7 @@ class MADPOConfig:
         _check_int_at_least("scoring_batch_size", self.scoring_batch_size, 1)
         _check_positive("max_grad_norm", self.max_grad_norm, optional=True)
         _choose(self, "adamw_implementation")
+        _choose(self, "cpu_matmul")
         _choose(self, "save_strategy")
         _choose(self, "use_chat_template")
         _check_int_at_least("save_total_limit", self.save_total_limit, 1, optional=True)
