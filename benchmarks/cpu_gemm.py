@@ -66,7 +66,7 @@ def measure(shapes: list[tuple[int, int, int]], repeats: int) -> list[dict]:
         x, weight = torch.randn(m, k, generator=generator), torch.randn(n, k, generator=generator)
         weight_t = weight.t().contiguous()
         row = {"shape": (m, k, n), "flops": 2 * m * k * n}
-        row["mkl"] = per_call_seconds(partial(torch.mm, x, weight_t), repeats)
+        row["blas"] = per_call_seconds(partial(torch.mm, x, weight_t), repeats)
         x_np, weight_np = x.numpy(), weight_t.numpy()
         row["numpy"] = per_call_seconds(partial(np.matmul, x_np, weight_np), repeats)
         if linear is not None:
@@ -97,7 +97,7 @@ def report(rows: list[dict]) -> str:
     for row in rows:
         diff = f"{row['onednn_diff']:.1e}" if "onednn_diff" in row else "n/a"
         lines.append(
-            f"| {row['shape']} | {cell(row, 'mkl')} | {cell(row, 'onednn')} | {cell(row, 'onednn_new_shape')} "
+            f"| {row['shape']} | {cell(row, 'blas')} | {cell(row, 'onednn')} | {cell(row, 'onednn_new_shape')} "
             f"| {cell(row, 'numpy')} | {diff} |"
         )
     return "\n".join(lines)

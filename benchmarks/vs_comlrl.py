@@ -38,7 +38,7 @@ own busy thread too, so after a long run it climbs towards 1 on an otherwise idl
 waits before each pair (at most ``--settle-max`` seconds) until it has fallen below 0.5, and the others' CPU is the
 figure that this benchmark does not inflate.
 
-The CPU, its cores, torch's CPU kernels and BLAS are printed with the tables and written to the JSON
+The CPU, its logical CPUs, torch's CPU kernels and BLAS are printed with the tables and written to the JSON
 (``machine``): the ratio depends on them, not only on the code and the load.
 
 The first run creates the venv (``python -m venv``, then ``pip install torch==<ours> comlrl==1.4.3
@@ -234,7 +234,7 @@ def torch_cpu_kernels() -> dict:
 
 
 def machine_description() -> dict:
-    """What the ratio depends on besides the code: the CPU, its cores, and torch's CPU kernels.
+    """What the ratio depends on besides the code: the CPU, its logical CPUs, and torch's CPU kernels.
 
     Our side's small updates are mostly matrix products, CoMLRL's batch-1 loop mostly per-operation overhead, so the
     same code gives other ratios on other CPUs (README, "By machine")."""
@@ -243,7 +243,7 @@ def machine_description() -> dict:
             cpu = cpu_identity(handle.read())
     except OSError:
         cpu = {"model_name": platform.processor() or None, "vendor": None, "family": None, "model": None}
-    return {**cpu, "cores": os.cpu_count(), **torch_cpu_kernels()}
+    return {**cpu, "cpus": os.cpu_count(), **torch_cpu_kernels()}
 
 
 def machine_line(machine: dict) -> str:
@@ -259,7 +259,7 @@ def machine_line(machine: dict) -> str:
     )
     cpu = f"{machine['model_name'] or 'unknown CPU'}" + (f" ({vendor})" if vendor else "")
     return (
-        f"Machine: {cpu}, {machine['cores']} cores; torch {machine['torch']}, {machine['capability']} kernels, "
+        f"Machine: {cpu}, {machine['cpus']} CPUs; torch {machine['torch']}, {machine['capability']} kernels, "
         f"BLAS {machine['blas'] or 'unknown'}"
     )
 

@@ -80,17 +80,66 @@ def test_only_fp32_cpu_products_from_the_threshold_up_go_to_onednn(monkeypatch):
     assert not routes_to_onednn(torch.zeros(2, 3, 4, device="meta"), weight)
 
 
-def test_frozen_weights_and_inputs_without_grad_get_no_gradient():
+def _saved_and_products(layer, x, monkeypatch):
+    """Shapes autograd saved for a forward + backward of ``layer`` on ``x``, and the oneDNN products it ran."""
+    products = []
+    original = cpu_matmul._onednn_product
+    monkeypatch.setattr(cpu_matmul, "_onednn_product", lambda a, w: products.append(tuple(w.shape)) or original(a, w))
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(tuple(t.shape)) or t, lambda t: t):
+        out = layer(x)
+    out.sum().backward()
+    return saved, products
+
+
+def test_frozen_weights_and_inputs_without_grad_get_no_gradient_and_keep_nothing_alive(monkeypatch):
     layer, x = _layer_and_input((180,), 576, 576, bias=True)
     layer.__class__ = OneDNNLinear
     layer.weight.requires_grad_(False)  # a LoRA adapter's frozen base layer
-    x = x.requires_grad_(True)
-    layer(x).sum().backward()
+    x.requires_grad_(True)
+    saved, products = _saved_and_products(layer, x, monkeypatch)
+    # As F.linear: the weight for the input's gradient, and not the input, which only a weight gradient needs.
+    assert saved == [(576, 576)] and products == [(576, 576), (576, 576)]
     assert layer.weight.grad is None and x.grad is not None and layer.bias.grad is not None
-    x.grad = None
+
     layer.weight.requires_grad_(True)
-    layer(x.detach()).sum().backward()
+    saved, products = _saved_and_products(layer, x.detach(), monkeypatch)
+    assert saved == [(180, 576)] and len(products) == 2  # the forward and the weight's gradient
     assert layer.weight.grad is not None
+
+
+def test_one_dimensional_and_strided_inputs_give_the_blas_answer(monkeypatch):
+    monkeypatch.setattr(cpu_matmul, "MIN_MULTIPLY_ADDS", 0)
+    layer, x = _layer_and_input((6, 4), 32, 24, bias=True)
+    for value in (x[0, 0], x.transpose(0, 1), x[:, ::2]):
+        expected = _output_and_grads(layer, value)
+        onednn = copy.deepcopy(layer)
+        onednn.__class__ = OneDNNLinear
+        got = _output_and_grads(onednn, value)
+        assert got[0].shape == expected[0].shape
+        torch.testing.assert_close(got[0], expected[0], rtol=1e-5, atol=1e-5)
+        for a, b in zip(got[1], expected[1]):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_second_order_gradient_is_refused_not_silently_zero(monkeypatch):
+    monkeypatch.setattr(cpu_matmul, "MIN_MULTIPLY_ADDS", 0)
+    layer, x = _layer_and_input((3,), 8, 8, bias=False)
+    layer.__class__ = OneDNNLinear
+    x.requires_grad_(True)
+    (grad,) = torch.autograd.grad(layer(x).pow(2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        grad.sum().backward()
+
+
+def test_cpu_autocast_keeps_torchs_own_linear(monkeypatch):
+    monkeypatch.setattr(cpu_matmul, "MIN_MULTIPLY_ADDS", 0)
+    layer, x = _layer_and_input((3,), 8, 8, bias=False)
+    assert routes_to_onednn(x, layer.weight)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not routes_to_onednn(x, layer.weight)
+        layer.__class__ = OneDNNLinear
+        assert layer(x).dtype == torch.bfloat16
 
 
 def test_the_switch_changes_plain_linears_only_and_keeps_weights_state_and_copies():
@@ -103,7 +152,6 @@ def test_the_switch_changes_plain_linears_only_and_keeps_weights_state_and_copie
     assert [type(m).__name__ for m in model] == ["OneDNNLinear", "ReLU", "Quantised", "OneDNNLinear"]
     assert list(model.state_dict()) == list(state)
     assert all(torch.equal(model.state_dict()[name], tensor) for name, tensor in state.items())
-    assert isinstance(model[0], torch.nn.Linear)
     assert type(copy.deepcopy(model)[3]) is OneDNNLinear
     assert use_onednn_linears(model) == 0  # already done
 
@@ -119,17 +167,29 @@ def test_the_trainer_sends_its_cpu_agents_large_products_to_onednn_and_still_lea
 ):
     # The tiny model's products are all below the threshold; lowered here, every one of them goes to oneDNN.
     monkeypatch.setattr(cpu_matmul, "MIN_MULTIPLY_ADDS", 0)
-    calls = []
+    products = {"collect": 0, "select": 0, "train": 0}
+    layer_calls = dict(products)
+    phase = "collect"
     original = cpu_matmul._onednn_product
-    monkeypatch.setattr(cpu_matmul, "_onednn_product", lambda x, w: calls.append(x.shape) or original(x, w))
+
+    def counted(x, weight):
+        products[phase] += 1
+        return original(x, weight)
+
+    monkeypatch.setattr(cpu_matmul, "_onednn_product", counted)
     trainer = make_trainer("MADPO", tmp_path, SETTINGS, cpu_matmul="onednn")
     linears = [m for agent in trainer.agents for m in agent.modules() if isinstance(m, torch.nn.Linear)]
     assert linears and all(type(m) is OneDNNLinear for m in linears)
+    for linear in linears:
+        linear.register_forward_hook(lambda *_: layer_calls.__setitem__(phase, layer_calls[phase] + 1))
     trainer.sink = sink = MemorySink()
     before = [p.detach().clone() for p in trainer.agents[0].parameters()]
     for phase in ("collect", "select", "train"):
         trainer.step(phase)
-    assert calls  # sampling, scoring and both backward products ran on oneDNN
+    # Sampling: one product per layer call. Training: each layer call's product, then its input's and its weight's
+    # gradient products in the backward (every input and weight here needs a gradient).
+    assert products["collect"] == layer_calls["collect"] > 0
+    assert products["train"] == 3 * layer_calls["train"] > 0
     losses = [m["value"] for records in sink.phases for m in records.metrics if m["name"] == M.MADPO_LOSS]
     assert losses and all(math.isfinite(value) for value in losses)
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.agents[0].parameters()))
@@ -139,8 +199,6 @@ def test_the_default_leaves_the_agents_linears_alone(make_trainer, tmp_path):
     assert MADPOConfig().cpu_matmul == "torch"
     trainer = make_trainer("MADPO", tmp_path, SETTINGS)
     assert not any(type(m) is OneDNNLinear for agent in trainer.agents for m in agent.modules())
-    with pytest.raises(ValueError, match="cpu_matmul must be one of: torch, onednn"):
-        MADPOConfig(cpu_matmul="mkl")
 
 
 def test_onednn_product_is_the_plain_product():

@@ -145,15 +145,15 @@ def test_the_machine_line_names_the_cpu_its_cores_and_torchs_kernels():
     bench = load_benchmark()
     cpu = bench.cpu_identity(CPUINFO)
     assert cpu == {"model_name": "AMD EPYC", "vendor": "AuthenticAMD", "family": "26", "model": "2"}
-    machine = {**cpu, "cores": 2, "torch": "2.13.0+cpu", "capability": "AVX512", "blas": "mkl"}
+    machine = {**cpu, "cpus": 2, "torch": "2.13.0+cpu", "capability": "AVX512", "blas": "mkl"}
     assert bench.machine_line(machine) == (
-        "Machine: AMD EPYC (AuthenticAMD, family 26, model 2), 2 cores; torch 2.13.0+cpu, AVX512 kernels, BLAS mkl"
+        "Machine: AMD EPYC (AuthenticAMD, family 26, model 2), 2 CPUs; torch 2.13.0+cpu, AVX512 kernels, BLAS mkl"
     )
     # Where /proc/cpuinfo says little (another OS, an ARM machine), the line still reads.
     bare = {"model_name": None, "vendor": None, "family": None, "model": None}
     assert bench.cpu_identity("Processor\t: ARMv8\n") == bare
     assert bench.machine_line({**machine, **bare, "blas": None}) == (
-        "Machine: unknown CPU, 2 cores; torch 2.13.0+cpu, AVX512 kernels, BLAS unknown"
+        "Machine: unknown CPU, 2 CPUs; torch 2.13.0+cpu, AVX512 kernels, BLAS unknown"
     )
 
 
@@ -161,7 +161,7 @@ def test_the_machine_description_reads_this_machine_and_this_torch():
     import torch
 
     machine = load_benchmark().machine_description()
-    assert machine["cores"] == os.cpu_count()
+    assert machine["cpus"] == os.cpu_count()
     assert machine["torch"] == torch.__version__
     assert machine["capability"] == torch.backends.cpu.get_cpu_capability()
     assert machine["blas"] is None or machine["blas"] in torch.__config__.show()

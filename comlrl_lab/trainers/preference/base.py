@@ -283,7 +283,7 @@ class PreferenceTrainerBase:
                     # Checkpointing only acts in train mode, so updates run in train mode with dropout at zero.
                     disable_dropout(model)
         if self.args.cpu_matmul == "onednn":
-            for model, device in zip(agents, devices):
+            for model, device in zip(agents, devices, strict=True):
                 if device.type == "cpu":
                     use_onednn_linears(model)
         # What is trained must start equal on every rank (a LoRA adapter's frozen base comes from the same files).

@@ -660,7 +660,7 @@ class MADPOConfig:
         default="torch",
         kw_only=True,
         metadata={
-            "help": "Agents on the CPU, fp32: which kernels run their large linear products (at least 20 M multiply-adds; smaller ones always use torch's BLAS). 'torch' (torch's BLAS, MKL in the PyPI wheels) or 'onednn' (the oneDNN kernels inside the same torch). On an AMD EPYC with AVX-512 MKL ran fp32 at under half the CPU's speed, and 'onednn' took a third off SmolLM2-135M's train(); elsewhere measure first (benchmarks/cpu_gemm.py). Agents on GPUs and other dtypes are unaffected. oneDNN sums in another order: the same maths, other last bits.",
+            "help": "Agents on the CPU, fp32: which kernels run their large linear products (at least 20 M multiply-adds; smaller ones always use torch's BLAS). 'torch' (torch's BLAS, MKL in the PyPI wheels) or 'onednn' (the oneDNN kernels inside the same torch). On an AMD EPYC with AVX-512 MKL ran fp32 at under half the CPU's speed, and 'onednn' took a third off SmolLM2-135M's train(); elsewhere measure first (benchmarks/cpu_gemm.py). Agents on GPUs, other dtypes and CPU autocast are unaffected; the agents' nn.Linear layers change class in place (model objects passed in too, and the copies made of them), while comparator, reward and critic models keep torch's BLAS. oneDNN sums in another order: the same maths, other last bits.",
             "choices": ("torch", "onednn"),
             "group": "Devices and collaboration",
         },
