@@ -219,3 +219,19 @@ def test_lora_adapters_train_over_onednn_base_layers(make_trainer, tmp_path, mon
     after = dict(agent.named_parameters())
     assert any(not torch.equal(after[name], value) for name, value in adapters.items())
     assert all(torch.equal(after[name], value) for name, value in frozen.items())
+
+
+def test_marlhf_trains_its_agents_over_onednn_and_leaves_its_reward_model_alone(make_trainer, tmp_path, monkeypatch):
+    from test_marlhf import SETTINGS as MARLHF_SETTINGS
+
+    monkeypatch.setattr(cpu_matmul, "MIN_MULTIPLY_ADDS", 0)
+    trainer = make_trainer("MARLHF", tmp_path, MARLHF_SETTINGS, cpu_matmul="onednn", sink=(sink := MemorySink()))
+    before = [p.detach().clone() for p in trainer.agents[0].parameters()]
+    trainer.train()
+    # The policy-gradient loss scores every token through the agents' oneDNN linears and their backward.
+    losses = [value for _, value in sink.metric("rl/loss")]
+    assert losses and all(math.isfinite(value) for value in losses)
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.agents[0].parameters()))
+    reward_model = trainer.learner.reward_model
+    assert any(isinstance(m, torch.nn.Linear) for m in reward_model.modules())
+    assert not any(type(m) is OneDNNLinear for m in reward_model.modules())
