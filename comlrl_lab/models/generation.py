@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -39,7 +38,7 @@ import torch
 
 from comlrl_lab.models.decode_loop import decode_rows
 from comlrl_lab.models.devices import model_device
-from comlrl_lab.models.scoring import set_mode
+from comlrl_lab.models.scoring import forward_parameters, set_mode
 
 # Keys the sampler owns; extra generate kwargs may not override them.
 _RESERVED_KWARGS = {"input_ids", "attention_mask", "num_return_sequences", "generator"}
@@ -392,14 +391,15 @@ def rows_per_call(model: Any, longest_prompt: int, max_new_tokens: int) -> int:
     return max(DEFAULT_ROWS_PER_CALL, min(MOST_ROWS_PER_CALL, KV_CACHE_BUDGET_BYTES // max(per_row, 1)))
 
 
-def _decode_loop_cache_name(model: Any, cache_name: str | None) -> str | None:
-    """``cache_name`` (``model``'s cache argument, ``_cache_argument``) when the own decode loop gives ``model`` what
-    ``generate`` would, else None. It needs a model that generates with the default input preparation and a
+def _decode_loop_cache_name(model: Any) -> str | None:
+    """The name under which the own decode loop passes ``model`` its cache, or None when the loop would not give
+    ``model`` what ``generate`` would. It needs a model that generates with the default input preparation and a
     cache of plain full-attention layers, sdpa or eager attention, and a generation config that adds no processor
     or stopping rule."""
     from transformers import DynamicCache, GenerationMixin
     from transformers.cache_utils import DynamicLayer
 
+    cache_name = _cache_argument(model)
     if cache_name is None or not _plain_generation(model):
         return None
     if getattr(model.config, "_attn_implementation", None) not in ("sdpa", "eager"):
@@ -414,7 +414,7 @@ def _decode_loop_cache_name(model: Any, cache_name: str | None) -> str | None:
 
 def _cache_argument(model: Any) -> str | None:
     """The name under which ``model`` takes a KV cache (``cache`` in transformers >= 5), or None (no sharing)."""
-    parameters = inspect.signature(model.forward).parameters
+    parameters = forward_parameters(type(model))
     if "logits_to_keep" not in parameters:
         return None
     for name in ("cache", "past_key_values"):
@@ -564,11 +564,10 @@ def _sample(
         batch_size = DEFAULT_ROWS_PER_CALL
     elif batch_size is None:
         batch_size = rows_per_call(model, max(len(ids) for ids in prompt_ids), settings.max_new_tokens)
-    cache_argument = _cache_argument(model)  # inspects the forward's signature: once per call
-    cache_name = cache_argument if settings.prefill_once else None
+    cache_name = _cache_argument(model) if settings.prefill_once else None
     loop_cache_name = None
     if side_seeds is not None and settings.own_decode_loop and not extra_generate_kwargs:
-        loop_cache_name = _decode_loop_cache_name(model, cache_argument)
+        loop_cache_name = _decode_loop_cache_name(model)
     was_training = model.training
     set_mode(model, False)  # dropout off while sampling
     try:

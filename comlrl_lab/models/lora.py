@@ -214,7 +214,7 @@ class AdapterDisabled:
         return False
 
     def get_base_model(self) -> Any:
-        """The base model class's signature tells scoring which keywords it takes (``scoring._forward_params``)."""
+        """The base model class's signature tells scoring which keywords it takes (``scoring.forward_parameters``)."""
         return self.model.get_base_model()
 
     def forward(self, **kwargs: Any) -> Any:

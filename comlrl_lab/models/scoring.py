@@ -23,7 +23,8 @@ from comlrl_lab.models.devices import model_device
 
 
 @functools.lru_cache(maxsize=64)
-def _forward_params(model_class: type) -> frozenset[str]:
+def forward_parameters(model_class: type) -> frozenset[str]:
+    """The keyword names ``model_class.forward`` takes, read from its signature once per class."""
     return frozenset(inspect.signature(model_class.forward).parameters)
 
 
@@ -84,7 +85,7 @@ def _score_rows(
     kwargs: dict[str, Any] = {"attention_mask": attention_mask.to(device), "use_cache": False}
     # A peft model forwards these keywords to its base model; ask the base which ones it takes.
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    params = _forward_params(type(base))
+    params = forward_parameters(type(base))
     if "position_ids" in params:
         kwargs["position_ids"] = torch.arange(seq_len, device=device).unsqueeze(0).expand(rows, -1)
     if "logits_to_keep" in params:
@@ -222,7 +223,7 @@ def supports_packed_pairs(model: Any) -> bool:
     """Whether ``model`` takes a custom 4D additive attention mask and position ids (sdpa or eager attention)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     implementation = getattr(getattr(base, "config", None), "_attn_implementation", None)
-    return implementation in ("sdpa", "eager") and "position_ids" in _forward_params(type(base))
+    return implementation in ("sdpa", "eager") and "position_ids" in forward_parameters(type(base))
 
 
 def _packed_pair_rows(
@@ -266,7 +267,7 @@ def _packed_pair_rows(
 
     first = min(len(p) - 1 for p in prompts)
     kwargs: dict[str, Any] = {}
-    params = _forward_params(type(model.get_base_model() if hasattr(model, "get_base_model") else model))
+    params = forward_parameters(type(model.get_base_model() if hasattr(model, "get_base_model") else model))
     if "logits_to_keep" in params:
         kwargs["logits_to_keep"] = seq_len - first
     logits = model(
