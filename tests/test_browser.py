@@ -310,9 +310,9 @@ def test_setup_page_configures_madpo_iter_and_creates_the_run(server, browser_pa
     fill_number(page, state.config_field_key("MADPOIter", "num_iterations"), 2)
     fill_number(page, state.config_field_key("MADPOIter", "preference_num_candidates"), 4)
     fill_number(page, state.config_field_key("MADPOIter", "max_new_tokens"), 12)
-    fill_number(
-        page, state.config_field_key("MADPOIter", "num_train_epochs"), 4
-    )  # a training phase long enough to switch pages in
+    # A training phase long enough to switch pages in: the sidebar's progress card redraws every SIDEBAR_POLL_S
+    # (5 s), and at 4 epochs a round's training took under that on a fast CPU, so no switch saw it.
+    fill_number(page, state.config_field_key("MADPOIter", "num_train_epochs"), 24)
 
     # Comparator: history. Replay: nearest_k with k = 3 first, then a switch back to lambda_decay: the k left
     # behind does not block creation, and λ is 0.5 again (the quickstart preset's; when λ was never set the form
