@@ -12,10 +12,13 @@ This module runs the model; choosing a token from the logits is the caller's (``
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+
+from comlrl_lab.models.single_query_attention import single_query_attention_for
 
 # Finished rows leave the batch once they are at least this share of the rows fed: each drop copies the remaining
 # rows' KV cache, so dropping one row at a time from a large batch would cost more than it saves.
@@ -31,6 +34,7 @@ def decode_rows(
     max_new_tokens: int,
     eos_ids: Sequence[int],
     cache: Any = None,
+    single_query_attention: bool = True,
 ) -> list[list[int]]:
     """Sample up to ``max_new_tokens`` tokens for each left-padded row of ``input_ids`` (B, T).
 
@@ -38,7 +42,8 @@ def decode_rows(
     forward runs the remaining k. ``choose(scores, rows, step)`` gets the float32 next-token scores (R, V) of the
     rows fed, their indices into the batch (R,) and the step, and returns their tokens (R,). Returns each row's
     sampled ids; a row that emitted an EOS may have tokens after it (sampled while it waited to leave the batch),
-    which the caller cuts as it cuts the padding ``generate`` appends.
+    which the caller cuts as it cuts the padding ``generate`` appends. ``single_query_attention`` runs the
+    one-token steps' attention of a CPU sdpa model as two matrix products (``single_query_attention_for``).
     """
     from transformers import DynamicCache
 
@@ -55,30 +60,32 @@ def decode_rows(
     eos = torch.tensor(sorted(set(eos_ids)), dtype=torch.long, device=device)
     generated: list[list[int]] = [[] for _ in range(batch)]
     finished = torch.zeros(batch, dtype=torch.bool, device=device)  # per row fed: has emitted an EOS
-    for step in range(max_new_tokens):
-        output = model(
-            input_ids=step_ids,
-            attention_mask=mask,
-            position_ids=step_positions,
-            use_cache=True,
-            logits_to_keep=1,
-            **{cache_name: cache},
-        )
-        scores = output.logits[:, -1].to(dtype=torch.float32)  # (R, V)
-        tokens = choose(scores, rows, step)  # (R,)
-        for row, token in zip(rows.tolist(), tokens.tolist()):
-            generated[row].append(token)
-        if len(eos):
-            finished |= torch.isin(tokens, eos)
-        remaining = int((~finished).sum())
-        if step + 1 == max_new_tokens or remaining == 0:
-            break
-        step_ids = tokens.unsqueeze(1)
-        step_positions = step_positions[:, -1:] + 1
-        mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
-        if len(rows) - remaining >= DROP_SHARE * len(rows):
-            keep = (~finished).nonzero().squeeze(1)
-            cache.batch_select_indices(keep)
-            rows, mask, step_ids, step_positions = rows[keep], mask[keep], step_ids[keep], step_positions[keep]
-            finished = finished[keep]
+    attention = single_query_attention_for(model) if single_query_attention else contextlib.nullcontext()
+    with attention:
+        for step in range(max_new_tokens):
+            output = model(
+                input_ids=step_ids,
+                attention_mask=mask,
+                position_ids=step_positions,
+                use_cache=True,
+                logits_to_keep=1,
+                **{cache_name: cache},
+            )
+            scores = output.logits[:, -1].to(dtype=torch.float32)  # (R, V)
+            tokens = choose(scores, rows, step)  # (R,)
+            for row, token in zip(rows.tolist(), tokens.tolist()):
+                generated[row].append(token)
+            if len(eos):
+                finished |= torch.isin(tokens, eos)
+            remaining = int((~finished).sum())
+            if step + 1 == max_new_tokens or remaining == 0:
+                break
+            step_ids = tokens.unsqueeze(1)
+            step_positions = step_positions[:, -1:] + 1
+            mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
+            if len(rows) - remaining >= DROP_SHARE * len(rows):
+                keep = (~finished).nonzero().squeeze(1)
+                cache.batch_select_indices(keep)
+                rows, mask, step_ids, step_positions = rows[keep], mask[keep], step_ids[keep], step_positions[keep]
+                finished = finished[keep]
     return generated

@@ -69,6 +69,9 @@ class SamplingSettings:
     # add nothing (no extra generate kwargs, a plain model: ``_decode_loop_cache_name``): finished rows leave the
     # batch. The same tokens; a row's logits may round differently with fewer rows beside it.
     own_decode_loop: bool = True
+    # The own decode loop's one-token steps on the CPU compute attention as two batched matrix products instead of
+    # torch's CPU flash kernel (``single_query_attention``). The same tokens up to the float rounding of the logits.
+    single_query_attention: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
@@ -593,6 +596,7 @@ def _sample(
                         settings.max_new_tokens,
                         eos_ids,
                         cache=shared.get(cache_name),
+                        single_query_attention=settings.single_query_attention,
                     )
                 else:
                     if sampler is not None:
