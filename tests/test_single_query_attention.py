@@ -66,6 +66,16 @@ def test_one_query_matches_attention_worked_out_per_head_and_sdpa(heads, kv_head
     torch.testing.assert_close(out, reference, rtol=1e-5, atol=1e-6)
 
 
+def test_float64_and_a_row_with_no_key_match_sdpa():
+    query, key, value = (t.double() for t in _inputs(6, 2))
+    mask = torch.ones(3, 1, 1, 7, dtype=torch.bool)
+    mask[1] = False  # nothing to attend: sdpa gives zeros
+    out, _ = single_query_attention(_Module(6, 2), query, key, value, mask)
+    reference, _ = sdpa_attention_forward(_Module(6, 2), query, key, value, mask)
+    assert out.dtype == torch.float64 and torch.equal(out[1], torch.zeros(1, 6, 8, dtype=torch.float64))
+    torch.testing.assert_close(out, reference, rtol=1e-12, atol=1e-12)
+
+
 def test_an_additive_mask_and_no_mask_match_sdpa():
     query, key, value = _inputs(4, 4)
     additive = torch.zeros(3, 1, 1, 7).masked_fill_(torch.arange(7) < 3, torch.finfo(torch.float32).min)
@@ -82,7 +92,7 @@ def test_an_additive_mask_and_no_mask_match_sdpa():
         dict(dtype=torch.bfloat16),  # half precision keeps sdpa's float32 accumulation
         dict(dropout=0.1),
         dict(per_head_mask=True),
-        dict(sliding_window=4),
+        dict(softcap=30.0),
     ],
 )
 def test_calls_it_does_not_serve_go_to_sdpa_unchanged(change, monkeypatch):
@@ -90,21 +100,27 @@ def test_calls_it_does_not_serve_go_to_sdpa_unchanged(change, monkeypatch):
     dtype = change.get("dtype", torch.float32)
     query, key, value = query.to(dtype), key.to(dtype), value.to(dtype)
     mask = torch.ones(3, 4 if change.get("per_head_mask") else 1, query.shape[2], 7, dtype=torch.bool)
-    extra = {"sliding_window": change["sliding_window"]} if "sliding_window" in change else {}
+    extra = {"softcap": change["softcap"]} if "softcap" in change else {}
     handed = []
     monkeypatch.setattr(single, "_sdpa", lambda *args, **kwargs: handed.append((args, kwargs)) or ("sdpa", None))
 
-    out = single_query_attention(_Module(4, 4), query, key, value, mask, dropout=change.get("dropout", 0.0), **extra)
+    dropout = change.get("dropout", 0.0)
+    out = single_query_attention(_Module(4, 4), query, key, value, mask, dropout=dropout, scaling=0.3, **extra)
 
     assert out == ("sdpa", None) and len(handed) == 1
     args, kwargs = handed[0]
-    assert args[1] is query and args[4] is mask and kwargs["dropout"] == change.get("dropout", 0.0)
+    assert args[1] is query and args[2] is key and args[3] is value and args[4] is mask
+    assert kwargs == {"dropout": dropout, "scaling": 0.3, **extra}
 
 
 def test_the_switch_applies_to_a_cpu_sdpa_llama_and_undoes_itself(model_dir):
     model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="sdpa")
     with single_query_attention_for(model) as switched:
         assert switched and model.config._attn_implementation == NAME
+    assert model.config._attn_implementation == "sdpa"
+
+    with single_query_attention_for(model) as outer, single_query_attention_for(model) as inner:
+        assert outer and not inner  # the inner block leaves the outer one's switch alone
     assert model.config._attn_implementation == "sdpa"
 
     with pytest.raises(RuntimeError, match="stop"), single_query_attention_for(model):
@@ -120,11 +136,32 @@ def test_the_switch_applies_to_a_cpu_sdpa_llama_and_undoes_itself(model_dir):
         assert not switched and model.config._attn_implementation == "sdpa"
 
 
-def test_decode_steps_under_the_switch_give_sdpas_logits(model_dir):
+def _grouped_query_llama() -> torch.nn.Module:
+    """A random two-layer Llama with 6 query heads over 2 KV heads (the tiny model has as many KV heads as heads)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=48,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        attn_implementation="sdpa",
+    )
+    return LlamaForCausalLM(config)
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_decode_steps_under_the_switch_give_sdpas_logits(model_dir, grouped):
     """A prefill and three one-token steps with a KV cache, once under each attention: the same logits."""
     from transformers import DynamicCache
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="sdpa").eval()
+    if grouped:
+        model = _grouped_query_llama().eval()
+    else:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="sdpa").eval()
     input_ids = torch.tensor([[0, 0, 5, 6, 7], [8, 9, 10, 11, 12]])
     mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
 
@@ -139,10 +176,20 @@ def test_decode_steps_under_the_switch_give_sdpas_logits(model_dir):
             positions = positions[:, -1:] + 1
         return torch.stack(logits)
 
+    served = []
+    original = single.serves
+
+    def counting(*args, **kwargs):
+        served.append(original(*args, **kwargs))
+        return served[-1]
+
     with torch.no_grad():
         reference = steps()
-        with single_query_attention_for(model):
+        with single_query_attention_for(model) as switched_on, pytest.MonkeyPatch.context() as patch:
+            patch.setattr(single, "serves", counting)
             switched = steps()
+    layers = model.config.num_hidden_layers
+    assert switched_on and served == [False] * layers + [True] * 3 * layers  # the prefill goes to sdpa
     torch.testing.assert_close(switched, reference, rtol=1e-5, atol=1e-5)
 
 

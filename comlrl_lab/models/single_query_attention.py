@@ -4,14 +4,16 @@ Each step of the own decode loop (``decode_loop``) asks attention for one query 
 KV cache. torch's CPU ``scaled_dot_product_attention`` runs its flash kernel for it, which is slow at this shape:
 on an AMD EPYC (one thread) the tiny model's step attention over 256 rows x 35 keys took 1.0 ms per layer there
 against 0.45 ms as softmax(q k^T) v with ``matmul``, and SmolLM2's (9 query heads over 3 KV heads, 128 rows x 60
-keys) 3.0 against 1.8 ms. Grouped-query heads are folded onto their KV head rather than copied (``repeat_kv``),
-which is why transformers' own "eager" attention is slower than sdpa for SmolLM2.
+keys) 3.0 against 1.8 ms. The gain is the kernel's: grouped-query heads are folded onto their KV head, as sdpa
+also does for one-token queries, whereas transformers' own "eager" attention copies them (``repeat_kv``) and is
+slower than sdpa for SmolLM2.
 
 ``single_query_attention_for(model)`` switches a supported sdpa model to this attention for the span of a decode
 loop and back. The attention takes sdpa's masks (the same mask function is registered under its name) and hands
 every call it does not serve (several query tokens, another device, a half-precision dtype, dropout, extra terms)
 to transformers' sdpa attention unchanged; so a forward that began under either name stays valid under the other.
-Its outputs equal sdpa's up to float rounding (a different summation order).
+Its outputs equal sdpa's up to float rounding (a different summation order), a row with no key to attend included
+(zeros, as sdpa gives).
 """
 
 from __future__ import annotations
@@ -29,8 +31,11 @@ NAME = "comlrl_single_query"
 # in their modeling code (checked in transformers 5.24); others keep sdpa throughout.
 MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "smollm3"})
 
-# Keywords that add a term to the scores or change which keys a query sees; a call with any of them set goes to sdpa.
-_UNSERVED_KEYWORDS = ("position_bias", "softcap", "sliding_window", "s_aux", "sinks")
+# Keywords that add a term to the scores; a call with any of them set goes to sdpa. (``sliding_window`` is not one:
+# the mask already holds the window, and sdpa ignores the keyword too.)
+_UNSERVED_KEYWORDS = ("position_bias", "softcap", "s_aux", "sinks")
+# The major transformers release whose attention and mask interfaces were checked with this attention.
+_CHECKED_TRANSFORMERS_MAJOR = 5
 
 
 def _sdpa(*args: Any, **kwargs: Any) -> Any:
@@ -65,8 +70,9 @@ def single_query_attention(
     scaling: float | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """transformers' attention-interface signature: query (B, H, 1, d), key/value (B, H_kv, L, d), and sdpa's mask
-    (boolean, True = attend, broadcastable to (B, 1, 1, L), or None: every key); returns ((B, 1, H, d), None)."""
+    """transformers' attention-interface signature: query (B, H, 1, d), key/value (B, H_kv, L, d), and a mask
+    broadcastable to (B, 1, 1, L): sdpa's boolean one (True = attend), an additive float one, or None (every key);
+    returns ((B, 1, H, d), None)."""
     if not serves(query, key, attention_mask, dropout, **kwargs):
         return _sdpa(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     batch, heads, _, dim = query.shape
@@ -74,12 +80,18 @@ def single_query_attention(
     scale = dim**-0.5 if scaling is None else scaling
     grouped = query.reshape(batch, kv_heads, heads // kv_heads, dim)  # each KV head's query heads as rows
     scores = torch.matmul(grouped, key.transpose(-1, -2)) * scale  # (B, H_kv, H / H_kv, L)
-    if attention_mask is not None:
-        if attention_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
-        else:
-            scores = scores + attention_mask
-    output = torch.matmul(scores.softmax(dim=-1), value)  # (B, H_kv, H / H_kv, d)
+    blocked = None
+    if attention_mask is not None and attention_mask.dtype == torch.bool:
+        blocked = ~attention_mask
+        scores = scores.masked_fill(blocked, torch.finfo(scores.dtype).min)
+    elif attention_mask is not None:
+        scores = scores + attention_mask
+    weights = scores.softmax(dim=-1)
+    if blocked is not None:
+        # A row with no key left would average every value; sdpa gives it zeros. Elsewhere a blocked key's weight
+        # is already exactly 0 (exp underflows), so this changes nothing else.
+        weights = weights.masked_fill(blocked, 0.0)
+    output = torch.matmul(weights, value)  # (B, H_kv, H / H_kv, d)
     return output.reshape(batch, 1, heads, dim), None
 
 
@@ -88,9 +100,12 @@ def registered() -> bool:
     """Register the attention and sdpa's mask function under ``NAME`` with transformers, once; False where this
     transformers has no attention or mask interface to register with."""
     try:
+        import transformers
         from transformers import AttentionInterface
         from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
     except ImportError:
+        return False
+    if int(transformers.__version__.split(".")[0]) < _CHECKED_TRANSFORMERS_MAJOR:
         return False
     AttentionInterface.register(NAME, single_query_attention)
     AttentionMaskInterface.register(NAME, sdpa_mask)
@@ -114,8 +129,10 @@ def applies_to(model: Any) -> bool:
 def single_query_attention_for(model: Any) -> Iterator[bool]:
     """Run ``model``'s attention through ``single_query_attention`` inside the block, then give it back its own.
 
-    Yields whether it switched. Only the config's attention name changes, and it is restored even when the block
-    raises, so a saved config never carries it.
+    Yields whether it switched (not when the model is already switched: the outer block restores it). Only the
+    config's attention name changes, and it is restored even when the block raises; transformers does not save
+    that name with a config anyway. The name in place before is what comes back, so the model's attention must not
+    be reconfigured (``set_attn_implementation``) while the block runs.
     """
     if not applies_to(model) or not registered():
         yield False
