@@ -16,7 +16,8 @@ batch size on the same model, one thread:
 
 It prints the rates, (b) / (a) and (c) / (a); the target is >= 0.8 for both. ``--no-top-k-first`` (top-p sorts
 the whole vocabulary) and ``--no-prefill-once`` (every row prefills its prompt) and ``--no-own-decode-loop`` (row-seeded rows go
-through ``generate``) switch the sampler's savings off. Prompts come from the built-in ``length_ratio``
+through ``generate``) and ``--no-single-query-attention`` (the decode loop's one-token steps use torch's CPU flash
+attention) switch the sampler's savings off. Prompts come from the built-in ``length_ratio``
 task (agent 1's formatter) when it is available. The embedded tiny model is used by default; when it has
 not been built yet the benchmark says so and exits. Usage::
 
