@@ -136,32 +136,17 @@ def test_the_switch_applies_to_a_cpu_sdpa_llama_and_undoes_itself(model_dir):
         assert not switched and model.config._attn_implementation == "sdpa"
 
 
-def _grouped_query_llama() -> torch.nn.Module:
-    """A random two-layer Llama with 6 query heads over 2 KV heads (the tiny model has as many KV heads as heads)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=64,
-        hidden_size=48,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=6,
-        num_key_value_heads=2,
-        attn_implementation="sdpa",
-    )
-    return LlamaForCausalLM(config)
-
-
-@pytest.mark.parametrize("grouped", [False, True])
-def test_decode_steps_under_the_switch_give_sdpas_logits(model_dir, grouped):
-    """A prefill and three one-token steps with a KV cache, once under each attention: the same logits."""
+@pytest.mark.parametrize("embedded", [False, True])
+def test_decode_steps_under_the_switch_give_sdpas_logits(model_dir, embedded):
+    """A prefill and three one-token steps with a KV cache, once under each attention: the same logits. The test
+    model has 4 query heads over 2 KV heads, the embedded tiny model 4 over 4."""
     from transformers import DynamicCache
 
-    if grouped:
-        model = _grouped_query_llama().eval()
-    else:
-        model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="sdpa").eval()
+    from comlrl_lab.models.tiny_model import tiny_model_path
+
+    path = tiny_model_path() if embedded else model_dir
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa").eval()
+    assert model.config.num_key_value_heads == (4 if embedded else 2)
     input_ids = torch.tensor([[0, 0, 5, 6, 7], [8, 9, 10, 11, 12]])
     mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
 
