@@ -129,6 +129,7 @@ def measure(
     prefill_once: bool = True,
     sides_in_one_pass: bool = True,
     own_decode_loop: bool = True,
+    single_query_attention: bool = True,
 ) -> dict:
     """Median tokens/s of both sides over ``repeats`` alternating runs (after one warm-up run each)."""
     torch.set_num_threads(1)
@@ -142,6 +143,7 @@ def measure(
         top_k_first=top_k_first,
         prefill_once=prefill_once,
         own_decode_loop=own_decode_loop,
+        single_query_attention=single_query_attention,
     )
     raw_generate(model, tokenizer, prompts[:2], 2, settings, 0)
     ours(model, tokenizer, prompts[:2], 2, settings, 0)
@@ -172,6 +174,7 @@ def measure(
         "top_k_first": top_k_first,
         "prefill_once": prefill_once,
         "own_decode_loop": own_decode_loop,
+        "single_query_attention": single_query_attention,
         "raw_tokens": raw_tokens,
         "sampler_tokens": our_tokens,
         "raw_tokens_per_s": round(raw_rate, 1),
@@ -211,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             prefill_once=args.prefill_once,
             sides_in_one_pass=args.sides_in_one_pass,
             own_decode_loop=args.own_decode_loop,
+            single_query_attention=args.single_query_attention,
         )
     except ModelLoadError as exc:
         print(f"skipped: {exc}")
@@ -222,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         f"model {result['model']}: {result['sequences']} sequences, max_new_tokens {result['max_new_tokens']}, "
         f"batch size {result['batch_size']}, median of {result['repeats']}, 1 thread, "
         f"top_k_first {result['top_k_first']}, prefill_once {result['prefill_once']}, "
-        f"sides_in_one_pass {result['sides_in_one_pass']}, own_decode_loop {result['own_decode_loop']}"
+        f"sides_in_one_pass {result['sides_in_one_pass']}, own_decode_loop {result['own_decode_loop']}, "
+        f"single_query_attention {result['single_query_attention']}"
     )
     print(f"  (a) raw model.generate   {result['raw_tokens_per_s']:>10.1f} tokens/s")
     print(f"  (b) sample_candidates    {result['sampler_tokens_per_s']:>10.1f} tokens/s")
