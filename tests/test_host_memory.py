@@ -71,8 +71,13 @@ def test_kept_memory_spares_the_page_faults_of_a_growing_cache_and_is_handed_bac
 @glibc_only
 def test_the_benchmarks_tunables_string_has_the_same_effect_as_mallopt():
     kept, tuned = run_growing_cache("keep"), run_growing_cache("default", GLIBC_TUNABLES=glibc_tunables())
+    default = run_growing_cache("default")
     assert tuned["outcome"] == "not called"
-    assert tuned["faults"] < 1.5 * kept["faults"], (kept, tuned)
+    # Both spare the faults of the growing cache. Kept or tuned, a run's count falls on one of a few levels (about
+    # 6,800, 10,000 or 12,100 on the AMD machine, from run to run of the same command), so the two are compared with
+    # the default's (about 74,000), not with each other: a 1.5x bound between them failed once in a full suite.
+    assert kept["faults"] * 3 < default["faults"], (kept, default)
+    assert tuned["faults"] * 3 < default["faults"], (tuned, default)
 
 
 @glibc_only
