@@ -22,6 +22,11 @@ import torch.nn.functional as F
 from comlrl_lab.models.devices import model_device
 
 
+def base_model(model: Any) -> Any:
+    """The model a peft wrapper wraps (``get_base_model``), or ``model`` itself: its class and config are the real ones."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 @functools.lru_cache(maxsize=64)
 def forward_parameters(model_class: type) -> frozenset[str]:
     """The keyword names ``model_class.forward`` takes, read from its signature once per class."""
@@ -84,8 +89,7 @@ def _score_rows(
     first = min(len(p) - 1 for p in prompts)
     kwargs: dict[str, Any] = {"attention_mask": attention_mask.to(device), "use_cache": False}
     # A peft model forwards these keywords to its base model; ask the base which ones it takes.
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    params = forward_parameters(type(base))
+    params = forward_parameters(type(base_model(model)))
     if "position_ids" in params:
         kwargs["position_ids"] = torch.arange(seq_len, device=device).unsqueeze(0).expand(rows, -1)
     if "logits_to_keep" in params:
@@ -221,7 +225,7 @@ def token_logps_and_mask(
 
 def supports_packed_pairs(model: Any) -> bool:
     """Whether ``model`` takes a custom 4D additive attention mask and position ids (sdpa or eager attention)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model(model)
     implementation = getattr(getattr(base, "config", None), "_attn_implementation", None)
     return implementation in ("sdpa", "eager") and "position_ids" in forward_parameters(type(base))
 
@@ -267,7 +271,7 @@ def _packed_pair_rows(
 
     first = min(len(p) - 1 for p in prompts)
     kwargs: dict[str, Any] = {}
-    params = forward_parameters(type(model.get_base_model() if hasattr(model, "get_base_model") else model))
+    params = forward_parameters(type(base_model(model)))
     if "logits_to_keep" in params:
         kwargs["logits_to_keep"] = seq_len - first
     logits = model(

@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from comlrl_lab.models.scoring import base_model
+
 NAME = "comlrl_single_query"
 
 # Architectures whose attention goes only through transformers' attention interface, with no sdpa-specific branch
@@ -114,7 +116,7 @@ def registered() -> bool:
 
 def applies_to(model: Any) -> bool:
     """Whether ``single_query_attention_for`` switches ``model``: sdpa attention, a listed architecture, the CPU."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model(model)
     config = getattr(base, "config", None)
     if (
         getattr(config, "_attn_implementation", None) != "sdpa"
@@ -137,7 +139,7 @@ def single_query_attention_for(model: Any) -> Iterator[bool]:
     if not applies_to(model) or not registered():
         yield False
         return
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model(model)
     before = base.config._attn_implementation
     base.config._attn_implementation = NAME
     try:
