@@ -80,6 +80,7 @@ OUR_MADPO_DEFAULTS = {
     "save_total_limit": None,
     "concurrent_cpu_agents": False,
     "keep_freed_host_memory": True,
+    "gc_freeze_during_steps": True,
     "cpu_matmul": "torch",
     "save_in_background": False,
     "adamw_implementation": "fused",

@@ -53,6 +53,7 @@ from comlrl_lab.trainers.preference.fingerprint import (
     tensors_fingerprint,
     tokenizer_fingerprint,
 )
+from comlrl_lab.trainers.preference.frozen_heap import frozen_heap
 from comlrl_lab.trainers.preference.labelling import Labeller
 from comlrl_lab.trainers.preference.optim import build_adamw
 from comlrl_lab.trainers.preference.sink import NullSink, PhaseControl, PhaseRecords, RecordSink
@@ -368,7 +369,9 @@ class PreferenceTrainerBase:
             logger.debug("keep_freed_host_memory: %s", keep_freed_host_memory())
         records = PhaseRecords(round_index=self.round_index, phase=phase)
         started = time.monotonic()
-        self._run_phase(phase, records)
+        # Differs from CoMLRL: the garbage collector's full passes skip the objects older than the phase.
+        with frozen_heap(self.args.gc_freeze_during_steps):
+            self._run_phase(phase, records)
         records.add_metrics(self.updates_seen, {M.name(M.PHASE_SECONDS, phase=phase): time.monotonic() - started})
         self.sink.commit_phase(records)
         self.trackers.log_phase(records)
