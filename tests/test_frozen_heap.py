@@ -1,4 +1,4 @@
-"""frozen_heap: a phase's garbage-collector passes skip the objects older than the phase, and the freeze is undone."""
+"""frozen_heap: a step's garbage-collector passes skip the objects older than the step, and the freeze is undone."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ import weakref
 
 import pytest
 
-from comlrl_lab.trainers.preference.frozen_heap import frozen_heap
+from comlrl_lab.trainers.preference import frozen_heap as module
+from comlrl_lab.trainers.preference.frozen_heap import frozen_heap, supported
+
+pytestmark = pytest.mark.skipif(not supported(), reason="the freeze is for CPython 3.10-3.13's generational collector")
 
 
 class Node:
@@ -25,22 +28,41 @@ def cycle() -> weakref.ref:
     return weakref.ref(a)
 
 
+def tracked(obj) -> bool:
+    """Whether the collector's generations hold ``obj``: ``gc.get_objects`` leaves out the frozen ones."""
+    return any(o is obj for o in gc.get_objects())
+
+
 @pytest.fixture(autouse=True)
 def unfrozen():
     gc.collect()
     assert gc.get_freeze_count() == 0
+    assert module._holders == 0  # no step of another test is still running
     yield
     gc.unfreeze()  # whatever a failing test left
+    module._holders, module._froze = 0, False
 
 
 def test_objects_older_than_the_block_are_frozen_and_thawed_after_it():
-    old = [Node() for _ in range(100)]
+    old = Node()
     with frozen_heap() as frozen:
         assert frozen
-        assert gc.get_freeze_count() >= len(old)
-        new = [Node() for _ in range(100)]
-        assert all(gc.is_tracked(n) for n in new)
+        assert gc.get_freeze_count() > 0
+        new = Node()
+        assert not tracked(old)
+        assert tracked(new)
     assert gc.get_freeze_count() == 0
+    assert tracked(old)
+    assert any(o is old for o in gc.get_objects(2))  # back in the oldest generation
+
+
+def test_an_exception_in_the_block_thaws_the_objects_and_propagates():
+    old = Node()
+    with pytest.raises(ValueError, match="boom"), frozen_heap():
+        raise ValueError("boom")
+    assert gc.get_freeze_count() == 0
+    assert module._holders == 0
+    assert tracked(old)
 
 
 def test_a_cycle_made_in_the_block_is_collected_in_it_and_an_older_one_only_after_it():
@@ -54,6 +76,19 @@ def test_a_cycle_made_in_the_block_is_collected_in_it_and_an_older_one_only_afte
         assert older() is not None
     gc.collect()
     assert older() is None
+
+
+def test_an_interpreter_with_another_collector_freezes_nothing(monkeypatch):
+    monkeypatch.setattr(module, "supported", lambda: False)
+    with frozen_heap() as frozen:
+        assert not frozen
+        assert gc.get_freeze_count() == 0
+
+
+def test_young_cyclic_garbage_is_collected_before_the_freeze_not_frozen_with_the_rest():
+    young = cycle()  # garbage already, but no pass has run since it was made
+    with frozen_heap():
+        assert young() is None
 
 
 def test_a_disabled_block_freezes_nothing():
@@ -79,12 +114,14 @@ def test_a_block_in_another_thread_does_not_thaw_this_ones_freeze():
             release.wait(10)
 
     thread = threading.Thread(target=other)
-    with frozen_heap():
-        thread.start()
-        entered.wait(10)
-    assert gc.get_freeze_count() > 0  # the other thread's block still holds it
-    release.set()
-    thread.join(10)
+    try:
+        with frozen_heap():
+            thread.start()
+            assert entered.wait(10)
+        assert gc.get_freeze_count() > 0  # the other thread's block still holds it
+    finally:
+        release.set()
+        thread.join(10)
     assert gc.get_freeze_count() == 0
 
 
@@ -97,7 +134,7 @@ def test_a_process_that_froze_objects_itself_keeps_them_frozen():
 
 
 @pytest.mark.parametrize(("enabled", "frozen_in_phases"), [(True, True), (False, False)])
-def test_a_trainer_runs_each_phase_frozen_when_the_field_is_on(
+def test_a_trainer_runs_each_step_frozen_when_the_field_is_on(
     make_trainer, tmp_path, monkeypatch, enabled, frozen_in_phases
 ):
     trainer = make_trainer("MADPO", tmp_path, gc_freeze_during_steps=enabled)
@@ -110,6 +147,21 @@ def test_a_trainer_runs_each_phase_frozen_when_the_field_is_on(
     monkeypatch.setattr(trainer, "_run_phase", counted)
     while not trainer.finished:
         trainer.step()
-        assert gc.get_freeze_count() == 0  # thawed between phases
+        assert gc.get_freeze_count() == 0  # thawed between steps
     assert len(counts) == len(trainer.history) > 0
     assert all((count > 0) == frozen_in_phases for count in counts)
+
+
+def test_train_holds_one_freeze_over_every_step_and_thaws_after(make_trainer, tmp_path, monkeypatch):
+    trainer = make_trainer("MADPO", tmp_path)
+    step, counts = trainer.step, []
+
+    def counted():
+        counts.append(gc.get_freeze_count())  # between steps, still frozen
+        return step()
+
+    monkeypatch.setattr(trainer, "step", counted)
+    trainer.train()
+    assert len(counts) == len(trainer.history) > 1
+    assert all(count > 0 for count in counts)
+    assert gc.get_freeze_count() == 0

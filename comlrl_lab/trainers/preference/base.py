@@ -363,15 +363,17 @@ class PreferenceTrainerBase:
             return None
         if phase is not None:
             check_next_phase(phase, self.round_index, self.next_phase)
-        phase = self.phases[self.phase_index]
+        # Differs from CoMLRL: the garbage collector's full passes skip the objects older than the step.
+        with frozen_heap(self.args.gc_freeze_during_steps):
+            return self._step(self.phases[self.phase_index])
+
+    def _step(self, phase: str) -> PhaseRecords:
         if self.args.keep_freed_host_memory and any(device.type == "cpu" for device in self.agent_devices):
             # Differs from CoMLRL: malloc left as the process starts it there; here freed blocks are kept for reuse.
             logger.debug("keep_freed_host_memory: %s", keep_freed_host_memory())
         records = PhaseRecords(round_index=self.round_index, phase=phase)
         started = time.monotonic()
-        # Differs from CoMLRL: the garbage collector's full passes skip the objects older than the phase.
-        with frozen_heap(self.args.gc_freeze_during_steps):
-            self._run_phase(phase, records)
+        self._run_phase(phase, records)
         records.add_metrics(self.updates_seen, {M.name(M.PHASE_SECONDS, phase=phase): time.monotonic() - started})
         self.sink.commit_phase(records)
         self.trackers.log_phase(records)
@@ -452,8 +454,9 @@ class PreferenceTrainerBase:
             checkpoint_dir = checkpoint_dir or ckpt.checkpoint_root(resume_from_checkpoint)
         if checkpoint_dir is not None:
             self.checkpoint_dir = Path(checkpoint_dir)
-        while not self.finished:
-            self.step()
+        with frozen_heap(self.args.gc_freeze_during_steps):  # one freeze for every step, and the gaps between
+            while not self.finished:
+                self.step()
         self.wait_for_checkpoint()
 
     # ---------------------------------------------------------------------------------------------------

@@ -660,7 +660,7 @@ class MADPOConfig:
         default=True,
         kw_only=True,
         metadata={
-            "help": "While each phase runs, Python's garbage collector leaves alone the objects that existed before it (gc.freeze, undone when the phase ends), so its full passes walk only what the phase made instead of the hundreds of thousands of objects torch and transformers leave: one pass of about 0.3 s in a 7.5 s 32-item tiny-model run. What is computed is identical; cyclic garbage among the older objects is collected after the phase. Process-wide while a phase runs; skipped where the process has frozen objects itself.",
+            "help": "While each step (a phase, its commit and checkpoint) runs, and over the whole of train(), Python's garbage collector leaves alone the objects that existed before it (gc.freeze, undone after), so its full passes walk only what the step made instead of the hundreds of thousands of objects torch and transformers leave: one pass of about 0.3 s in a 7.5 s 32-item tiny-model run. What is computed is identical. Cyclic garbage among the older objects waits for a full pass outside every step (between the workbench's steps, after train()), and a gc.collect() during a step does not reach it. Process-wide while a step runs; CPython 3.10-3.13 with the GIL only (3.14's collector is incremental); skipped where the process has frozen objects itself.",
             "group": "Devices and collaboration",
         },
     )
