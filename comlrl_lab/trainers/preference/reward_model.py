@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from comlrl_lab.models.reward_oracle import joint_reward_text
+from comlrl_lab.models.scoring import base_model
 from comlrl_lab.names import metric_names as M
 from comlrl_lab.trainers.preference.distributed import DistContext
 from comlrl_lab.trainers.preference.losses import NonFiniteLossError, bradley_terry_loss, check_finite
@@ -62,7 +63,7 @@ def pooled_hidden(backbone: Any, input_ids: Tensor, attention_mask: Tensor) -> T
     no (B, T, V) logits are computed. Models whose base model is themselves fall back to ``output_hidden_states``.
     """
     # Differs from CoMLRL: it runs the full LM (vocabulary logits included) with every layer's hidden states.
-    inner = backbone.get_base_model() if hasattr(backbone, "get_base_model") else backbone  # peft: the wrapped LM
+    inner = base_model(backbone)  # peft: the wrapped LM
     decoder = getattr(inner, "base_model", inner)
     kwargs: dict[str, Any] = {"attention_mask": attention_mask, "use_cache": False}
     if decoder is inner:
