@@ -25,6 +25,7 @@ differently (incremental passes; freezing walks the whole heap), so nothing is d
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import sys
 import sysconfig
@@ -36,6 +37,7 @@ _holders = 0  # steps inside frozen_heap() now, across threads
 _froze = False  # whether this module's gc.freeze() is the one in force
 
 
+@functools.cache  # asked at every step; the interpreter does not change
 def supported() -> bool:
     """Whether this interpreter's collector is the generational one the freeze is measured on (3.10-3.13, GIL)."""
     return sys.version_info < (3, 14) and not sysconfig.get_config_var("Py_GIL_DISABLED")
