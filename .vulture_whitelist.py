@@ -13,6 +13,7 @@ from comlrl_lab import models
 from comlrl_lab.data import user_tasks
 from comlrl_lab.data.rewards import RewardProcessors
 from comlrl_lab.models import cpu_matmul
+from comlrl_lab.models.shared_prefix_cache import SharedPrefixCache
 from comlrl_lab.trainers.preference.base import PreferenceTrainerBase
 from comlrl_lab.trainers.preference.config import MADPOConfig
 from comlrl_lab.trainers.preference.devices import DeviceLayout
@@ -58,3 +59,6 @@ MemorySink.give
 # torch.autograd.Function calls setup_context itself; a module's class is swapped by assigning __class__.
 cpu_matmul._OneDNNLinearFunction.setup_context
 cpu_matmul.OneDNNLinear.__class__
+
+# transformers' mask builders ask the cache for its mask sizes; the shared-prefix cache counts its prompt in them.
+SharedPrefixCache.get_mask_sizes

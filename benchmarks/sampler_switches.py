@@ -14,6 +14,7 @@ SAMPLER_SAVINGS = {
     "sides_in_one_pass": "sample a current comparison's current and comparator sides in two passes over the model",
     "own_decode_loop": "row-seeded sampler: transformers' generate, which feeds every row until the last one ends",
     "single_query_attention": "own decode loop: torch's CPU flash attention for its one-token steps",
+    "shared_prefix_attention": "own decode loop: copy each prompt's KV cache into every candidate's row",
 }
 
 

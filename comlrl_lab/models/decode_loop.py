@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from comlrl_lab.models.scoring import base_model
+from comlrl_lab.models.shared_prefix_cache import shared_prefix_cache
 from comlrl_lab.models.single_query_attention import single_query_attention_for
 
 # Finished rows leave the batch once they are at least this share of the rows fed: each drop copies the remaining
@@ -35,6 +37,8 @@ def decode_rows(
     eos_ids: Sequence[int],
     cache: Any = None,
     single_query_attention: bool = True,
+    prompt_of_row: torch.Tensor | None = None,
+    shared_prefix_attention: bool = True,
 ) -> list[list[int]]:
     """Sample up to ``max_new_tokens`` tokens for each left-padded row of ``input_ids`` (B, T).
 
@@ -44,6 +48,10 @@ def decode_rows(
     sampled ids; a row that emitted an EOS may have tokens after it (sampled while it waited to leave the batch),
     which the caller cuts as it cuts the padding ``generate`` appends. ``single_query_attention`` runs the
     one-token steps' attention of a CPU sdpa model as two matrix products (``single_query_attention_for``).
+
+    With ``prompt_of_row`` (B,), ``cache`` holds one row per distinct prompt instead, and row b continues prompt
+    ``prompt_of_row[b]``. Where that attention runs and ``shared_prefix_attention`` is on, the prompts stay one
+    row each (``SharedPrefixCache``); otherwise the cache is expanded to the B rows first.
     """
     from transformers import DynamicCache
 
@@ -51,17 +59,23 @@ def decode_rows(
     device = input_ids.device
     if cache is None:
         cache = DynamicCache(config=model.config)
-    past = cache.get_seq_length()
     mask = attention_mask
     # Positions count real tokens, as generate derives them from the mask.
     positions = (mask.long().cumsum(-1) - 1).masked_fill_(mask == 0, 0)
-    step_ids, step_positions = input_ids[:, past:], positions[:, past:]
     rows = torch.arange(batch, device=device)  # row fed -> batch row
     eos = torch.tensor(sorted(set(eos_ids)), dtype=torch.long, device=device)
     generated: list[list[int]] = [[] for _ in range(batch)]
     finished = torch.zeros(batch, dtype=torch.bool, device=device)  # per row fed: has emitted an EOS
-    attention = single_query_attention_for(model) if single_query_attention else contextlib.nullcontext()
-    with attention:
+    attention = single_query_attention_for(model) if single_query_attention else contextlib.nullcontext(False)
+    with attention as switched:
+        extra: dict[str, Any] = {}
+        if prompt_of_row is not None and switched and shared_prefix_attention:
+            cache = shared_prefix_cache(base_model(model).config, cache, prompt_of_row)
+            extra["shared_prefix"] = cache
+        elif prompt_of_row is not None:
+            cache.batch_select_indices(prompt_of_row)
+        past = cache.get_seq_length()
+        step_ids, step_positions = input_ids[:, past:], positions[:, past:]
         for step in range(max_new_tokens):
             output = model(
                 input_ids=step_ids,
@@ -70,6 +84,7 @@ def decode_rows(
                 use_cache=True,
                 logits_to_keep=1,
                 **{cache_name: cache},
+                **extra,
             )
             scores = output.logits[:, -1].to(dtype=torch.float32)  # (R, V)
             tokens = choose(scores, rows, step)  # (R,)

@@ -72,6 +72,10 @@ class SamplingSettings:
     # The own decode loop's one-token steps on the CPU compute attention as two batched matrix products instead of
     # torch's CPU flash kernel (``single_query_attention``). The same tokens up to the float rounding of the logits.
     single_query_attention: bool = True
+    # With that attention, the decode loop keeps each distinct prompt's KV cache once instead of copying it into
+    # every candidate's row (``SharedPrefixCache``), so a step concatenates only the tokens fed since. The same
+    # tokens up to the float rounding of the logits.
+    shared_prefix_attention: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
@@ -433,8 +437,9 @@ def _shared_prompt_cache(
     prompt_ids: list[list[int]],
     pad_id: int,
     device: torch.device,
-) -> Any:
-    """The KV cache of every row's prompt but its last token, computed once per distinct prompt of ``batch``.
+) -> tuple[Any, torch.Tensor]:
+    """The KV cache of every row's prompt but its last token, computed once per distinct prompt of ``batch``, and
+    each batch row's index into it (B,).
 
     The distinct prompts are left-padded to the batch's width, so each cached row lines up with the batch rows
     of that prompt; ``generate`` then runs only each row's last prompt token before sampling. Positions count
@@ -455,8 +460,7 @@ def _shared_prompt_cache(
         **{cache_name: cache},
     )
     row_of = {k: u for u, k in enumerate(distinct)}
-    cache.batch_select_indices(torch.tensor([row_of[k] for k, _ in batch], device=device))  # (B, ...) rows
-    return cache
+    return cache, torch.tensor([row_of[k] for k, _ in batch], device=device)  # (U, ...) rows, (B,)
 
 
 def sample_candidates(
@@ -583,9 +587,9 @@ def _sample(
                 sampler = None
                 if side_seeds is not None:
                     sampler = _row_sampler(rows, [side_seeds[s][k] for k, s, _ in batch], settings, device)
-                shared = {}
+                prefilled = prompt_of_row = None
                 if cache_name and input_ids.shape[1] > 1 and len({k for k, _ in rows}) < len(rows):
-                    shared[cache_name] = _shared_prompt_cache(model, cache_name, rows, prompt_ids, pad_id, device)
+                    prefilled, prompt_of_row = _shared_prompt_cache(model, cache_name, rows, prompt_ids, pad_id, device)
                 if loop_cache_name and sampler is not None:
                     generated = decode_rows(
                         model,
@@ -595,10 +599,16 @@ def _sample(
                         sampler.choose,
                         settings.max_new_tokens,
                         eos_ids,
-                        cache=shared.get(cache_name),
+                        cache=prefilled,
                         single_query_attention=settings.single_query_attention,
+                        prompt_of_row=prompt_of_row,
+                        shared_prefix_attention=settings.shared_prefix_attention,
                     )
                 else:
+                    shared = {}
+                    if prefilled is not None:
+                        prefilled.batch_select_indices(prompt_of_row)  # one row per (prompt, candidate)
+                        shared[cache_name] = prefilled
                     if sampler is not None:
                         kwargs["logits_processor"] = _processors(sampler)
                     output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs, **shared)

@@ -75,11 +75,17 @@ def single_query_attention(
     """transformers' attention-interface signature: query (B, H, 1, d), key/value (B, H_kv, L, d), and a mask
     broadcastable to (B, 1, 1, L): sdpa's boolean one (True = attend), an additive float one, or None (every key);
     returns ((B, 1, H, d), None)."""
+    shared_prefix = kwargs.pop("shared_prefix", None)  # a SharedPrefixCache: key and value are its rows' suffixes
     if not serves(query, key, attention_mask, dropout, **kwargs):
+        if shared_prefix is not None:
+            key, value = shared_prefix.full_keys_values(module.layer_idx, key, value)
         return _sdpa(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     batch, heads, _, dim = query.shape
     kv_heads = key.shape[1]
     scale = dim**-0.5 if scaling is None else scaling
+    if shared_prefix is not None:
+        output = shared_prefix.attend(module.layer_idx, query, key, value, attention_mask, scale)
+        return output.reshape(batch, 1, heads, dim), None
     grouped = query.reshape(batch, kv_heads, heads // kv_heads, dim)  # each KV head's query heads as rows
     scores = torch.matmul(grouped, key.transpose(-1, -2)) * scale  # (B, H_kv, H / H_kv, L)
     blocked = None
