@@ -16,10 +16,11 @@ and closed, ABBA; each cell's round 2 is timed the same way. It prints every tim
 watched/unwatched and watched/cli (target: at most 1.1 each) and the load average before and after.
 ``--post-script-gc`` serves the app with Streamlit's full garbage collection after every script run turned back on
 (``runner.postScriptGC``, which ``.streamlit/config.toml`` turns off): the cause of the slowdown, for a before/after
-on the same machine. Usage::
+on the same machine. ``--set FIELD=VALUE`` (repeatable) changes a config field of every run, app and CLI alike, so
+one setting can be compared on and off (``--set gc_freeze_during_steps=false``). Usage::
 
     python benchmarks/watched_round.py [--repeats 2] [--sweep-cells 4] [--task length_ratio] [--post-script-gc]
-        [--json out.json]
+        [--set FIELD=VALUE ...] [--json out.json]
 """
 
 from __future__ import annotations
@@ -38,10 +39,12 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from app_driver import REPO, AppServer, chromium_page, key, wait_idle  # noqa: E402
+from field_args import field_arg  # noqa: E402
 
 from comlrl_lab.engine.presets import quickstart_spec  # noqa: E402
 from comlrl_lab.engine.run import SNAPSHOT_DIR, Run  # noqa: E402
 from comlrl_lab.engine.sweep import MANIFEST_FILE, SWEEPS_DIR  # noqa: E402
+from comlrl_lab.trainers.preference import MADPOIterConfig  # noqa: E402
 from comlrl_lab.ui import state  # noqa: E402
 
 TARGET = 1.1
@@ -73,15 +76,15 @@ def wait_for_round(run_dir: Path) -> float:
     return seconds
 
 
-def spec_for(task: str):
+def spec_for(task: str, fields: dict[str, object]):
     spec = quickstart_spec(task)
-    spec.config["num_iterations"] = ROUNDS
+    spec.config.update(fields, num_iterations=ROUNDS)
     return spec
 
 
-def app_round(page, server: AppServer, task: str, *, watched: bool) -> float:
+def app_round(page, server: AppServer, task: str, fields: dict[str, object], *, watched: bool) -> float:
     """Round 2 of a new run started from the Rounds page, the page left open or closed."""
-    run = Run.create(spec_for(task), server.runs_root)
+    run = Run.create(spec_for(task, fields), server.runs_root)
     run.close()  # the app opens it by its id, as a reload would
     page.goto(f"{server.url}/rounds?{state.URL_RUN}={run.run_id}")
     page.locator(f"{key(state.ROUNDS_RUN_ALL)} button:not([disabled])").wait_for()
@@ -95,10 +98,10 @@ def app_round(page, server: AppServer, task: str, *, watched: bool) -> float:
     return seconds
 
 
-def cli_round(scratch: Path, task: str) -> float:
+def cli_round(scratch: Path, task: str, fields: dict[str, object]) -> float:
     """Round 2 of a new run made by ``comlrl-lab run`` in its own process."""
     spec_path = scratch / "spec.json"
-    spec_for(task).save(spec_path)
+    spec_for(task, fields).save(spec_path)
     runs_root = scratch / "cli-runs"
     before = set(runs_root.iterdir()) if runs_root.is_dir() else set()
     env = dict(os.environ, PYTHONPATH=str(REPO))
@@ -171,8 +174,20 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--post-script-gc", action="store_true", help="serve with runner.postScriptGC=true (as before the fix)"
     )
+    parser.add_argument(
+        "--set",
+        dest="fields",
+        action="append",
+        type=field_arg(MADPOIterConfig),
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a config field of every run (app and CLI), e.g. gc_freeze_during_steps=false; repeatable",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
+    fields = dict(args.fields)
+    if fields:
+        print("fields: " + ", ".join(f"{name}={value!r}" for name, value in fields.items()), flush=True)
     options = ("--runner.postScriptGC=true",) if args.post_script_gc else ()
     load_before = os.getloadavg()
     times: dict[str, list[float]] = {"watched": [], "unwatched": [], "cli": []}
@@ -187,9 +202,9 @@ def main(argv: list[str] | None = None) -> dict:
             for repeat in range(args.repeats):
                 for way in order[repeat % 3 :] + order[: repeat % 3]:
                     if way == "cli":
-                        seconds = cli_round(scratch, args.task)
+                        seconds = cli_round(scratch, args.task, fields)
                     else:
-                        seconds = app_round(page, server, args.task, watched=way == "watched")
+                        seconds = app_round(page, server, args.task, fields, watched=way == "watched")
                         last_app_run = max(p.name for p in server.runs_root.iterdir() if not p.name.startswith("_"))
                     times[way].append(seconds)
                     print(
@@ -212,6 +227,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"load average before {load_before[0]:.2f} {load_before[1]:.2f}, after {load_after[0]:.2f} {load_after[1]:.2f}"
     )
     result = {
+        "fields": fields,
         "times": times,
         "sweep": sweep,
         "ratios": {line.split(":")[0]: value for line, value in lines},
