@@ -60,5 +60,9 @@ MemorySink.give
 cpu_matmul._OneDNNLinearFunction.setup_context
 cpu_matmul.OneDNNLinear.__class__
 
-# transformers' mask builders ask the cache for its mask sizes; the shared-prefix cache counts its prompt in them.
+# transformers' mask builders ask the cache for its mask sizes (the shared-prefix cache counts its prompt in them);
+# its other DynamicCache edits are overridden to refuse.
 SharedPrefixCache.get_mask_sizes
+SharedPrefixCache.crop
+SharedPrefixCache.batch_repeat_interleave
+SharedPrefixCache.reorder_cache

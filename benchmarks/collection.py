@@ -17,7 +17,8 @@ batch size on the same model, one thread:
 It prints the rates, (b) / (a) and (c) / (a); the target is >= 0.8 for both. ``--no-top-k-first`` (top-p sorts
 the whole vocabulary) and ``--no-prefill-once`` (every row prefills its prompt) and ``--no-own-decode-loop`` (row-seeded rows go
 through ``generate``) and ``--no-single-query-attention`` (the decode loop's one-token steps use torch's CPU flash
-attention) switch the sampler's savings off. Prompts come from the built-in ``length_ratio``
+attention) and ``--no-shared-prefix-attention`` (every candidate's row holds a copy of its prompt's KV cache) switch
+the sampler's savings off. Prompts come from the built-in ``length_ratio``
 task (agent 1's formatter) when it is available. The embedded tiny model is used by default; when it has
 not been built yet the benchmark says so and exits. Usage::
 
@@ -28,18 +29,22 @@ not been built yet the benchmark says so and exits. Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
 import sys
 import time
+from collections.abc import Mapping
 
 import torch
-from sampler_switches import add_sampler_switches
+from sampler_switches import SAMPLER_SAVINGS, add_sampler_switches, sampler_savings_off
 
 from comlrl_lab.models.generation import SamplingSettings, count_tokens, sample_candidates, sample_sides
 from comlrl_lab.models.loading import ModelLoadError, load_model, load_tokenizer
 from comlrl_lab.models.tiny_model import is_tiny_model_name, tiny_model_path
+
+SETTINGS_FIELDS = frozenset(field.name for field in dataclasses.fields(SamplingSettings))
 
 FALLBACK_PROMPTS = [
     "Write one short sentence about the sea.",
@@ -125,25 +130,24 @@ def measure(
     max_new_tokens: int = 32,
     batch_size: int = 64,
     repeats: int = 3,
-    top_k_first: bool = True,
-    prefill_once: bool = True,
-    sides_in_one_pass: bool = True,
-    own_decode_loop: bool = True,
-    single_query_attention: bool = True,
+    savings_off: Mapping[str, bool] | None = None,
 ) -> dict:
-    """Median tokens/s of both sides over ``repeats`` alternating runs (after one warm-up run each)."""
+    """Median tokens/s of both sides over ``repeats`` alternating runs (after one warm-up run each).
+
+    ``savings_off`` maps the names of ``SAMPLER_SAVINGS`` switched off to False (``sampler_savings_off``).
+    """
     torch.set_num_threads(1)
     tokenizer = load_tokenizer(model_source)
     model = load_model(model_source, device="cpu", dtype="float32").eval()
     prompts = task_prompts(num_items)
+    savings = {name: True for name in SAMPLER_SAVINGS} | dict(savings_off or {})
+    # sides_in_one_pass is this benchmark's choice of call, not a setting of the sampler.
+    sides_in_one_pass = savings["sides_in_one_pass"]
     # CoMLRL's sampling defaults
     settings = SamplingSettings(
         max_new_tokens=max_new_tokens,
         batch_size=batch_size,
-        top_k_first=top_k_first,
-        prefill_once=prefill_once,
-        own_decode_loop=own_decode_loop,
-        single_query_attention=single_query_attention,
+        **{name: on for name, on in savings.items() if name in SETTINGS_FIELDS and name != "sides_in_one_pass"},
     )
     raw_generate(model, tokenizer, prompts[:2], 2, settings, 0)
     ours(model, tokenizer, prompts[:2], 2, settings, 0)
@@ -171,10 +175,7 @@ def measure(
         "max_new_tokens": max_new_tokens,
         "batch_size": batch_size,
         "repeats": repeats,
-        "top_k_first": top_k_first,
-        "prefill_once": prefill_once,
-        "own_decode_loop": own_decode_loop,
-        "single_query_attention": single_query_attention,
+        **savings,
         "raw_tokens": raw_tokens,
         "sampler_tokens": our_tokens,
         "raw_tokens_per_s": round(raw_rate, 1),
@@ -183,7 +184,6 @@ def measure(
         "row_seeded_tokens": row_tokens,
         "row_seeded_tokens_per_s": round(row_rate, 1),
         "row_seeded_ratio": round(row_rate / raw_rate, 3),
-        "sides_in_one_pass": sides_in_one_pass,
         "both_sides_tokens_per_s": round(statistics.median(sides_rates), 1),
     }
 
@@ -210,11 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             max_new_tokens=args.max_new_tokens,
             batch_size=args.batch_size,
             repeats=args.repeats,
-            top_k_first=args.top_k_first,
-            prefill_once=args.prefill_once,
-            sides_in_one_pass=args.sides_in_one_pass,
-            own_decode_loop=args.own_decode_loop,
-            single_query_attention=args.single_query_attention,
+            savings_off=sampler_savings_off(args),
         )
     except ModelLoadError as exc:
         print(f"skipped: {exc}")
@@ -225,9 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"model {result['model']}: {result['sequences']} sequences, max_new_tokens {result['max_new_tokens']}, "
         f"batch size {result['batch_size']}, median of {result['repeats']}, 1 thread, "
-        f"top_k_first {result['top_k_first']}, prefill_once {result['prefill_once']}, "
-        f"sides_in_one_pass {result['sides_in_one_pass']}, own_decode_loop {result['own_decode_loop']}, "
-        f"single_query_attention {result['single_query_attention']}"
+        + ", ".join(f"{name} {result[name]}" for name in SAMPLER_SAVINGS)
     )
     print(f"  (a) raw model.generate   {result['raw_tokens_per_s']:>10.1f} tokens/s")
     print(f"  (b) sample_candidates    {result['sampler_tokens_per_s']:>10.1f} tokens/s")

@@ -55,7 +55,7 @@ def test_the_cache_stores_only_the_suffix_and_counts_the_prompt_in_its_length():
     cache, _, key, _, joined_keys, _ = _case()
     assert isinstance(cache, SharedPrefixCache) and isinstance(cache, DynamicCache)
     assert key.shape == (6, 2, 3, 8) and torch.equal(key, joined_keys[:, :, 5:])
-    assert cache.prefix[0][0].shape[0] == 3  # one row per prompt, never copied per candidate
+    assert cache.prefix(0)[0].shape[0] == 3  # one row per prompt, never copied per candidate
     assert cache.get_seq_length() == 8 and cache.get_mask_sizes(1, 0) == (9, 0)
     assert cache.slot_of_row.tolist() == [0, 1, 0, 0, 2, 1] and cache.rows_per_prompt == 3
 
@@ -87,12 +87,65 @@ def test_an_additive_mask_and_no_mask_equal_the_joined_attention():
         torch.testing.assert_close(out, reference, rtol=1e-5, atol=1e-6)
 
 
+def test_a_prompt_whose_rows_all_left_is_dropped_and_the_rest_renumbered():
+    cache, query, key, value, joined_keys, joined_values = _case()
+    keep = torch.tensor([4, 2, 1])  # rows of prompts 0, 2 and 0: prompt 1 has none left
+    cache.batch_select_indices(keep)
+    assert cache.prefix(0)[0].shape[0] == 2 and cache.prompt_of_row.tolist() == [0, 1, 0]
+    assert cache.slot_of_row.tolist() == [0, 0, 1] and cache.rows_per_prompt == 2
+    module, mask = _Module(6, 2), _allowed()[keep][:, None, None, :]
+
+    out, _ = single_query_attention(module, query[keep], key[keep], value[keep], mask, shared_prefix=cache)
+
+    reference, _ = sdpa_attention_forward(module, query[keep], joined_keys[keep], joined_values[keep], mask)
+    torch.testing.assert_close(out, reference, rtol=1e-5, atol=1e-6)
+
+
+def test_float64_attention_equals_the_joined_attention():
+    cache, query, key, value, joined_keys, joined_values = _case()
+    cache._prefix = [(k.double(), v.double()) for k, v in cache._prefix]
+    query, key, value = query.double(), key.double(), value.double()
+    mask = _allowed()[:, None, None, :]
+    out, _ = single_query_attention(_Module(6, 2), query, key, value, mask, shared_prefix=cache)
+    joined_keys, joined_values = joined_keys.double(), joined_values.double()
+    reference, _ = sdpa_attention_forward(_Module(6, 2), query, joined_keys, joined_values, mask)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, reference, rtol=1e-12, atol=1e-12)
+
+
+def test_a_forward_that_missed_the_prefix_in_a_layer_is_an_error_not_a_wrong_answer():
+    cache, query, key, value, *_ = _case()
+    with pytest.raises(RuntimeError, match="0 of 1 layers"):
+        cache.check_attended()
+    single_query_attention(_Module(6, 2), query, key, value, None, shared_prefix=cache)
+    cache.check_attended()  # one layer, attended once: fine, and the count starts again
+    with pytest.raises(RuntimeError, match="0 of 1 layers"):
+        cache.check_attended()
+
+
+def test_what_the_decode_loop_never_does_is_refused():
+    cache, *_ = _case()
+    for call in (
+        lambda: cache.crop(-1),
+        lambda: cache.batch_repeat_interleave(2),
+        cache.reset,
+        lambda: cache.reorder_cache(torch.tensor([0])),
+    ):
+        with pytest.raises(NotImplementedError):
+            call()
+    sliding = DynamicCache()
+    sliding.update(torch.zeros(1, 1, 2, 4), torch.zeros(1, 1, 2, 4), 0)
+    sliding.layers[0].is_sliding = True
+    with pytest.raises(ValueError, match="sliding"):
+        shared_prefix_cache(None, sliding, torch.tensor([0]))
+
+
 def test_rows_that_leave_keep_their_prompts_and_regroup():
     cache, query, key, value, joined_keys, joined_values = _case()
     keep = torch.tensor([5, 0, 3])
     cache.batch_select_indices(keep)
     assert cache.prompt_of_row.tolist() == [2, 0, 1] and cache.rows_per_prompt == 1
-    assert cache.slot_of_row.tolist() == [0, 0, 0] and cache.prefix[0][0].shape[0] == 3
+    assert cache.slot_of_row.tolist() == [0, 0, 0] and cache.prefix(0)[0].shape[0] == 3
     module, mask = _Module(6, 2), _allowed()[keep][:, None, None, :]
 
     out, _ = single_query_attention(module, query[keep], key[keep], value[keep], mask, shared_prefix=cache)
@@ -161,7 +214,7 @@ def test_the_sampler_keeps_each_prompt_once_and_samples_the_same_tokens(model_di
 
     def recording(config, prefilled, prompt_of_row):
         cache = original(config, prefilled, prompt_of_row)
-        built.append((cache.prefix[0][0].shape[0], prompt_of_row.tolist()))
+        built.append((cache.prefix(0)[0].shape[0], prompt_of_row.tolist()))
         return cache
 
     monkeypatch.setattr(decode_loop, "shared_prefix_cache", recording)
@@ -179,3 +232,46 @@ def test_the_sampler_keeps_each_prompt_once_and_samples_the_same_tokens(model_di
     assert built == [(2, [0, 0, 0, 0, 1, 1, 1, 1])]  # shortest prompt first: "a dog" is prompt 0
     assert sample(shared_prefix_attention=False) == shared and built == []
     assert sample(single_query_attention=False) == shared and built == []  # sdpa: the expanded cache
+    model.to(torch.bfloat16)
+    sample()
+    assert built == []  # half-precision steps go to sdpa, so the cache is expanded for it
+
+
+def test_the_decode_loop_stops_when_a_step_did_not_attend_over_the_prefix(model_dir, monkeypatch):
+    """The attention switched back under the loop (another thread restoring it, say): an error, not wrong logits."""
+    import contextlib
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    prompts = torch.tensor([[5, 6, 7], [8, 9, 10]])
+    prefilled = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(input_ids=prompts[:, :-1], cache=prefilled, use_cache=True)
+    monkeypatch.setattr(decode_loop, "single_query_attention_for", lambda model: contextlib.nullcontext(True))
+    rows = torch.tensor([0, 0, 1])
+    with torch.no_grad(), pytest.raises(RuntimeError, match="reached its attention in 0 of 2 layers"):
+        decode_loop.decode_rows(
+            model,
+            "cache",
+            prompts[rows],
+            torch.ones(3, 3, dtype=torch.long),
+            lambda scores, rows, step: scores.argmax(-1),
+            4,
+            [],
+            cache=prefilled,
+            prompt_of_row=rows,
+        )
+
+
+def test_rows_of_a_prefilled_cache_need_the_cache(model_dir):
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    with pytest.raises(ValueError, match="no cache was given"):
+        decode_loop.decode_rows(
+            model,
+            "cache",
+            torch.ones(2, 3, dtype=torch.long),
+            torch.ones(2, 3, dtype=torch.long),
+            lambda scores, rows, step: scores.argmax(-1),
+            2,
+            [],
+            prompt_of_row=torch.tensor([0, 0]),
+        )

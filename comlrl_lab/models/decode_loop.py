@@ -20,7 +20,7 @@ import torch
 
 from comlrl_lab.models.scoring import base_model
 from comlrl_lab.models.shared_prefix_cache import shared_prefix_cache
-from comlrl_lab.models.single_query_attention import single_query_attention_for
+from comlrl_lab.models.single_query_attention import SERVED_DTYPES, single_query_attention_for
 
 # Finished rows leave the batch once they are at least this share of the rows fed: each drop copies the remaining
 # rows' KV cache, so dropping one row at a time from a large batch would cost more than it saves.
@@ -55,6 +55,8 @@ def decode_rows(
     """
     from transformers import DynamicCache
 
+    if prompt_of_row is not None and cache is None:
+        raise ValueError("prompt_of_row names rows of a prefilled cache; no cache was given.")
     batch = input_ids.shape[0]
     device = input_ids.device
     if cache is None:
@@ -68,12 +70,15 @@ def decode_rows(
     finished = torch.zeros(batch, dtype=torch.bool, device=device)  # per row fed: has emitted an EOS
     attention = single_query_attention_for(model) if single_query_attention else contextlib.nullcontext(False)
     with attention as switched:
-        extra: dict[str, Any] = {}
-        if prompt_of_row is not None and switched and shared_prefix_attention:
-            cache = shared_prefix_cache(base_model(model).config, cache, prompt_of_row)
-            extra["shared_prefix"] = cache
-        elif prompt_of_row is not None:
-            cache.batch_select_indices(prompt_of_row)
+        shared = None
+        if prompt_of_row is not None:
+            # Half-precision steps go to sdpa, which would need the joined keys copied for every layer and step.
+            served = cache.layers[0].keys.dtype in SERVED_DTYPES
+            if switched and shared_prefix_attention and served:
+                cache = shared = shared_prefix_cache(base_model(model).config, cache, prompt_of_row)
+            else:
+                cache.batch_select_indices(prompt_of_row)
+        attention_kwargs = {} if shared is None else {"shared_prefix": shared}
         past = cache.get_seq_length()
         step_ids, step_positions = input_ids[:, past:], positions[:, past:]
         for step in range(max_new_tokens):
@@ -84,8 +89,10 @@ def decode_rows(
                 use_cache=True,
                 logits_to_keep=1,
                 **{cache_name: cache},
-                **extra,
+                **attention_kwargs,
             )
+            if shared is not None:
+                shared.check_attended()
             scores = output.logits[:, -1].to(dtype=torch.float32)  # (R, V)
             tokens = choose(scores, rows, step)  # (R,)
             for row, token in zip(rows.tolist(), tokens.tolist()):

@@ -11,9 +11,13 @@ slower than sdpa for SmolLM2.
 ``single_query_attention_for(model)`` switches a supported sdpa model to this attention for the span of a decode
 loop and back. The attention takes sdpa's masks (the same mask function is registered under its name) and hands
 every call it does not serve (several query tokens, another device, a half-precision dtype, dropout, extra terms)
-to transformers' sdpa attention unchanged; so a forward that began under either name stays valid under the other.
+to transformers' sdpa attention; so a forward that began under either name stays valid under the other.
 Its outputs equal sdpa's up to float rounding (a different summation order), a row with no key to attend included
 (zeros, as sdpa gives).
+
+Over a ``SharedPrefixCache`` (the decode loop's cache when its prompts were prefilled once), the keys and values it
+is handed are the rows' suffixes only; it reads each prompt's keys once for all that prompt's rows and takes one
+softmax over prompt and suffix, and a call it hands to sdpa gets the joined keys.
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ NAME = "comlrl_single_query"
 # Architectures whose attention goes only through transformers' attention interface, with no sdpa-specific branch
 # in their modeling code (checked in transformers 5.24); others keep sdpa throughout.
 MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "smollm3"})
+
+#: The dtypes whose one-token steps ``single_query_attention`` computes itself; others go to sdpa.
+SERVED_DTYPES = (torch.float32, torch.float64)
 
 # Keywords that add a term to the scores; a call with any of them set goes to sdpa. (``sliding_window`` is not one:
 # the mask already holds the window, and sdpa ignores the keyword too.)
@@ -53,7 +60,7 @@ def serves(
     return (
         query.shape[2] == 1
         and query.device.type == "cpu"
-        and query.dtype in (torch.float32, torch.float64)
+        and query.dtype in SERVED_DTYPES
         and not dropout
         and query.shape[0] == key.shape[0]
         and query.shape[1] % key.shape[1] == 0
@@ -74,20 +81,32 @@ def single_query_attention(
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention-interface signature: query (B, H, 1, d), key/value (B, H_kv, L, d), and a mask
     broadcastable to (B, 1, 1, L): sdpa's boolean one (True = attend), an additive float one, or None (every key);
-    returns ((B, 1, H, d), None)."""
-    shared_prefix = kwargs.pop("shared_prefix", None)  # a SharedPrefixCache: key and value are its rows' suffixes
+    returns ((B, 1, H, d), None).
+
+    With the keyword ``shared_prefix`` (a ``SharedPrefixCache``, which the decode loop passes), key and value are
+    only the rows' suffixes, and the L keys of the mask are the prompt's P followed by them.
+    """
+    shared_prefix = kwargs.pop("shared_prefix", None)
+    if shared_prefix is not None:
+        shared_prefix.attended()
     if not serves(query, key, attention_mask, dropout, **kwargs):
         if shared_prefix is not None:
-            key, value = shared_prefix.full_keys_values(module.layer_idx, key, value)
+            key, value = shared_prefix.joined_keys_values(module.layer_idx, key, value)
         return _sdpa(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     batch, heads, _, dim = query.shape
     kv_heads = key.shape[1]
     scale = dim**-0.5 if scaling is None else scaling
-    if shared_prefix is not None:
-        output = shared_prefix.attend(module.layer_idx, query, key, value, attention_mask, scale)
-        return output.reshape(batch, 1, heads, dim), None
     grouped = query.reshape(batch, kv_heads, heads // kv_heads, dim)  # each KV head's query heads as rows
-    scores = torch.matmul(grouped, key.transpose(-1, -2)) * scale  # (B, H_kv, H / H_kv, L)
+    if shared_prefix is not None:
+        output = _attend_shared_prefix(shared_prefix, module.layer_idx, grouped, key, value, attention_mask, scale)
+    else:
+        scores = torch.matmul(grouped, key.transpose(-1, -2)) * scale  # (B, H_kv, H / H_kv, L)
+        output = torch.matmul(_masked_softmax(scores, attention_mask), value)  # (B, H_kv, H / H_kv, d)
+    return output.reshape(batch, 1, heads, dim), None
+
+
+def _masked_softmax(scores: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """softmax over the last dimension of ``scores`` with sdpa's mask applied as sdpa applies it."""
     blocked = None
     if attention_mask is not None and attention_mask.dtype == torch.bool:
         blocked = ~attention_mask
@@ -99,8 +118,43 @@ def single_query_attention(
         # A row with no key left would average every value; sdpa gives it zeros. Elsewhere a blocked key's weight
         # is already exactly 0 (exp underflows), so this changes nothing else.
         weights = weights.masked_fill(blocked, 0.0)
-    output = torch.matmul(weights, value)  # (B, H_kv, H / H_kv, d)
-    return output.reshape(batch, 1, heads, dim), None
+    return weights
+
+
+def _attend_shared_prefix(
+    cache: Any,
+    layer_idx: int,
+    grouped: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scale: float,
+) -> torch.Tensor:
+    """Attention of ``grouped`` (R, H_kv, H / H_kv, d) over each row's prompt in ``cache`` and its own suffix
+    (key, value: (R, H_kv, S, d)), with one softmax over both; returns (R, H_kv, H / H_kv, d).
+
+    A prompt's keys are read once for all its rows: its rows' queries become extra query rows of one product.
+    """
+    prefix_keys, prefix_values = cache.prefix(layer_idx)  # (U, H_kv, P, d)
+    prompts, kv_heads, length, dim = prefix_keys.shape
+    group = grouped.shape[2]
+    per_prompt = cache.rows_per_prompt
+    prompt, slot = cache.prompt_of_row, cache.slot_of_row  # (R,) each
+
+    def by_prompt(rows: torch.Tensor) -> torch.Tensor:
+        """(R, H_kv, group, n) -> (U, H_kv, rows_per_prompt * group, n), zero where a prompt has fewer rows."""
+        blocks = rows.new_zeros((prompts, kv_heads, per_prompt, group, rows.shape[-1]))
+        blocks[prompt, :, slot] = rows
+        return blocks.reshape(prompts, kv_heads, per_prompt * group, rows.shape[-1])
+
+    def by_row(blocks: torch.Tensor) -> torch.Tensor:
+        return blocks.reshape(prompts, kv_heads, per_prompt, group, blocks.shape[-1])[prompt, :, slot]
+
+    prefix_scores = by_row(torch.matmul(by_prompt(grouped), prefix_keys.transpose(-1, -2)))  # (R, H_kv, group, P)
+    suffix_scores = torch.matmul(grouped, key.transpose(-1, -2))  # (R, H_kv, group, S)
+    weights = _masked_softmax(torch.cat([prefix_scores, suffix_scores], dim=-1) * scale, attention_mask)
+    prefix_output = by_row(torch.matmul(by_prompt(weights[..., :length]), prefix_values))
+    return prefix_output + torch.matmul(weights[..., length:], value)
 
 
 @functools.cache
