@@ -22,3 +22,16 @@ def field_arg(config_class: type) -> Callable[[str], tuple[str, object]]:
             raise argparse.ArgumentTypeError(str(error)) from None
 
     return parse
+
+
+def add_set_argument(parser: argparse.ArgumentParser, config_class: type, help_text: str) -> None:
+    """A repeatable ``--set FIELD=VALUE`` whose (name, value) pairs land in ``args.fields``."""
+    parser.add_argument(
+        "--set",
+        dest="fields",
+        action="append",
+        type=field_arg(config_class),
+        default=[],
+        metavar="FIELD=VALUE",
+        help=help_text,
+    )

@@ -25,7 +25,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from field_args import field_arg
+from field_args import add_set_argument
 
 from comlrl_lab.engine.presets import QUICKSTART_CONFIG, SMOLLM2_MODEL_NAME, quickstart_spec, smollm2_spec
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
@@ -153,14 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=preset["num_train_epochs"])
     parser.add_argument("--lr", type=float, default=preset["agent_learning_rate"])
     parser.add_argument("--beta", type=float, default=preset["dpo_beta"])
-    parser.add_argument(
-        "--set",
-        dest="fields",
-        action="append",
-        type=field_arg(MADPOIterConfig),
-        default=[],
-        metavar="FIELD=VALUE",
-        help="any other MADPOIterConfig field for every run, e.g. pair_selection=reward_gap; repeatable",
+    add_set_argument(
+        parser,
+        MADPOIterConfig,
+        "any other MADPOIterConfig field for every run, e.g. pair_selection=reward_gap; repeatable",
     )
     parser.add_argument(
         "--by",

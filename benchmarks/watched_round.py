@@ -39,7 +39,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from app_driver import REPO, AppServer, chromium_page, key, wait_idle  # noqa: E402
-from field_args import field_arg  # noqa: E402
+from field_args import add_set_argument  # noqa: E402
 
 from comlrl_lab.engine.presets import quickstart_spec  # noqa: E402
 from comlrl_lab.engine.run import SNAPSHOT_DIR, Run  # noqa: E402
@@ -174,14 +174,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--post-script-gc", action="store_true", help="serve with runner.postScriptGC=true (as before the fix)"
     )
-    parser.add_argument(
-        "--set",
-        dest="fields",
-        action="append",
-        type=field_arg(MADPOIterConfig),
-        default=[],
-        metavar="FIELD=VALUE",
-        help="a config field of every run (app and CLI), e.g. gc_freeze_during_steps=false; repeatable",
+    add_set_argument(
+        parser,
+        MADPOIterConfig,
+        "a config field of every run (app and CLI), e.g. gc_freeze_during_steps=false; repeatable",
     )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
