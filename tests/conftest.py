@@ -41,6 +41,37 @@ def make_trainer(model_dir):
 
 
 @pytest.fixture
+def sample_two_prompts(model_dir):
+    """``sample_two_prompts(**change)``: the tiny model's 4 candidates for each of two prompts of different
+    lengths, seeded per row, as completion ids; the keywords change the ``SamplingSettings``. The model is
+    ``sample_two_prompts.model``, so a test can change its dtype between calls."""
+    import dataclasses
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from comlrl_lab.models.generation import SamplingSettings, sample_candidates
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    settings = SamplingSettings(max_new_tokens=6, temperature=1.5, top_p=1.0, top_k=None, batch_size=8)
+
+    def sample(**change) -> list[list[list[int]]]:
+        rows = sample_candidates(
+            model,
+            tokenizer,
+            ["the red cat sat on the mat", "a dog"],
+            4,
+            dataclasses.replace(settings, **change),
+            None,
+            row_seeds=[3, 4],
+        )
+        return [[candidate.completion_ids for candidate in row] for row in rows]
+
+    sample.model = model
+    return sample
+
+
+@pytest.fixture
 def store(tmp_path):
     """An empty read-write store in the test's own file (DuckDB locks a file to one process)."""
     # In a folder of its own: the tests export next to it, and an export never writes into a run folder.

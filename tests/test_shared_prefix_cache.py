@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers import AutoModelForCausalLM, DynamicCache
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 import comlrl_lab.models.decode_loop as decode_loop
-from comlrl_lab.models.generation import SamplingSettings, sample_candidates
 from comlrl_lab.models.shared_prefix_cache import SharedPrefixCache, shared_prefix_cache
 from comlrl_lab.models.single_query_attention import single_query_attention, single_query_attention_for
 
@@ -206,9 +203,7 @@ def test_decode_steps_from_the_shared_prefix_give_the_expanded_caches_logits(mod
     torch.testing.assert_close(shared, expanded, rtol=1e-5, atol=1e-5)
 
 
-def test_the_sampler_keeps_each_prompt_once_and_samples_the_same_tokens(model_dir, monkeypatch):
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+def test_the_sampler_keeps_each_prompt_once_and_samples_the_same_tokens(sample_two_prompts, monkeypatch):
     built = []
     original = decode_loop.shared_prefix_cache
 
@@ -218,21 +213,16 @@ def test_the_sampler_keeps_each_prompt_once_and_samples_the_same_tokens(model_di
         return cache
 
     monkeypatch.setattr(decode_loop, "shared_prefix_cache", recording)
-    settings = SamplingSettings(max_new_tokens=6, temperature=1.5, top_p=1.0, top_k=None, batch_size=8)
-    prompts, seeds = ["the red cat sat on the mat", "a dog"], [3, 4]
 
     def sample(**change):
         built.clear()
-        result = sample_candidates(
-            model, tokenizer, prompts, 4, dataclasses.replace(settings, **change), None, row_seeds=seeds
-        )
-        return [[c.completion_ids for c in row] for row in result]
+        return sample_two_prompts(**change)
 
     shared = sample()
     assert built == [(2, [0, 0, 0, 0, 1, 1, 1, 1])]  # shortest prompt first: "a dog" is prompt 0
     assert sample(shared_prefix_attention=False) == shared and built == []
     assert sample(single_query_attention=False) == shared and built == []  # sdpa: the expanded cache
-    model.to(torch.bfloat16)
+    sample_two_prompts.model.to(torch.bfloat16)
     sample()
     assert built == []  # half-precision steps go to sdpa, so the cache is expanded for it
 

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 import comlrl_lab.models.single_query_attention as single
-from comlrl_lab.models.generation import SamplingSettings, sample_candidates
 from comlrl_lab.models.single_query_attention import (
     NAME,
     single_query_attention,
@@ -178,26 +175,19 @@ def test_decode_steps_under_the_switch_give_sdpas_logits(model_dir, embedded):
     torch.testing.assert_close(switched, reference, rtol=1e-5, atol=1e-5)
 
 
-def test_the_own_decode_loop_runs_its_steps_through_it_and_samples_the_same_tokens(model_dir, monkeypatch):
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+def test_the_own_decode_loop_runs_its_steps_through_it_and_samples_the_same_tokens(sample_two_prompts, monkeypatch):
     served = []
     original = single.serves
     monkeypatch.setattr(single, "serves", lambda *a, **k: served.append(original(*a, **k)) or served[-1])
-    settings = SamplingSettings(max_new_tokens=6, temperature=1.5, top_p=1.0, top_k=None, batch_size=8)
-    prompts, seeds = ["the red cat sat on the mat", "a dog"], [3, 4]
 
     def sample(**change):
         served.clear()
-        result = sample_candidates(
-            model, tokenizer, prompts, 4, dataclasses.replace(settings, **change), None, row_seeds=seeds
-        )
-        return [[c.completion_ids for c in row] for row in result]
+        return sample_two_prompts(**change)
 
     own = sample()
-    layers = model.config.num_hidden_layers
+    layers = sample_two_prompts.model.config.num_hidden_layers
     assert served.count(True) >= layers and served.count(True) % layers == 0  # whole steps, every layer
     assert served.count(False) == 0  # the shared prompt prefix was prefilled before the switch
     assert sample(single_query_attention=False) == own and served == []
     assert sample(own_decode_loop=False) == own and served == []  # generate keeps sdpa
-    assert model.config._attn_implementation == "sdpa"
+    assert sample_two_prompts.model.config._attn_implementation == "sdpa"
