@@ -38,6 +38,10 @@ own busy thread too, so after a long run it climbs towards 1 on an otherwise idl
 waits before each pair (at most ``--settle-max`` seconds) until it has fallen below 0.5, and the others' CPU is the
 figure that this benchmark does not inflate.
 
+**The work.** Each run also reports a fingerprint of the weights it trained (after the timing). A side whose runs
+ended with different weights is flagged in the table, and the JSON gives each config's ``distinct_weights``: its times
+then differ by the work done (more or fewer generated tokens, say), not only by the machine.
+
 The CPU, its logical CPUs, torch's CPU kernels and BLAS are printed with the tables and written to the JSON
 (``machine``): the ratio depends on them, not only on the code and the load.
 
@@ -74,6 +78,7 @@ COMLRL_VERSION = "1.4.3"
 DEFAULT_VENV = ROOT / ".bench" / "comlrl-venv"
 LOG_DIR = ROOT / ".bench" / "vs-comlrl-logs"
 SIDES = ("comlrl", "comlrl_lab")
+SIDE_NAMES = {"comlrl": "CoMLRL", "comlrl_lab": "comlrl-lab"}
 TASK = "length_ratio"
 SEED = 0
 
@@ -268,6 +273,7 @@ def machine_line(machine: dict) -> str:
 class RunTime:
     train_seconds: float
     process_seconds: float
+    weights: str = ""  # the worker's fingerprint of the trained parameters: equal runs did the same work
 
 
 QUIET_LOAD = 0.5  # a 1-minute load average below this at every reading makes a quiet measurement
@@ -444,7 +450,8 @@ def run_worker(
     results = [line for line in done.stdout.splitlines() if line.startswith(RESULT_MARKER)]
     if done.returncode != 0 or not results:
         raise RuntimeError(f"{side} run failed (exit {done.returncode}); see {log_path}")
-    return RunTime(json.loads(results[-1][len(RESULT_MARKER) :])["train_seconds"], process_seconds)
+    result = json.loads(results[-1][len(RESULT_MARKER) :])
+    return RunTime(result["train_seconds"], process_seconds, result["weights"])
 
 
 @dataclass(frozen=True)
@@ -458,10 +465,20 @@ def summarise(values: list[float]) -> Summary:
     return Summary(statistics.median(values), min(values), max(values))
 
 
+def distinct_weights(pairs: list[Pair]) -> dict[str, int]:
+    """Per side, how many different trained weights its runs ended with: 1 when every run did the same work, so that
+    their times differ only by the machine."""
+    return {
+        "comlrl": len({p.theirs.weights for p in pairs}),
+        "comlrl_lab": len({p.ours.weights for p in pairs}),
+    }
+
+
 def table(rows: list[tuple[str, list[Pair]]], seconds: str, max_drift: float) -> str:
     """A Markdown table: per row a label and its pairs; CoMLRL's and our ``seconds`` ("train_seconds" or
     "process_seconds") as medians with [min, max], the ratio of the medians, the 1-minute load before and after the
-    pairs ([lowest, highest] reading) and the other processes' CPU, and a flag when a pair's load drifted."""
+    pairs ([lowest, highest] reading) and the other processes' CPU, and a flag when a pair's load drifted or a side's
+    runs trained different weights."""
     lines = [
         "| Config | CoMLRL | comlrl-lab | speed-up | load (1 min) | others' CPU | flag |",
         "|---|---|---|---|---|---|---|",
@@ -473,7 +490,13 @@ def table(rows: list[tuple[str, list[Pair]]], seconds: str, max_drift: float) ->
         others = [p.others_cores for p in pairs if p.others_cores is not None]
         others_text = f"{max(others):.2f} cores" if others else "n/a"
         drifted = sum(p.load_drift > max_drift for p in pairs)
-        flag = f"load moved > {max_drift} in {drifted} of {len(pairs)} pairs" if drifted else ""
+        flags = [f"load moved > {max_drift} in {drifted} of {len(pairs)} pairs"] if drifted else []
+        flags += [
+            f"{SIDE_NAMES[side]} trained {count} different weights"
+            for side, count in distinct_weights(pairs).items()
+            if count > 1
+        ]
+        flag = "; ".join(flags)
         lines.append(
             f"| {label} | {a.median:.2f} s [{a.low:.2f}, {a.high:.2f}] | {b.median:.2f} s [{b.low:.2f}, {b.high:.2f}] "
             f"| {a.median / b.median:.2f}x | {min(loads):.2f}-{max(loads):.2f} | {others_text} | {flag} |"
@@ -587,12 +610,17 @@ def main() -> None:
                     f"[{name}] pair {repeat + 1}: train CoMLRL {pair.theirs.train_seconds:.2f} s, ours "
                     f"{pair.ours.train_seconds:.2f} s ({pair.theirs.train_seconds / pair.ours.train_seconds:.2f}x); "
                     f"process {pair.theirs.process_seconds:.2f} s, {pair.ours.process_seconds:.2f} s; load "
-                    f"{pair.load_before} -> {pair.load_after}, others' CPU {pair.others_cores} cores{flag}",
+                    f"{pair.load_before} -> {pair.load_after}, others' CPU {pair.others_cores} cores; weights "
+                    f"{pair.theirs.weights}, {pair.ours.weights}{flag}",
                     flush=True,
                 )
             label = bench.label()
             rows.append((label, pairs))
-            raw["configs"][name] = {"label": label, "pairs": [p.as_json(args.max_load_drift) for p in pairs]}
+            raw["configs"][name] = {
+                "label": label,
+                "pairs": [p.as_json(args.max_load_drift) for p in pairs],
+                "distinct_weights": distinct_weights(pairs),
+            }
             # Each config's rows as soon as it is done: a long run interrupted later still leaves them.
             print(
                 f"[{name}] train()\n{table(rows[-1:], 'train_seconds', args.max_load_drift)}\n"

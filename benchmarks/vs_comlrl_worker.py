@@ -12,11 +12,14 @@ has no engine. Usage (the driver calls it)::
 SPEC holds ``package`` ("comlrl" or "comlrl_lab"), ``repo_root``, ``trainer`` ("MADPOIter" or "MARLHFIter"),
 ``model_dir``, ``task``, ``items``, ``seed``, ``config`` (the config fields) and ``threads`` (torch threads; 0
 leaves torch's default, the machine's cores). The last stdout line is a JSON
-object with ``train_seconds`` and ``setup_seconds``.
+object with ``train_seconds``, ``setup_seconds`` and ``weights``: a fingerprint of the trained agents' parameters,
+taken after the timing, so the driver can tell whether runs of one side did the same work or only took different
+times.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import os
@@ -27,6 +30,18 @@ import time
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 RESULT_MARKER = "VS_COMLRL_RESULT "
+
+
+def weights_fingerprint(agents) -> str:
+    """The first 16 hex digits of a SHA-256 over every agent's parameters, by name, as raw bytes."""
+    import torch
+
+    digest = hashlib.sha256()
+    for agent in agents:
+        for name, parameter in sorted(agent.named_parameters()):
+            digest.update(name.encode())
+            digest.update(parameter.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 def main(spec_path: str) -> None:
@@ -68,7 +83,12 @@ def main(spec_path: str) -> None:
     train_started = time.perf_counter()
     trainer.train()
     train_seconds = time.perf_counter() - train_started
-    print(RESULT_MARKER + json.dumps({"train_seconds": train_seconds, "setup_seconds": setup_seconds}), flush=True)
+    result = {
+        "train_seconds": train_seconds,
+        "setup_seconds": setup_seconds,
+        "weights": weights_fingerprint(trainer.agents),
+    }
+    print(RESULT_MARKER + json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

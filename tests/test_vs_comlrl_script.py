@@ -86,6 +86,41 @@ def test_table_gives_medians_ranges_the_ratio_of_medians_and_the_load():
     assert bench.summarise([4.0, 1.0, 3.0, 2.0]) == bench.Summary(2.5, 1.0, 4.0)
 
 
+def test_a_side_whose_runs_trained_different_weights_is_flagged():
+    bench = load_benchmark()
+    runs = [pair(bench, 3.0, 1.0, (0.2, 0, 0), (0.3, 0, 0)) for _ in range(3)]
+    for run, theirs in zip(runs, ["aa", "bb", "aa"], strict=True):
+        run.theirs.weights, run.ours.weights = theirs, "cc"
+    assert bench.distinct_weights(runs) == {"comlrl": 2, "comlrl_lab": 1}
+    assert bench.table([("cfg", runs)], "train_seconds", max_drift=0.5).endswith(
+        "| CoMLRL trained 2 different weights |"
+    )
+    runs[0].ours.weights = "dd"
+    runs[1].load_after = (1.0, 0, 0)
+    assert bench.table([("cfg", runs)], "train_seconds", max_drift=0.5).endswith(
+        "| load moved > 0.5 in 1 of 3 pairs; CoMLRL trained 2 different weights; comlrl-lab trained 2 different "
+        "weights |"
+    )
+
+
+def test_the_weights_fingerprint_changes_with_any_parameter_and_its_name():
+    import torch
+
+    worker = load_repo_script("benchmarks/vs_comlrl_worker.py", "vs_comlrl_worker")
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    b.load_state_dict(a.state_dict())
+    fingerprint = worker.weights_fingerprint([a, b])
+    assert len(fingerprint) == 16 and fingerprint == worker.weights_fingerprint([b, a])
+    assert worker.weights_fingerprint([a]) != fingerprint
+    with torch.no_grad():
+        b.bias[1] = torch.nextafter(b.bias[1], torch.tensor(1.0))  # one bit of one parameter
+    assert worker.weights_fingerprint([a, b]) != fingerprint
+    renamed = torch.nn.Sequential(torch.nn.Linear(3, 2))
+    renamed[0].load_state_dict(a.state_dict())
+    assert worker.weights_fingerprint([renamed, a]) != worker.weights_fingerprint([a, a])
+
+
 def test_load_verdict_is_quiet_only_below_half_at_every_reading_and_counts_drifted_pairs():
     bench = load_benchmark()
     quiet = [
@@ -210,4 +245,5 @@ def test_worker_trains_on_our_side_and_reports_its_time(tmp_path):
         extra_fields={"concurrent_cpu_agents": True},
     )
     assert 0 < run.train_seconds < run.process_seconds
+    assert len(run.weights) == 16 and int(run.weights, 16) >= 0
     assert bench.RESULT_MARKER in (tmp_path / "run.log").read_text(encoding="utf-8")
