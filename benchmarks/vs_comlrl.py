@@ -29,7 +29,7 @@ concurrent_cpu_agents=true`` measures our agents in threads of their own against
 Our trainers set glibc's malloc thresholds themselves (``keep_freed_host_memory``); ``--comlrl-keeps-freed-memory``
 gives CoMLRL's process the same thresholds through ``GLIBC_TUNABLES``, so the ratio shows what is left without them.
 
-**The load.** Before and after each pair of runs (CoMLRL's, then ours) it reads the load average
+**The load.** Before and after each pair of runs (one of each side) it reads the load average
 (``os.getloadavg()``) and, from ``/proc/stat``, how much CPU other processes took while the pair ran (the machine's
 busy time less this benchmark's own, in cores). Every figure is printed with them; a pair whose 1-minute load moved
 by more than ``--max-load-drift`` (0.5) is flagged in the table and the JSON, and a last line says whether the whole
@@ -37,6 +37,10 @@ measurement counts as quiet (1-minute load below 0.5 at every reading). The 1-mi
 own busy thread too, so after a long run it climbs towards 1 on an otherwise idle machine; ``--settle-below 0.5``
 waits before each pair (at most ``--settle-max`` seconds) until it has fallen below 0.5, and the others' CPU is the
 figure that this benchmark does not inflate.
+
+**The order.** CoMLRL runs first in the odd-numbered pairs and ours in the even-numbered ones, so whatever favours a
+pair's first run (a CPU rested while the load settled, say) falls on both sides alike; the JSON names each pair's
+``first`` side.
 
 **The work.** Each run also reports a fingerprint of the weights it trained (after the timing). A side whose runs
 ended with different weights is flagged in the table, and the JSON gives each config's ``distinct_weights``: its times
@@ -279,6 +283,12 @@ class RunTime:
 QUIET_LOAD = 0.5  # a 1-minute load average below this at every reading makes a quiet measurement
 
 
+def pair_order(repeat: int) -> tuple[str, ...]:
+    """The sides of pair ``repeat`` (from 0) in the order they run: CoMLRL first in even pairs, ours first in odd ones,
+    so that whatever favours a pair's first run (a CPU rested while the load settled) falls on both sides alike."""
+    return SIDES if repeat % 2 == 0 else SIDES[::-1]
+
+
 def read_load() -> tuple[float, float, float]:
     """The 1-, 5- and 15-minute load averages."""
     return tuple(round(value, 2) for value in os.getloadavg())
@@ -306,13 +316,14 @@ def own_cpu_seconds() -> float:
 
 @dataclass
 class Pair:
-    """One interleaved pair of runs (CoMLRL's, then ours) and the machine's load around it."""
+    """One interleaved pair of runs (CoMLRL's and ours, in ``pair_order``) and the machine's load around it."""
 
     theirs: RunTime
     ours: RunTime
     load_before: tuple[float, float, float]
     load_after: tuple[float, float, float]
     others_cores: float | None  # CPU other processes took during the pair, in cores; None without /proc/stat
+    first: str = SIDES[0]  # the side that ran first
 
     @property
     def load_drift(self) -> float:
@@ -327,6 +338,7 @@ class Pair:
             "load_drift": self.load_drift,
             "drifted": self.load_drift > max_drift,
             "others_cores": self.others_cores,
+            "first": self.first,
         }
 
 
@@ -590,7 +602,7 @@ def main() -> None:
                     print(f"[{name}] waited {waited:.0f} s for the load to settle: {read_load()}", flush=True)
                 runs = {}
                 with PairMeter() as meter:
-                    for side in SIDES:
+                    for side in pair_order(repeat):
                         runs[side] = run_worker(
                             pythons[side],
                             side,
@@ -603,11 +615,14 @@ def main() -> None:
                             else None,
                             extra_env=comlrl_env if side == "comlrl" else None,
                         )
-                pair = Pair(runs["comlrl"], runs["comlrl_lab"], meter.load_before, meter.load_after, meter.others_cores)
+                first = pair_order(repeat)[0]
+                pair = Pair(
+                    runs["comlrl"], runs["comlrl_lab"], meter.load_before, meter.load_after, meter.others_cores, first
+                )
                 pairs.append(pair)
                 flag = "  FLAGGED: load moved" if pair.load_drift > args.max_load_drift else ""
                 print(
-                    f"[{name}] pair {repeat + 1}: train CoMLRL {pair.theirs.train_seconds:.2f} s, ours "
+                    f"[{name}] pair {repeat + 1} ({SIDE_NAMES[first]} first): train CoMLRL {pair.theirs.train_seconds:.2f} s, ours "
                     f"{pair.ours.train_seconds:.2f} s ({pair.theirs.train_seconds / pair.ours.train_seconds:.2f}x); "
                     f"process {pair.theirs.process_seconds:.2f} s, {pair.ours.process_seconds:.2f} s; load "
                     f"{pair.load_before} -> {pair.load_after}, others' CPU {pair.others_cores} cores; weights "

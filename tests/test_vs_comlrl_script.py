@@ -86,6 +86,18 @@ def test_table_gives_medians_ranges_the_ratio_of_medians_and_the_load():
     assert bench.summarise([4.0, 1.0, 3.0, 2.0]) == bench.Summary(2.5, 1.0, 4.0)
 
 
+def test_the_pairs_alternate_which_side_runs_first_and_say_so():
+    bench = load_benchmark()
+    assert [bench.pair_order(repeat) for repeat in range(3)] == [
+        ("comlrl", "comlrl_lab"),
+        ("comlrl_lab", "comlrl"),
+        ("comlrl", "comlrl_lab"),
+    ]
+    ours_first = bench.Pair(bench.RunTime(2, 3), bench.RunTime(1, 2), (0.1, 0, 0), (0.2, 0, 0), 0.0, "comlrl_lab")
+    assert ours_first.as_json(0.5)["first"] == "comlrl_lab"
+    assert pair(bench, 2, 1, (0.1, 0, 0), (0.2, 0, 0)).as_json(0.5)["first"] == "comlrl"
+
+
 def test_a_side_whose_runs_trained_different_weights_is_flagged():
     bench = load_benchmark()
     runs = [pair(bench, 3.0, 1.0, (0.2, 0, 0), (0.3, 0, 0)) for _ in range(3)]
