@@ -1,8 +1,8 @@
 """Side by side with CoMLRL 1.4.3: the same CoMLRL-style script and config, one thread each, interleaved runs.
 
 For each config, ``benchmarks/vs_comlrl_worker.py`` runs once with CoMLRL (installed in a venv of its own that
-this script creates; CoMLRL is never a dependency of the project) and once with comlrl-lab, alternating
-(A B A B ...) ``--repeats`` times, so that a change in the machine's load hits both sides alike. Each run is a
+this script creates; CoMLRL is never a dependency of the project) and once with comlrl-lab, interleaved (A B, B A,
+A B, ...) ``--repeats`` times, so that a change in the machine's load hits both sides alike. Each run is a
 fresh process with one thread and W&B off. It reports the wall-clock of ``trainer.train()`` and of the whole
 process (imports and model loading included): medians, min and max, and CoMLRL's median over ours.
 
@@ -38,13 +38,16 @@ own busy thread too, so after a long run it climbs towards 1 on an otherwise idl
 waits before each pair (at most ``--settle-max`` seconds) until it has fallen below 0.5, and the others' CPU is the
 figure that this benchmark does not inflate.
 
-**The order.** CoMLRL runs first in the odd-numbered pairs and ours in the even-numbered ones, so whatever favours a
-pair's first run (a CPU rested while the load settled, say) falls on both sides alike; the JSON names each pair's
-``first`` side.
+**The order.** CoMLRL runs first in pairs 1, 3, 5, ... and ours in pairs 2, 4, ..., so whatever favours a pair's first
+run (a CPU rested while the load settled, say) falls on both sides alike when ``--repeats`` is even (with an odd
+number CoMLRL goes first once more); the JSON names each pair's ``first`` side.
 
-**The work.** Each run also reports a fingerprint of the weights it trained (after the timing). A side whose runs
-ended with different weights is flagged in the table, and the JSON gives each config's ``distinct_weights``: its times
-then differ by the work done (more or fewer generated tokens, say), not only by the machine.
+**The work.** Each run also reports a fingerprint of the weights it trained (taken after ``train()``'s timing, and its
+own time taken off the whole process's). A side whose runs ended with different weights is flagged in the table, and
+the JSON gives each config's ``distinct_weights``. At one thread each run of a side does the same arithmetic, so
+different weights mean different work (more or fewer generated tokens, say), and its times then differ by more than
+the machine; with more threads (``--threads 0``, ``concurrent_cpu_agents``) sums may also be ordered differently from
+run to run, and the flag says no more than that the last bits differ.
 
 The CPU, its logical CPUs, torch's CPU kernels and BLAS are printed with the tables and written to the JSON
 (``machine``): the ratio depends on them, not only on the code and the load.
@@ -57,6 +60,7 @@ runs much less.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -277,15 +281,16 @@ def machine_line(machine: dict) -> str:
 class RunTime:
     train_seconds: float
     process_seconds: float
-    weights: str = ""  # the worker's fingerprint of the trained parameters: equal runs did the same work
+    weights: str  # the worker's fingerprint of the trained parameters: at one thread, equal runs did the same work
 
 
 QUIET_LOAD = 0.5  # a 1-minute load average below this at every reading makes a quiet measurement
 
 
 def pair_order(repeat: int) -> tuple[str, ...]:
-    """The sides of pair ``repeat`` (from 0) in the order they run: CoMLRL first in even pairs, ours first in odd ones,
-    so that whatever favours a pair's first run (a CPU rested while the load settled) falls on both sides alike."""
+    """The sides of pair ``repeat`` (counted from 0) in the order they run: CoMLRL first at repeats 0, 2, ..., ours at
+    1, 3, ..., so that whatever favours a pair's first run (a CPU rested while the load settled) falls on both sides
+    alike over an even number of pairs."""
     return SIDES if repeat % 2 == 0 else SIDES[::-1]
 
 
@@ -323,7 +328,7 @@ class Pair:
     load_before: tuple[float, float, float]
     load_after: tuple[float, float, float]
     others_cores: float | None  # CPU other processes took during the pair, in cores; None without /proc/stat
-    first: str = SIDES[0]  # the side that ran first
+    first: str  # the side that ran first
 
     @property
     def load_drift(self) -> float:
@@ -463,7 +468,44 @@ def run_worker(
     if done.returncode != 0 or not results:
         raise RuntimeError(f"{side} run failed (exit {done.returncode}); see {log_path}")
     result = json.loads(results[-1][len(RESULT_MARKER) :])
-    return RunTime(result["train_seconds"], process_seconds, result["weights"])
+    # The fingerprint is the benchmark's own work, not the run's: it does not count in the whole process's time.
+    return RunTime(result["train_seconds"], process_seconds - result["fingerprint_seconds"], result["weights"])
+
+
+def run_config_side(
+    pythons: dict,
+    bench: BenchConfig,
+    model_dir: str,
+    log_dir: Path,
+    name: str,
+    repeat: int,
+    threads: int,
+    ours: dict,
+    comlrl_env: dict,
+    side: str,
+) -> RunTime:
+    """One run of ``side`` in pair ``repeat`` of config ``name``: our fields for ours, CoMLRL's environment for its."""
+    return run_worker(
+        pythons[side],
+        side,
+        bench,
+        model_dir,
+        log_dir / f"config{name}-{side}-{repeat + 1}.log",
+        threads=threads,
+        extra_fields={**OURS_FIELDS_FOR_MODEL.get(bench.model, {}), **ours} if side == "comlrl_lab" else None,
+        extra_env=comlrl_env if side == "comlrl" else None,
+    )
+
+
+def run_pair(repeat: int, run_side) -> Pair:
+    """Pair ``repeat`` (from 0): ``run_side(side)`` -> ``RunTime`` for each side in ``pair_order(repeat)``, inside one
+    ``PairMeter``."""
+    order = pair_order(repeat)
+    with PairMeter() as meter:
+        runs = {side: run_side(side) for side in order}
+    return Pair(
+        runs["comlrl"], runs["comlrl_lab"], meter.load_before, meter.load_after, meter.others_cores, first=order[0]
+    )
 
 
 @dataclass(frozen=True)
@@ -600,29 +642,15 @@ def main() -> None:
                 if args.settle_below is not None:
                     waited = settle(args.settle_below, args.settle_max)
                     print(f"[{name}] waited {waited:.0f} s for the load to settle: {read_load()}", flush=True)
-                runs = {}
-                with PairMeter() as meter:
-                    for side in pair_order(repeat):
-                        runs[side] = run_worker(
-                            pythons[side],
-                            side,
-                            bench,
-                            model_dir,
-                            log_dir / f"config{name}-{side}-{repeat + 1}.log",
-                            threads=args.threads,
-                            extra_fields={**OURS_FIELDS_FOR_MODEL.get(bench.model, {}), **ours}
-                            if side == "comlrl_lab"
-                            else None,
-                            extra_env=comlrl_env if side == "comlrl" else None,
-                        )
-                first = pair_order(repeat)[0]
-                pair = Pair(
-                    runs["comlrl"], runs["comlrl_lab"], meter.load_before, meter.load_after, meter.others_cores, first
+                run_side = functools.partial(
+                    run_config_side, pythons, bench, model_dir, log_dir, name, repeat, args.threads, ours, comlrl_env
                 )
+                pair = run_pair(repeat, run_side)
                 pairs.append(pair)
                 flag = "  FLAGGED: load moved" if pair.load_drift > args.max_load_drift else ""
                 print(
-                    f"[{name}] pair {repeat + 1} ({SIDE_NAMES[first]} first): train CoMLRL {pair.theirs.train_seconds:.2f} s, ours "
+                    f"[{name}] pair {repeat + 1} ({SIDE_NAMES[pair.first]} first): train CoMLRL "
+                    f"{pair.theirs.train_seconds:.2f} s, ours "
                     f"{pair.ours.train_seconds:.2f} s ({pair.theirs.train_seconds / pair.ours.train_seconds:.2f}x); "
                     f"process {pair.theirs.process_seconds:.2f} s, {pair.ours.process_seconds:.2f} s; load "
                     f"{pair.load_before} -> {pair.load_after}, others' CPU {pair.others_cores} cores; weights "

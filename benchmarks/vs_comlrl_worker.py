@@ -12,9 +12,9 @@ has no engine. Usage (the driver calls it)::
 SPEC holds ``package`` ("comlrl" or "comlrl_lab"), ``repo_root``, ``trainer`` ("MADPOIter" or "MARLHFIter"),
 ``model_dir``, ``task``, ``items``, ``seed``, ``config`` (the config fields) and ``threads`` (torch threads; 0
 leaves torch's default, the machine's cores). The last stdout line is a JSON
-object with ``train_seconds``, ``setup_seconds`` and ``weights``: a fingerprint of the trained agents' parameters,
-taken after the timing, so the driver can tell whether runs of one side did the same work or only took different
-times.
+object with ``train_seconds``, ``setup_seconds``, ``weights`` (a fingerprint of the trained agents' parameters, taken
+after the timing, so the driver can tell whether runs of one side did the same work or only took different times) and
+``fingerprint_seconds`` (its own time, which the driver takes off the whole process's).
 """
 
 from __future__ import annotations
@@ -33,14 +33,17 @@ RESULT_MARKER = "VS_COMLRL_RESULT "
 
 
 def weights_fingerprint(agents) -> str:
-    """The first 16 hex digits of a SHA-256 over every agent's parameters, by name, as raw bytes."""
+    """The first 16 hex digits of a SHA-256 over every byte of every agent's parameters, in order of agent and name.
+
+    Every byte, not a sample (as ``comlrl_lab.trainers.preference.fingerprint`` takes): this file also runs under
+    CoMLRL, where comlrl_lab's trainers cannot be imported, and a change in one last bit must show."""
     import torch
 
     digest = hashlib.sha256()
     for agent in agents:
-        for name, parameter in sorted(agent.named_parameters()):
+        for name, parameter in sorted(agent.named_parameters(), key=lambda named: named[0]):
             digest.update(name.encode())
-            digest.update(parameter.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+            digest.update(parameter.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
     return digest.hexdigest()[:16]
 
 
@@ -83,10 +86,13 @@ def main(spec_path: str) -> None:
     train_started = time.perf_counter()
     trainer.train()
     train_seconds = time.perf_counter() - train_started
+    fingerprint_started = time.perf_counter()
+    weights = weights_fingerprint(trainer.agents)
     result = {
         "train_seconds": train_seconds,
         "setup_seconds": setup_seconds,
-        "weights": weights_fingerprint(trainer.agents),
+        "weights": weights,
+        "fingerprint_seconds": time.perf_counter() - fingerprint_started,
     }
     print(RESULT_MARKER + json.dumps(result), flush=True)
 

@@ -62,7 +62,9 @@ def test_config_fields_build_our_configs_and_keep_the_reward_model_on_cpu():
 
 
 def pair(bench, theirs, ours, before, after, others=0.1):
-    return bench.Pair(bench.RunTime(theirs, theirs + 5), bench.RunTime(ours, ours + 4), before, after, others)
+    return bench.Pair(
+        bench.RunTime(theirs, theirs + 5, "aa"), bench.RunTime(ours, ours + 4, "bb"), before, after, others, "comlrl"
+    )
 
 
 def test_table_gives_medians_ranges_the_ratio_of_medians_and_the_load():
@@ -88,14 +90,19 @@ def test_table_gives_medians_ranges_the_ratio_of_medians_and_the_load():
 
 def test_the_pairs_alternate_which_side_runs_first_and_say_so():
     bench = load_benchmark()
-    assert [bench.pair_order(repeat) for repeat in range(3)] == [
-        ("comlrl", "comlrl_lab"),
-        ("comlrl_lab", "comlrl"),
-        ("comlrl", "comlrl_lab"),
-    ]
-    ours_first = bench.Pair(bench.RunTime(2, 3), bench.RunTime(1, 2), (0.1, 0, 0), (0.2, 0, 0), 0.0, "comlrl_lab")
-    assert ours_first.as_json(0.5)["first"] == "comlrl_lab"
-    assert pair(bench, 2, 1, (0.1, 0, 0), (0.2, 0, 0)).as_json(0.5)["first"] == "comlrl"
+    calls = []
+
+    def run_side(side):
+        calls.append(side)
+        return bench.RunTime(2.0 if side == "comlrl" else 1.0, 3.0, side)
+
+    pairs = [bench.run_pair(repeat, run_side) for repeat in range(3)]
+    assert calls == ["comlrl", "comlrl_lab", "comlrl_lab", "comlrl", "comlrl", "comlrl_lab"]
+    assert [p.first for p in pairs] == ["comlrl", "comlrl_lab", "comlrl"]
+    assert [p.as_json(0.5)["first"] for p in pairs] == ["comlrl", "comlrl_lab", "comlrl"]
+    # Whichever ran first, each side's run lands in its own slot.
+    assert all((p.theirs.weights, p.ours.weights) == ("comlrl", "comlrl_lab") for p in pairs)
+    assert all(len(p.load_before) == len(p.load_after) == 3 for p in pairs)
 
 
 def test_a_side_whose_runs_trained_different_weights_is_flagged():
@@ -115,22 +122,33 @@ def test_a_side_whose_runs_trained_different_weights_is_flagged():
     )
 
 
-def test_the_weights_fingerprint_changes_with_any_parameter_and_its_name():
+def test_the_weights_fingerprint_reads_every_byte_in_agent_order_and_by_name():
+    import copy
+
     import torch
 
     worker = load_repo_script("benchmarks/vs_comlrl_worker.py", "vs_comlrl_worker")
     torch.manual_seed(0)
-    a, b = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
-    b.load_state_dict(a.state_dict())
+    a = torch.nn.Linear(40, 30)  # 1,200 weights: more than a sampling fingerprint would read
+    b = copy.deepcopy(a)
     fingerprint = worker.weights_fingerprint([a, b])
-    assert len(fingerprint) == 16 and fingerprint == worker.weights_fingerprint([b, a])
+    assert len(fingerprint) == 16 and int(fingerprint, 16) >= 0
+    assert worker.weights_fingerprint([copy.deepcopy(a), copy.deepcopy(b)]) == fingerprint  # the values, not objects
     assert worker.weights_fingerprint([a]) != fingerprint
     with torch.no_grad():
-        b.bias[1] = torch.nextafter(b.bias[1], torch.tensor(1.0))  # one bit of one parameter
-    assert worker.weights_fingerprint([a, b]) != fingerprint
-    renamed = torch.nn.Sequential(torch.nn.Linear(3, 2))
-    renamed[0].load_state_dict(a.state_dict())
-    assert worker.weights_fingerprint([renamed, a]) != worker.weights_fingerprint([a, a])
+        b.weight[17, 23] = torch.nextafter(b.weight[17, 23], torch.tensor(1.0))  # one bit of one weight
+    changed = worker.weights_fingerprint([a, b])
+    assert changed != fingerprint and worker.weights_fingerprint([b, a]) != changed  # the agents' order counts
+    renamed = torch.nn.Sequential(copy.deepcopy(a))  # the same values under the name "0.weight"
+    assert worker.weights_fingerprint([renamed]) != worker.weights_fingerprint([a])
+    odd = torch.nn.Module()  # bf16, a 0-dim and a transposed (non-contiguous) parameter
+    odd.bf16 = torch.nn.Parameter(torch.ones(3, dtype=torch.bfloat16))
+    odd.scalar = torch.nn.Parameter(torch.tensor(2.0))
+    odd.turned = torch.nn.Parameter(torch.arange(6.0).reshape(2, 3).t())
+    assert worker.weights_fingerprint([odd]) == worker.weights_fingerprint([copy.deepcopy(odd)])
+    stored = copy.deepcopy(odd)
+    stored.turned = torch.nn.Parameter(odd.turned.detach().contiguous())  # the same values, laid out row by row
+    assert worker.weights_fingerprint([stored]) == worker.weights_fingerprint([odd])
 
 
 def test_load_verdict_is_quiet_only_below_half_at_every_reading_and_counts_drifted_pairs():
@@ -243,10 +261,12 @@ def test_the_llama_config_has_86m_parameters():
 
 @pytest.mark.slow
 def test_worker_trains_on_our_side_and_reports_its_time(tmp_path):
+    from transformers import AutoModelForCausalLM
+
     from comlrl_lab.models.tiny_model import tiny_model_path
 
     bench = load_benchmark()
-    small = bench.BenchConfig("MADPOIter", 1, 2, 2, 4, "tiny")
+    small = bench.BenchConfig("MADPOIter", 1, 4, 4, 8, "tiny")  # big enough that the round has pairs to train on
     run = bench.run_worker(
         sys.executable,
         "comlrl_lab",
@@ -257,5 +277,7 @@ def test_worker_trains_on_our_side_and_reports_its_time(tmp_path):
         extra_fields={"concurrent_cpu_agents": True},
     )
     assert 0 < run.train_seconds < run.process_seconds
-    assert len(run.weights) == 16 and int(run.weights, 16) >= 0
+    untrained = [AutoModelForCausalLM.from_pretrained(tiny_model_path()) for _ in range(2)]
+    worker = load_repo_script("benchmarks/vs_comlrl_worker.py", "vs_comlrl_worker")
+    assert len(run.weights) == 16 and run.weights != worker.weights_fingerprint(untrained)  # the trained agents'
     assert bench.RESULT_MARKER in (tmp_path / "run.log").read_text(encoding="utf-8")
