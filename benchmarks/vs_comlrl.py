@@ -4,7 +4,9 @@ For each config, ``benchmarks/vs_comlrl_worker.py`` runs once with CoMLRL (insta
 this script creates; CoMLRL is never a dependency of the project) and once with comlrl-lab, interleaved (A B, B A,
 A B, ...) ``--repeats`` times, so that a change in the machine's load hits both sides alike. Each run is a
 fresh process with one thread and W&B off. It reports the wall-clock of ``trainer.train()`` and of the whole
-process (imports and model loading included): medians, min and max, and CoMLRL's median over ours.
+process (imports and model loading included): medians, min and max, CoMLRL's median over ours, and the median of
+the pairs' own ratios with their min and max (a pair's two runs are close in time, so its ratio moves less with the
+machine than the medians of runs far apart).
 
 The configs (all on the built-in ``length_ratio`` task, two agents, the Iter trainers' defaults otherwise:
 comparator ``current``, replay ``current``, temperature 0.6, top-p 0.6, top-k 50, no evaluation):
@@ -530,16 +532,18 @@ def distinct_weights(pairs: list[Pair]) -> dict[str, int]:
 
 def table(rows: list[tuple[str, list[Pair]]], seconds: str, max_drift: float) -> str:
     """A Markdown table: per row a label and its pairs; CoMLRL's and our ``seconds`` ("train_seconds" or
-    "process_seconds") as medians with [min, max], the ratio of the medians, the 1-minute load before and after the
+    "process_seconds") as medians with [min, max], the ratio of the medians, the median of the pairs' own ratios with
+    [min, max] (each pair ran close in time, so it moves less with the machine), the 1-minute load before and after the
     pairs ([lowest, highest] reading) and the other processes' CPU, and a flag when a pair's load drifted or a side's
     runs trained different weights."""
     lines = [
-        "| Config | CoMLRL | comlrl-lab | speed-up | load (1 min) | others' CPU | flag |",
-        "|---|---|---|---|---|---|---|",
+        "| Config | CoMLRL | comlrl-lab | speed-up | median pair | load (1 min) | others' CPU | flag |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for label, pairs in rows:
         a = summarise([getattr(p.theirs, seconds) for p in pairs])
         b = summarise([getattr(p.ours, seconds) for p in pairs])
+        ratios = summarise([getattr(p.theirs, seconds) / getattr(p.ours, seconds) for p in pairs])
         loads = [p.load_before[0] for p in pairs] + [p.load_after[0] for p in pairs]
         others = [p.others_cores for p in pairs if p.others_cores is not None]
         others_text = f"{max(others):.2f} cores" if others else "n/a"
@@ -553,7 +557,8 @@ def table(rows: list[tuple[str, list[Pair]]], seconds: str, max_drift: float) ->
         flag = "; ".join(flags)
         lines.append(
             f"| {label} | {a.median:.2f} s [{a.low:.2f}, {a.high:.2f}] | {b.median:.2f} s [{b.low:.2f}, {b.high:.2f}] "
-            f"| {a.median / b.median:.2f}x | {min(loads):.2f}-{max(loads):.2f} | {others_text} | {flag} |"
+            f"| {a.median / b.median:.2f}x | {ratios.median:.2f}x [{ratios.low:.2f}, {ratios.high:.2f}] "
+            f"| {min(loads):.2f}-{max(loads):.2f} | {others_text} | {flag} |"
         )
     return "\n".join(lines)
 

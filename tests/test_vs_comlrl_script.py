@@ -67,7 +67,7 @@ def pair(bench, theirs, ours, before, after, others=0.1):
     )
 
 
-def test_table_gives_medians_ranges_the_ratio_of_medians_and_the_load():
+def test_table_gives_medians_ranges_the_ratio_of_medians_the_median_pair_and_the_load():
     bench = load_benchmark()
     a = [
         pair(bench, 3.0, 1.0, (0.2, 0.3, 0.3), (0.4, 0.3, 0.3)),
@@ -75,16 +75,19 @@ def test_table_gives_medians_ranges_the_ratio_of_medians_and_the_load():
         pair(bench, 2.0, 2.0, (1.1, 0.5, 0.4), (0.9, 0.5, 0.4)),
     ]
     b = [pair(bench, 9.0, 2.0, (0.1, 0.1, 0.1), (0.3, 0.1, 0.1), others=None)]
-    text = bench.table([("cfg A", a), ("cfg B", b)], "train_seconds", max_drift=0.5)
+    # The ratio of the medians (6 / 2) and the median of the pairs' ratios (5, 2, 1.5) differ.
+    c = [pair(bench, theirs, ours, (0.1, 0, 0), (0.2, 0, 0)) for theirs, ours in ((10.0, 2.0), (4.0, 2.0), (6.0, 4.0))]
+    text = bench.table([("cfg A", a), ("cfg B", b), ("cfg C", c)], "train_seconds", max_drift=0.5)
     assert text.splitlines() == [
-        "| Config | CoMLRL | comlrl-lab | speed-up | load (1 min) | others' CPU | flag |",
-        "|---|---|---|---|---|---|---|",
-        "| cfg A | 2.00 s [1.00, 3.00] | 1.00 s [0.50, 2.00] | 2.00x | 0.20-1.10 | 0.25 cores "
+        "| Config | CoMLRL | comlrl-lab | speed-up | median pair | load (1 min) | others' CPU | flag |",
+        "|---|---|---|---|---|---|---|---|",
+        "| cfg A | 2.00 s [1.00, 3.00] | 1.00 s [0.50, 2.00] | 2.00x | 2.00x [1.00, 3.00] | 0.20-1.10 | 0.25 cores "
         "| load moved > 0.5 in 1 of 3 pairs |",
-        "| cfg B | 9.00 s [9.00, 9.00] | 2.00 s [2.00, 2.00] | 4.50x | 0.10-0.30 | n/a |  |",
+        "| cfg B | 9.00 s [9.00, 9.00] | 2.00 s [2.00, 2.00] | 4.50x | 4.50x [4.50, 4.50] | 0.10-0.30 | n/a |  |",
+        "| cfg C | 6.00 s [4.00, 10.00] | 2.00 s [2.00, 4.00] | 3.00x | 2.00x [1.50, 5.00] | 0.10-0.20 | 0.10 cores |  |",
     ]
     process = bench.table([("cfg B", b)], "process_seconds", max_drift=0.5).splitlines()[-1]
-    assert process.startswith("| cfg B | 14.00 s [14.00, 14.00] | 6.00 s [6.00, 6.00] | 2.33x |")
+    assert process.startswith("| cfg B | 14.00 s [14.00, 14.00] | 6.00 s [6.00, 6.00] | 2.33x | 2.33x [2.33, 2.33] |")
     assert bench.summarise([4.0, 1.0, 3.0, 2.0]) == bench.Summary(2.5, 1.0, 4.0)
 
 
