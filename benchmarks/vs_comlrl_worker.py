@@ -12,9 +12,10 @@ has no engine. Usage (the driver calls it)::
 SPEC holds ``package`` ("comlrl" or "comlrl_lab"), ``repo_root``, ``trainer`` ("MADPOIter" or "MARLHFIter"),
 ``model_dir``, ``task``, ``items``, ``seed``, ``config`` (the config fields) and ``threads`` (torch threads; 0
 leaves torch's default, the machine's cores). The last stdout line is a JSON
-object with ``train_seconds``, ``setup_seconds``, ``weights`` (a fingerprint of the trained agents' parameters, taken
-after the timing, so the driver can tell whether runs of one side did the same work or only took different times) and
-``fingerprint_seconds`` (its own time, which the driver takes off the whole process's).
+object with ``train_seconds``, ``setup_seconds``, ``train_system_seconds`` and ``train_page_faults`` (``train()``'s CPU
+time in the kernel and its minor and major page faults, from ``getrusage``), ``weights`` (a fingerprint of the trained
+agents' parameters, taken after the timing, so the driver can tell whether runs of one side did the same work or only
+took different times) and ``fingerprint_seconds`` (its own time, which the driver takes off the whole process's).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import importlib
 import json
 import os
 import random
+import resource
 import sys
 import time
 
@@ -83,14 +85,18 @@ def main(spec_path: str) -> None:
     )
     setup_seconds = time.perf_counter() - started
 
+    before = resource.getrusage(resource.RUSAGE_SELF)
     train_started = time.perf_counter()
     trainer.train()
     train_seconds = time.perf_counter() - train_started
+    after = resource.getrusage(resource.RUSAGE_SELF)
     fingerprint_started = time.perf_counter()
     weights = weights_fingerprint(trainer.agents)
     result = {
         "train_seconds": train_seconds,
         "setup_seconds": setup_seconds,
+        "train_system_seconds": after.ru_stime - before.ru_stime,
+        "train_page_faults": (after.ru_minflt - before.ru_minflt) + (after.ru_majflt - before.ru_majflt),
         "weights": weights,
         "fingerprint_seconds": time.perf_counter() - fingerprint_started,
     }
