@@ -51,11 +51,9 @@ different weights mean different work (more or fewer generated tokens, say), and
 the machine; with more threads (``--threads 0``, ``concurrent_cpu_agents``) sums may also be ordered differently from
 run to run, and the flag says no more than that the last bits differ.
 
-**The kernel.** Each run also reports the system CPU time and the page faults of its ``train()`` (``getrusage`` around
-it), printed with each pair and as a table of medians. Both sides touch about the same pages for the first time (the
-weights, mapped from the safetensors file until the first optimiser step writes them, the gradients, AdamW's moments,
-the activations and KV caches), so this is a fixed cost they share; in a VM whose host backs each new page on first
-touch it can be a large part of a short ``train()``.
+**System time and page faults.** Each run also reports the user and system CPU time and the page faults (minor plus
+major) of its ``train()``, from ``getrusage`` around it; they are printed with each pair and as a table of medians
+(``system_time_table``). README, "`train()`'s system time and page faults", says what they showed on one machine.
 
 The CPU, its logical CPUs, torch's CPU kernels and BLAS are printed with the tables and written to the JSON
 (``machine``): the ratio depends on them, not only on the code and the load.
@@ -290,8 +288,9 @@ class RunTime:
     train_seconds: float
     process_seconds: float
     weights: str  # the worker's fingerprint of the trained parameters: at one thread, equal runs did the same work
-    system_seconds: float  # of train_seconds, the CPU time the process spent in the kernel (page faults, mostly)
-    page_faults: int  # the pages train() touched for the first time (minor and major faults)
+    user_seconds: float  # train()'s CPU time in user space, summed over the process's threads
+    system_seconds: float  # train()'s CPU time in the kernel (page faults, system calls), summed over the threads
+    page_faults: int  # train()'s minor plus major page faults
 
 
 QUIET_LOAD = 0.5  # a 1-minute load average below this at every reading makes a quiet measurement
@@ -480,11 +479,12 @@ def run_worker(
     result = json.loads(results[-1][len(RESULT_MARKER) :])
     # The fingerprint is the benchmark's own work, not the run's: it does not count in the whole process's time.
     return RunTime(
-        result["train_seconds"],
-        process_seconds - result["fingerprint_seconds"],
-        result["weights"],
-        result["train_system_seconds"],
-        result["train_page_faults"],
+        train_seconds=result["train_seconds"],
+        process_seconds=process_seconds - result["fingerprint_seconds"],
+        weights=result["weights"],
+        user_seconds=result["train_user_seconds"],
+        system_seconds=result["train_system_seconds"],
+        page_faults=result["train_page_faults"],
     )
 
 
@@ -577,22 +577,21 @@ def table(rows: list[tuple[str, list[Pair]]], seconds: str, max_drift: float) ->
     return "\n".join(lines)
 
 
-def kernel_table(rows: list[tuple[str, list[Pair]]]) -> str:
-    """A Markdown table of what ``train()`` spent in the kernel: per side the median system CPU time (with its share of
-    the median ``train()``) and the median count of page faults. Both sides touch about the same pages (the weights the
-    first optimiser step writes, the gradients, AdamW's moments, the activations and KV caches); where first touches
-    are dear, as in a VM whose host must back each new page, that shared fixed cost weighs on the shorter side."""
+def system_time_table(rows: list[tuple[str, list[Pair]]]) -> str:
+    """A Markdown table of ``train()``'s system CPU time and page faults: per side the median system time, its share
+    of the median CPU time (user plus system, so that it stays a share with more than one thread), and the median
+    count of page faults."""
     lines = [
-        "| Config | CoMLRL in the kernel | CoMLRL page faults | comlrl-lab in the kernel | comlrl-lab page faults |",
+        "| Config | CoMLRL system CPU | CoMLRL page faults | comlrl-lab system CPU | comlrl-lab page faults |",
         "|---|---|---|---|---|",
     ]
     for label, pairs in rows:
         cells = []
         for runs in ([p.theirs for p in pairs], [p.ours for p in pairs]):
             system = statistics.median(r.system_seconds for r in runs)
-            share = system / statistics.median(r.train_seconds for r in runs)
+            share = system / statistics.median(r.user_seconds + r.system_seconds for r in runs)
             faults = statistics.median(r.page_faults for r in runs)
-            cells += [f"{system:.2f} s ({share:.0%} of train())", f"{faults:,.0f}"]
+            cells += [f"{system:.2f} s ({share:.0%} of its CPU time)", f"{faults:,.0f}"]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -691,8 +690,8 @@ def main() -> None:
                     f"[{name}] pair {repeat + 1} ({SIDE_NAMES[pair.first]} first): train CoMLRL "
                     f"{pair.theirs.train_seconds:.2f} s, ours "
                     f"{pair.ours.train_seconds:.2f} s ({pair.theirs.train_seconds / pair.ours.train_seconds:.2f}x); "
-                    f"in the kernel {pair.theirs.system_seconds:.2f} s ({pair.theirs.page_faults} page faults), "
-                    f"{pair.ours.system_seconds:.2f} s ({pair.ours.page_faults}); "
+                    f"system CPU CoMLRL {pair.theirs.system_seconds:.2f} s ({pair.theirs.page_faults:,} page "
+                    f"faults), ours {pair.ours.system_seconds:.2f} s ({pair.ours.page_faults:,}); "
                     f"process {pair.theirs.process_seconds:.2f} s, {pair.ours.process_seconds:.2f} s; load "
                     f"{pair.load_before} -> {pair.load_after}, others' CPU {pair.others_cores} cores; weights "
                     f"{pair.theirs.weights}, {pair.ours.weights}{flag}",
@@ -708,7 +707,7 @@ def main() -> None:
             # Each config's rows as soon as it is done: a long run interrupted later still leaves them.
             print(
                 f"[{name}] train()\n{table(rows[-1:], 'train_seconds', args.max_load_drift)}\n"
-                f"[{name}] train() in the kernel\n{kernel_table(rows[-1:])}\n"
+                f"[{name}] train()'s system CPU time and page faults\n{system_time_table(rows[-1:])}\n"
                 f"[{name}] process\n{table(rows[-1:], 'process_seconds', args.max_load_drift)}",
                 flush=True,
             )
@@ -728,8 +727,8 @@ def main() -> None:
     )
     print(machine_line(machine) + "\n")
     print(table(rows, "train_seconds", args.max_load_drift))
-    print("\nOf `train()`, the time in the kernel (medians):\n")
-    print(kernel_table(rows))
+    print("\n`train()`'s system CPU time and page faults (medians):\n")
+    print(system_time_table(rows))
     print("\nWhole process (imports, model loading and training):\n")
     print(table(rows, "process_seconds", args.max_load_drift))
     print("\n" + verdict.line(args.max_load_drift))

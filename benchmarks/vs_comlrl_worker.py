@@ -12,8 +12,9 @@ has no engine. Usage (the driver calls it)::
 SPEC holds ``package`` ("comlrl" or "comlrl_lab"), ``repo_root``, ``trainer`` ("MADPOIter" or "MARLHFIter"),
 ``model_dir``, ``task``, ``items``, ``seed``, ``config`` (the config fields) and ``threads`` (torch threads; 0
 leaves torch's default, the machine's cores). The last stdout line is a JSON
-object with ``train_seconds``, ``setup_seconds``, ``train_system_seconds`` and ``train_page_faults`` (``train()``'s CPU
-time in the kernel and its minor and major page faults, from ``getrusage``), ``weights`` (a fingerprint of the trained
+object with ``train_seconds``, ``setup_seconds``, ``train_user_seconds``, ``train_system_seconds`` and
+``train_page_faults`` (``train()``'s user and system CPU time, summed over the process's threads, and its minor plus
+major page faults, from ``getrusage``), ``weights`` (a fingerprint of the trained
 agents' parameters, taken after the timing, so the driver can tell whether runs of one side did the same work or only
 took different times) and ``fingerprint_seconds`` (its own time, which the driver takes off the whole process's).
 """
@@ -95,6 +96,7 @@ def main(spec_path: str) -> None:
     result = {
         "train_seconds": train_seconds,
         "setup_seconds": setup_seconds,
+        "train_user_seconds": after.ru_utime - before.ru_utime,
         "train_system_seconds": after.ru_stime - before.ru_stime,
         "train_page_faults": (after.ru_minflt - before.ru_minflt) + (after.ru_majflt - before.ru_majflt),
         "weights": weights,
