@@ -61,23 +61,23 @@ def test_config_fields_build_our_configs_and_keep_the_reward_model_on_cpu():
     MARLHFIterConfig(**marlhf)
 
 
-def run_time(bench, train, process, weights, system=0.1, faults=11000):
-    """A run of ``train`` seconds whose CPU time is its wall-clock, ``system`` of it in the kernel."""
+def run_time(bench, train, process, weights, system=0.1, faults=11000, user=None):
+    """A run of ``train`` seconds, ``system`` of it in the kernel; its user time makes up the rest unless given."""
     return bench.RunTime(
         train_seconds=train,
         process_seconds=process,
         weights=weights,
-        user_seconds=round(train - system, 6),
+        user_seconds=round(train - system, 6) if user is None else user,
         system_seconds=system,
         page_faults=faults,
     )
 
 
-def pair(bench, theirs, ours, before, after, others=0.1, system=((0.2, 13000), (0.1, 11000))):
+def pair(bench, theirs, ours, before, after, others=0.1, system=((0.2, 13000), (0.1, 11000)), user=None):
     (their_system, their_faults), (our_system, our_faults) = system
     return bench.Pair(
-        run_time(bench, theirs, theirs + 5, "aa", their_system, their_faults),
-        run_time(bench, ours, ours + 4, "bb", our_system, our_faults),
+        run_time(bench, theirs, theirs + 5, "aa", their_system, their_faults, user),
+        run_time(bench, ours, ours + 4, "bb", our_system, our_faults, user),
         before,
         after,
         others,
@@ -123,8 +123,7 @@ def test_the_system_time_table_gives_each_sides_median_system_time_its_share_and
         "| cfg | 0.21 s (7% of its CPU time) | 13,170 | 0.16 s (23% of its CPU time) | 11,645 |",
     ]
     # With two busy threads the CPU time is twice the wall-clock: the share is of the CPU time, not of train().
-    doubled = [pair(bench, 1.0, 1.0, (0.2, 0, 0), (0.3, 0, 0), system=((0.5, 1), (1.5, 1)))]
-    doubled[0].theirs.user_seconds = doubled[0].ours.user_seconds = 0.5
+    doubled = [pair(bench, 1.0, 1.0, (0.2, 0, 0), (0.3, 0, 0), system=((0.5, 1), (1.5, 1)), user=0.5)]
     assert bench.system_time_table([("two", doubled)]).splitlines()[-1] == (
         "| two | 0.50 s (50% of its CPU time) | 1 | 1.50 s (75% of its CPU time) | 1 |"
     )
