@@ -326,10 +326,13 @@ def test_worker_trains_on_our_side_and_reports_its_time(tmp_path):
         extra_fields={"concurrent_cpu_agents": True},
     )
     assert 0 < run.train_seconds < run.process_seconds
-    # Training touches new pages, at least for AdamW's moments (how many faults that takes depends on the page size);
-    # the CPU times are the worker's own readings, user and system apart.
+    # Training touches new pages, at least for AdamW's moments (how many faults that takes depends on the page size).
     assert isinstance(run.page_faults, int) and run.page_faults > 0
-    assert run.user_seconds > 0 and 0 <= run.system_seconds < run.user_seconds
+    # The CPU times are train()'s, not the whole process's (whose imports alone take seconds): at most its two threads
+    # busy for its wall-clock. Their split is not asserted: where first touches are dear (a VM), the kernel's share of a
+    # run this small can pass the user's.
+    assert run.user_seconds > 0 and run.system_seconds >= 0
+    assert run.user_seconds + run.system_seconds <= 2 * run.train_seconds + 0.05
     untrained = [AutoModelForCausalLM.from_pretrained(tiny_model_path()) for _ in range(2)]
     worker = load_repo_script("benchmarks/vs_comlrl_worker.py", "vs_comlrl_worker")
     assert len(run.weights) == 16 and run.weights != worker.weights_fingerprint(untrained)  # the trained agents'
