@@ -25,11 +25,18 @@ Usage::
     python benchmarks/vs_comlrl.py [--configs 1,2,3,4,5] [--repeats 3] [--venv .bench/comlrl-venv] [--json OUT]
                                    [--threads 1] [--ours FIELD=VALUE ...] [--max-load-drift 0.5]
                                    [--settle-below LOAD] [--comlrl-keeps-freed-memory]
+                                   [--comlrl-mkl-avx512 | --mkl-default-kernels]
 
 ``--threads 0`` gives both sides torch's default thread count (the machine's cores), and ``--ours
 concurrent_cpu_agents=true`` measures our agents in threads of their own against CoMLRL as it runs by default.
 Our trainers set glibc's malloc thresholds themselves (``keep_freed_host_memory``); ``--comlrl-keeps-freed-memory``
 gives CoMLRL's process the same thresholds through ``GLIBC_TUNABLES``, so the ratio shows what is left without them.
+
+**MKL's kernels.** On an AMD CPU with AVX-512, comlrl_lab gives MKL its AVX-512 kernels (``comlrl_lab/mkl_dispatch.py``),
+which MKL keeps from CoMLRL's process there. Each run reports the code path MKL chose, and the tables name both
+sides'. ``--comlrl-mkl-avx512`` gives CoMLRL's process the same kernels (our library in ``LD_PRELOAD``), and
+``--mkl-default-kernels`` leaves ours on MKL's default ones (``COMLRL_LAB_MKL_AVX512=0``): either way both sides
+multiply with the same kernels, and the ratio is the code's alone.
 
 **The load.** Before and after each pair of runs (one of each side) it reads the load average
 (``os.getloadavg()``) and, from ``/proc/stat``, how much CPU other processes took while the pair ran (the machine's
@@ -82,6 +89,9 @@ from pathlib import Path
 
 from field_args import field_arg
 
+from comlrl_lab.mkl_dispatch import ENV_VAR as MKL_ENV_VAR
+from comlrl_lab.mkl_dispatch import EXTENSION as MKL_EXTENSION
+from comlrl_lab.mkl_dispatch import library_path as mkl_dispatch_library
 from comlrl_lab.models.host_memory import glibc_tunables
 from comlrl_lab.trainers.preference import MARLHFIterConfig
 
@@ -291,6 +301,7 @@ class RunTime:
     user_seconds: float  # train()'s CPU time in user space, summed over the process's threads
     system_seconds: float  # train()'s CPU time in the kernel (page faults, system calls), summed over the threads
     page_faults: int  # train()'s minor plus major page faults
+    mkl_branch: str | None  # the code path MKL chose for the process's matrix products (None: torch without MKL)
 
 
 QUIET_LOAD = 0.5  # a 1-minute load average below this at every reading makes a quiet measurement
@@ -485,6 +496,7 @@ def run_worker(
         user_seconds=result["train_user_seconds"],
         system_seconds=result["train_system_seconds"],
         page_faults=result["train_page_faults"],
+        mkl_branch=result["mkl_branch"],
     )
 
 
@@ -497,10 +509,11 @@ def run_config_side(
     repeat: int,
     threads: int,
     ours: dict,
-    comlrl_env: dict,
+    comlrl_env: dict | None,
+    ours_env: dict | None,
     side: str,
 ) -> RunTime:
-    """One run of ``side`` in pair ``repeat`` of config ``name``: our fields for ours, CoMLRL's environment for its."""
+    """One run of ``side`` in pair ``repeat`` of config ``name``: our fields for ours, each side's extra environment."""
     return run_worker(
         pythons[side],
         side,
@@ -509,7 +522,7 @@ def run_config_side(
         log_dir / f"config{name}-{side}-{repeat + 1}.log",
         threads=threads,
         extra_fields={**OURS_FIELDS_FOR_MODEL.get(bench.model, {}), **ours} if side == "comlrl_lab" else None,
-        extra_env=comlrl_env if side == "comlrl" else None,
+        extra_env=comlrl_env if side == "comlrl" else ours_env,
     )
 
 
@@ -596,6 +609,16 @@ def system_time_table(rows: list[tuple[str, list[Pair]]]) -> str:
     return "\n".join(lines)
 
 
+def mkl_line(pairs: list[Pair]) -> str:
+    """The code paths MKL chose in each side's runs (several when they differed between runs)."""
+
+    def paths(side: str) -> str:
+        found = sorted({str(getattr(pair, side).mkl_branch) for pair in pairs})
+        return " / ".join(found) or "no runs"
+
+    return f"MKL's kernels: CoMLRL {paths('theirs')}; comlrl-lab {paths('ours')}"
+
+
 def parse_configs(text: str) -> list[str]:
     names = [part.strip() for part in text.split(",") if part.strip()]
     unknown = [name for name in names if name not in CONFIGS]
@@ -640,11 +663,33 @@ def main() -> None:
         action="store_true",
         help="give CoMLRL's process the malloc thresholds ours sets itself (keep_freed_host_memory), as GLIBC_TUNABLES",
     )
+    kernels = parser.add_mutually_exclusive_group()
+    kernels.add_argument(
+        "--comlrl-mkl-avx512",
+        action="store_true",
+        help="give CoMLRL's process the MKL kernels ours chooses on an AMD CPU with AVX-512 (comlrl_lab's library in "
+        "LD_PRELOAD)",
+    )
+    kernels.add_argument(
+        "--mkl-default-kernels",
+        action="store_true",
+        help=f"leave our side on MKL's default kernels too ({MKL_ENV_VAR}=0)",
+    )
     args = parser.parse_args()
     ours = dict(args.ours)
-    comlrl_env = None
+    comlrl_env = ours_env = None
     if args.comlrl_keeps_freed_memory:  # added to any tunables already in the environment
         comlrl_env = {"GLIBC_TUNABLES": ":".join(filter(None, [os.environ.get("GLIBC_TUNABLES"), glibc_tunables()]))}
+    if args.comlrl_mkl_avx512:
+        library = mkl_dispatch_library()
+        if library is None:
+            parser.error(f"--comlrl-mkl-avx512 needs {MKL_EXTENSION} built (pip install -e . with a C compiler)")
+        comlrl_env = {
+            **(comlrl_env or {}),
+            "LD_PRELOAD": " ".join(filter(None, [os.environ.get("LD_PRELOAD"), library])),
+        }
+    if args.mkl_default_kernels:
+        ours_env = {MKL_ENV_VAR: "0"}
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
     if args.max_load_drift < 0:
@@ -681,7 +726,17 @@ def main() -> None:
                     waited = settle(args.settle_below, args.settle_max)
                     print(f"[{name}] waited {waited:.0f} s for the load to settle: {read_load()}", flush=True)
                 run_side = functools.partial(
-                    run_config_side, pythons, bench, model_dir, log_dir, name, repeat, args.threads, ours, comlrl_env
+                    run_config_side,
+                    pythons,
+                    bench,
+                    model_dir,
+                    log_dir,
+                    name,
+                    repeat,
+                    args.threads,
+                    ours,
+                    comlrl_env,
+                    ours_env,
                 )
                 pair = run_pair(repeat, run_side)
                 pairs.append(pair)
@@ -708,7 +763,8 @@ def main() -> None:
             print(
                 f"[{name}] train()\n{table(rows[-1:], 'train_seconds', args.max_load_drift)}\n"
                 f"[{name}] train()'s system CPU time and page faults\n{system_time_table(rows[-1:])}\n"
-                f"[{name}] process\n{table(rows[-1:], 'process_seconds', args.max_load_drift)}",
+                f"[{name}] process\n{table(rows[-1:], 'process_seconds', args.max_load_drift)}\n"
+                f"[{name}] {mkl_line(pairs)}",
                 flush=True,
             )
             if args.json is not None:
@@ -720,12 +776,17 @@ def main() -> None:
         args.json.write_text(json.dumps(raw, indent=2), encoding="utf-8")
     threads = "torch's default threads" if args.threads == 0 else f"{args.threads} thread{'s' * (args.threads > 1)}"
     extra = f"; ours with {', '.join(f'{k}={v}' for k, v in ours.items())}" if ours else ""
-    if comlrl_env:
+    if args.comlrl_keeps_freed_memory:
         extra += f"; CoMLRL with GLIBC_TUNABLES={comlrl_env['GLIBC_TUNABLES']}"
+    if args.comlrl_mkl_avx512:
+        extra += "; CoMLRL with comlrl_lab's MKL library in LD_PRELOAD"
+    if args.mkl_default_kernels:
+        extra += f"; ours with {MKL_ENV_VAR}=0"
     print(
         f"\n`trainer.train()` wall-clock, median [min, max] of {args.repeats} interleaved runs per side, {threads}{extra}."
     )
-    print(machine_line(machine) + "\n")
+    print(machine_line(machine))
+    print(mkl_line([p for _, pairs in rows for p in pairs]) + "\n")
     print(table(rows, "train_seconds", args.max_load_drift))
     print("\n`train()`'s system CPU time and page faults (medians):\n")
     print(system_time_table(rows))

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from repo_scripts import load_repo_script
 
+from comlrl_lab import mkl_dispatch
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -61,7 +63,7 @@ def test_config_fields_build_our_configs_and_keep_the_reward_model_on_cpu():
     MARLHFIterConfig(**marlhf)
 
 
-def run_time(bench, train, process, weights, system=0.1, faults=11000, user=None):
+def run_time(bench, train, process, weights, system=0.1, faults=11000, user=None, mkl_branch="AVX2"):
     """A run of ``train`` seconds, ``system`` of it in the kernel; its user time makes up the rest unless given."""
     return bench.RunTime(
         train_seconds=train,
@@ -70,6 +72,7 @@ def run_time(bench, train, process, weights, system=0.1, faults=11000, user=None
         user_seconds=round(train - system, 6) if user is None else user,
         system_seconds=system,
         page_faults=faults,
+        mkl_branch=mkl_branch,
     )
 
 
@@ -134,7 +137,20 @@ def test_the_system_time_table_gives_each_sides_median_system_time_its_share_and
         "user_seconds": 0.42,
         "system_seconds": 0.18,
         "page_faults": 11633,
+        "mkl_branch": "AVX2",
     }
+
+
+def test_the_mkl_line_names_each_sides_kernels_and_every_one_its_runs_reported():
+    bench = load_benchmark()
+
+    def run(branch):
+        return run_time(bench, 1.0, 2.0, "aa", mkl_branch=branch)
+
+    same = [bench.Pair(run("generic"), run("AVX-512 E1"), (0.1, 0, 0), (0.2, 0, 0), 0.0, "comlrl")] * 2
+    assert bench.mkl_line(same) == "MKL's kernels: CoMLRL generic; comlrl-lab AVX-512 E1"
+    mixed = same + [bench.Pair(run("AVX-512 E1"), run(None), (0.1, 0, 0), (0.2, 0, 0), 0.0, "comlrl")]
+    assert bench.mkl_line(mixed) == "MKL's kernels: CoMLRL AVX-512 E1 / generic; comlrl-lab AVX-512 E1 / None"
 
 
 def test_the_pairs_alternate_which_side_runs_first_and_say_so():
@@ -337,3 +353,8 @@ def test_worker_trains_on_our_side_and_reports_its_time(tmp_path):
     worker = load_repo_script("benchmarks/vs_comlrl_worker.py", "vs_comlrl_worker")
     assert len(run.weights) == 16 and run.weights != worker.weights_fingerprint(untrained)  # the trained agents'
     assert bench.RESULT_MARKER in (tmp_path / "run.log").read_text(encoding="utf-8")
+    # The worker imports comlrl_lab before torch, as the README's scripts do, so MKL's kernels are the ones
+    # comlrl_lab.mkl_dispatch chooses for this machine.
+    with open("/proc/cpuinfo", encoding="utf-8") as handle:
+        gets_avx512 = mkl_dispatch.decide(os.environ, False, handle.read(), mkl_dispatch.library_path()).active
+    assert run.mkl_branch.startswith("AVX-512") if gets_avx512 else run.mkl_branch == mkl_dispatch.mkl_branch()
