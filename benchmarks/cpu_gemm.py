@@ -13,6 +13,10 @@ config 2; hidden 128, MLP 384, vocabulary 1,307), ``--model smollm2`` SmolLM2-13
   update's varying sequence lengths would give it;
 - ``numpy``: NumPy's BLAS (OpenBLAS in its wheels), for a third opinion.
 
+It imports comlrl_lab before torch, as our trainers' users do, so on an AMD CPU with AVX-512 ``torch.mm`` runs MKL's
+AVX-512 kernels (``comlrl_lab/mkl_dispatch.py``). There it also times ``torch.mm`` in a second process that keeps
+MKL's default kernels (``COMLRL_LAB_MKL_AVX512=0``), which is what a process gets that imports torch first: CoMLRL's.
+
 It prints microseconds per product and GFLOP/s. Usage::
 
     python benchmarks/cpu_gemm.py [--model tiny|smollm2] [--repeats 2000]
@@ -21,10 +25,17 @@ It prints microseconds per product and GFLOP/s. Usage::
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 from functools import partial
 
+from comlrl_lab import mkl_dispatch  # before torch: MKL chooses its kernels when torch loads
+
+# isort: split
 import numpy as np
 import torch
 
@@ -82,11 +93,36 @@ def measure(shapes: list[tuple[int, int, int]], repeats: int) -> list[dict]:
     return rows
 
 
-def report(rows: list[dict]) -> str:
-    """A Markdown table of ``measure``'s rows."""
+def blas_with_mkl_defaults(model: str, repeats: int) -> list[float]:
+    """``torch.mm``'s seconds per shape in a fresh process that keeps MKL's default kernels."""
+    done = subprocess.run(
+        [sys.executable, __file__, "--model", model, "--repeats", str(repeats), "--blas-only"],
+        env={**os.environ, mkl_dispatch.ENV_VAR: "0"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def blas_seconds(shapes: list[tuple[int, int, int]], repeats: int) -> list[float]:
+    """``torch.mm``'s seconds per call for each shape (the inputs ``measure`` uses)."""
+    generator = torch.Generator().manual_seed(0)
+    seconds = []
+    for m, k, n in shapes:
+        x, weight = torch.randn(m, k, generator=generator), torch.randn(n, k, generator=generator)
+        seconds.append(per_call_seconds(partial(torch.mm, x, weight.t().contiguous()), repeats))
+    return seconds
+
+
+def report(rows: list[dict], blas_label: str) -> str:
+    """A Markdown table of ``measure``'s rows (with ``blas_default`` where MKL's default kernels were timed too)."""
+    default = "blas_default" in rows[0]
     lines = [
-        "| (rows, in, out) | torch.mm (BLAS) | oneDNN, cached | oneDNN, new shape | NumPy | oneDNN - mm |",
-        "|---|---|---|---|---|---|",
+        f"| (rows, in, out) | torch.mm ({blas_label})"
+        + (" | torch.mm (MKL's default kernels)" if default else "")
+        + " | oneDNN, cached | oneDNN, new shape | NumPy | oneDNN - mm |",
+        "|---" * (7 if default else 6) + "|",
     ]
 
     def cell(row, name):
@@ -97,8 +133,9 @@ def report(rows: list[dict]) -> str:
     for row in rows:
         diff = f"{row['onednn_diff']:.1e}" if "onednn_diff" in row else "n/a"
         lines.append(
-            f"| {row['shape']} | {cell(row, 'blas')} | {cell(row, 'onednn')} | {cell(row, 'onednn_new_shape')} "
-            f"| {cell(row, 'numpy')} | {diff} |"
+            f"| {row['shape']} | {cell(row, 'blas')}"
+            + (f" | {cell(row, 'blas_default')}" if default else "")
+            + f" | {cell(row, 'onednn')} | {cell(row, 'onednn_new_shape')} | {cell(row, 'numpy')} | {diff} |"
         )
     return "\n".join(lines)
 
@@ -107,12 +144,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=sorted(SHAPES), default="tiny", help="whose products to time")
     parser.add_argument("--repeats", type=int, default=None, help="calls per timing (five timings, the median)")
+    parser.add_argument("--blas-only", action="store_true", help=argparse.SUPPRESS)  # the second process's job
     args = parser.parse_args()
     torch.set_num_threads(1)
-    kernels = torch.backends.cpu.get_cpu_capability()
-    print(f"{args.model}: torch {torch.__version__}, {kernels} kernels, one thread, numpy {np.__version__}\n")
     repeats = args.repeats or {"tiny": 2000, "smollm2": 5}[args.model]
-    print(report(measure(SHAPES[args.model], repeats)))
+    if args.blas_only:
+        print(json.dumps(blas_seconds(SHAPES[args.model], repeats)))
+        return
+    kernels = torch.backends.cpu.get_cpu_capability()
+    print(f"{args.model}: torch {torch.__version__}, {kernels} kernels, one thread, numpy {np.__version__}")
+    print(f"MKL: {mkl_dispatch.mkl_branch()} kernels ({mkl_dispatch.status().reason})\n")
+    rows = measure(SHAPES[args.model], repeats)
+    if mkl_dispatch.status().active:
+        for row, seconds in zip(rows, blas_with_mkl_defaults(args.model, repeats)):
+            row["blas_default"] = seconds
+    print(report(rows, f"MKL, {mkl_dispatch.mkl_branch()}" if mkl_dispatch.mkl_branch() else "BLAS"))
 
 
 if __name__ == "__main__":
