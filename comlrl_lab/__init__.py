@@ -5,7 +5,8 @@ The public training API lives in ``comlrl_lab.trainers.preference`` under CoMLRL
 
 from comlrl_lab import mkl_dispatch
 
-# Before anything imports torch: MKL decides its kernels when torch loads (mkl_dispatch.py).
+# Differs from CoMLRL: on an AMD CPU with AVX-512, MKL gets its AVX-512 kernels (mkl_dispatch.py). Before anything
+# imports torch: MKL decides its kernels when torch loads.
 mkl_dispatch.enable()
 
 __version__ = "0.1.0"
