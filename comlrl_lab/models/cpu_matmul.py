@@ -1,8 +1,9 @@
 """Large fp32 linear products on the CPU through oneDNN's kernels instead of torch's BLAS (``cpu_matmul="onednn"``).
 
-A CPU ``nn.Linear`` calls torch's BLAS (MKL in the PyPI wheels). On an AMD EPYC with AVX-512 that ran SmolLM2-135M's
-fp32 products at 67-92 GFLOP/s on one thread, against 143-203 through the oneDNN kernels that ship inside the same
-torch (``benchmarks/cpu_gemm.py``). oneDNN builds a kernel for each new shape (0.7-2.4 ms there, then cached), and a
+A CPU ``nn.Linear`` calls torch's BLAS (MKL in the PyPI wheels). On an AMD EPYC with AVX-512, MKL's generic kernels
+ran SmolLM2-135M's fp32 products at 67-92 GFLOP/s on one thread, against 143-203 through the oneDNN kernels that ship
+inside the same torch (``benchmarks/cpu_gemm.py``). Where ``comlrl_lab.mkl_dispatch`` gives MKL its AVX-512 kernels
+(217-225 GFLOP/s there), oneDNN is no faster, and SmolLM2's ``train()`` took the same time either way. oneDNN builds a kernel for each new shape (0.7-2.4 ms there, then cached), and a
 batch's lengths change every call, so only products of at least ``MIN_MULTIPLY_ADDS`` go to it; smaller ones stay on
 the BLAS, bit for bit. oneDNN sums in another order, so its products differ from the BLAS's in the last bits.
 
