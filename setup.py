@@ -10,7 +10,7 @@ import sys
 from setuptools import Extension, setup
 
 # MKL ships in torch's wheels for x86-64 only; the symbol interposition it relies on is the ELF dynamic linker's.
-BUILD_MKL_DISPATCH = sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64")
+BUILD_MKL_DISPATCH = sys.platform.startswith("linux") and platform.machine() == "x86_64"
 
 setup(
     ext_modules=[Extension("comlrl_lab._mkl_dispatch", ["comlrl_lab/_mkl_dispatch.c"], optional=True)]

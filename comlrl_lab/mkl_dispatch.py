@@ -1,20 +1,22 @@
 """MKL's AVX-512 kernels on AMD CPUs: load ``_mkl_dispatch`` before torch, where it applies, and say whether it did.
 
 torch's PyPI wheels multiply fp32 matrices on the CPU with MKL, and MKL keeps to its generic kernels on a CPU that
-is not Intel's, AVX-512 or not. On an AMD EPYC (family 26) with one thread that ran the tiny model's products at about
-92 GFLOP/s, against 205-223 through MKL's own AVX-512 kernels (``benchmarks/cpu_gemm.py``), and made a MADPOIter
-``train()`` about a fifth faster. ``_mkl_dispatch.c`` answers MKL's vendor question "yes"; MKL then chooses its
-kernels by the instruction sets the CPU reports, as it does on Intel's CPUs.
+is not Intel's, AVX-512 or not. On an AMD EPYC (family 26), one thread, the tiny model's and SmolLM2-135M's products
+ran at 82-94 GFLOP/s on them and at 191-225 on MKL's AVX-512 kernels (``benchmarks/cpu_gemm.py``), and a small
+MADPOIter ``train()`` took about a fifth less time. ``_mkl_dispatch.c`` answers MKL's vendor question "yes"; MKL then
+chooses its kernels by the instruction sets the CPU reports, as it does on Intel's CPUs. Only that CPU was measured,
+with one thread; other AMD CPUs with AVX-512 (Zen 4) get it too, unmeasured.
 
 MKL asks once, when torch loads, so the library must be in the process's global symbol scope before ``import
 torch``: ``comlrl_lab/__init__.py`` calls ``enable()`` first thing. A script that imports torch before comlrl_lab
-keeps MKL's default kernels (``status()`` says so); ``comlrl-lab``, the app and ``python -m comlrl_lab...`` import
+keeps MKL's generic kernels (``status()`` says so); ``comlrl-lab``, the app and ``python -m comlrl_lab...`` import
 comlrl_lab first. ``COMLRL_LAB_MKL_AVX512=0`` turns it off; it is never tried on other CPUs (Intel's already get the
-kernels), on other platforms, or where the extension was not built (no C compiler at install).
+kernels), on other platforms, or where the extension was not built (no C compiler or Python headers at install).
+``status()`` says what was done before torch loaded; ``mkl_branch()`` asks MKL what it chose.
 
 It changes which kernels compute a product, not what is computed: products differ from the generic kernels' in the
-last bits (summation order), and each kernel is deterministic. It does not touch torch's own kernels, oneDNN or
-CUDA.
+last bits (summation order); repeated one-thread runs on that machine trained bit-identical weights either way. It
+does not touch torch's own kernels, oneDNN or CUDA.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pathlib import Path
 ENV_VAR = "COMLRL_LAB_MKL_AVX512"
 EXTENSION = "comlrl_lab._mkl_dispatch"
 CPUINFO = Path("/proc/cpuinfo")
+GENERIC = "MKL keeps its generic kernels"
 
 #: MKL's conditional-numerical-reproducibility branches (mkl_cbwr.h): the code path its auto-detection chose. It
 #: reports 2 (``MKL_CBWR_AUTO``) on an AMD CPU it has not been told to treat as Intel's.
@@ -51,7 +54,7 @@ MKL_BRANCH_NAMES = {
 
 @dataclass(frozen=True)
 class MklDispatch:
-    """Whether MKL was given its AVX-512 kernels in this process, and why (one sentence for people)."""
+    """Whether the library was loaded before torch in this process, and why or why not (one sentence for people)."""
 
     active: bool
     reason: str
@@ -80,14 +83,18 @@ def decide(environ: Mapping[str, str], torch_imported: bool, cpuinfo: str | None
     if environ.get(ENV_VAR, "1").strip().lower() in ("0", "false", "no", "off"):
         return MklDispatch(False, f"turned off by {ENV_VAR}")
     if cpuinfo is None:
-        return MklDispatch(False, "not Linux (no /proc/cpuinfo): MKL keeps its default kernels")
+        return MklDispatch(False, "not Linux (no /proc/cpuinfo): MKL keeps its own choice of kernels")
     if not cpu_has_avx512_amd(cpuinfo):
-        return MklDispatch(False, "not an AMD CPU with AVX-512: MKL's default kernels are already its best here")
+        return MklDispatch(
+            False, "not an AMD CPU with AVX-512: left to MKL (Intel's CPUs already get its best kernels)"
+        )
     if library is None:
-        return MklDispatch(False, f"{EXTENSION} was not built (no C compiler at install): MKL keeps its AVX2 kernels")
+        return MklDispatch(False, f"{EXTENSION} was not built (no C compiler or Python headers at install): {GENERIC}")
     if torch_imported:
-        return MklDispatch(False, "torch was imported before comlrl_lab: MKL keeps its AVX2 kernels")
-    return MklDispatch(True, "MKL chooses its kernels by the CPU's instruction sets (AVX-512) on this AMD CPU")
+        return MklDispatch(False, f"torch was imported before comlrl_lab: {GENERIC}")
+    return MklDispatch(
+        True, "loaded before torch: MKL chooses its kernels by this AMD CPU's instruction sets (AVX-512)"
+    )
 
 
 def library_path() -> str | None:
@@ -115,7 +122,7 @@ def enable() -> MklDispatch:
             # RTLD_GLOBAL: libtorch_cpu.so, loaded later, resolves MKL's vendor check to this definition.
             ctypes.CDLL(library, mode=os.RTLD_GLOBAL)
         except OSError as error:
-            decision = MklDispatch(False, f"{EXTENSION} could not be loaded ({error}): MKL keeps its AVX2 kernels")
+            decision = MklDispatch(False, f"{EXTENSION} could not be loaded ({error}): {GENERIC}")
     _status = decision
     return _status
 

@@ -34,18 +34,26 @@ def test_only_an_amd_cpu_with_avx512f_in_its_first_flags_line_qualifies():
     assert not cpu_has_avx512_amd("")
 
 
+ACTIVE = MklDispatch(True, "loaded before torch: MKL chooses its kernels by this AMD CPU's instruction sets (AVX-512)")
+OFF = MklDispatch(False, "turned off by COMLRL_LAB_MKL_AVX512")
+NOT_AMD_AVX512 = MklDispatch(
+    False, "not an AMD CPU with AVX-512: left to MKL (Intel's CPUs already get its best kernels)"
+)
+TORCH_FIRST = MklDispatch(False, "torch was imported before comlrl_lab: MKL keeps its generic kernels")
+
+
 @pytest.mark.parametrize(
     ("environ", "torch_imported", "cpuinfo", "library", "expected"),
     [
-        ({}, False, AMD_AVX512, "/lib.so", MklDispatch(True, "MKL chooses its kernels by the CPU's instruction sets (AVX-512) on this AMD CPU")),
-        ({"COMLRL_LAB_MKL_AVX512": "1"}, False, AMD_AVX512, "/lib.so", MklDispatch(True, "MKL chooses its kernels by the CPU's instruction sets (AVX-512) on this AMD CPU")),
-        ({"COMLRL_LAB_MKL_AVX512": " Off "}, False, AMD_AVX512, "/lib.so", MklDispatch(False, "turned off by COMLRL_LAB_MKL_AVX512")),
-        ({"COMLRL_LAB_MKL_AVX512": "0"}, True, None, None, MklDispatch(False, "turned off by COMLRL_LAB_MKL_AVX512")),
-        ({}, False, None, "/lib.so", MklDispatch(False, "not Linux (no /proc/cpuinfo): MKL keeps its default kernels")),
-        ({}, False, INTEL_AVX512, "/lib.so", MklDispatch(False, "not an AMD CPU with AVX-512: MKL's default kernels are already its best here")),
-        ({}, False, AMD_AVX2, "/lib.so", MklDispatch(False, "not an AMD CPU with AVX-512: MKL's default kernels are already its best here")),
-        ({}, False, AMD_AVX512, None, MklDispatch(False, "comlrl_lab._mkl_dispatch was not built (no C compiler at install): MKL keeps its AVX2 kernels")),
-        ({}, True, AMD_AVX512, "/lib.so", MklDispatch(False, "torch was imported before comlrl_lab: MKL keeps its AVX2 kernels")),
+        ({}, False, AMD_AVX512, "/lib.so", ACTIVE),
+        ({"COMLRL_LAB_MKL_AVX512": "1"}, False, AMD_AVX512, "/lib.so", ACTIVE),
+        ({"COMLRL_LAB_MKL_AVX512": " Off "}, False, AMD_AVX512, "/lib.so", OFF),
+        ({"COMLRL_LAB_MKL_AVX512": "0"}, True, None, None, OFF),
+        ({}, False, None, "/lib.so", MklDispatch(False, "not Linux (no /proc/cpuinfo): MKL keeps its own choice of kernels")),
+        ({}, False, INTEL_AVX512, "/lib.so", NOT_AMD_AVX512),
+        ({}, False, AMD_AVX2, "/lib.so", NOT_AMD_AVX512),
+        ({}, False, AMD_AVX512, None, MklDispatch(False, "comlrl_lab._mkl_dispatch was not built (no C compiler or Python headers at install): MKL keeps its generic kernels")),
+        ({}, True, AMD_AVX512, "/lib.so", TORCH_FIRST),
     ],
 )  # fmt: skip
 def test_decide_loads_the_library_only_when_every_condition_holds_and_says_why_not(
@@ -54,16 +62,20 @@ def test_decide_loads_the_library_only_when_every_condition_holds_and_says_why_n
     assert decide(environ, torch_imported, cpuinfo, library) == expected
 
 
-def test_this_test_process_imported_torch_first_so_it_kept_mkls_default_kernels():
-    # conftest.py imports torch before comlrl_lab: the decision was made and recorded, and nothing was loaded.
-    assert mkl_dispatch.status().active is False
-    assert mkl_dispatch.status().reason in {
-        "torch was imported before comlrl_lab: MKL keeps its AVX2 kernels",
-        "not an AMD CPU with AVX-512: MKL's default kernels are already its best here",
-        "comlrl_lab._mkl_dispatch was not built (no C compiler at install): MKL keeps its AVX2 kernels",
-        "turned off by COMLRL_LAB_MKL_AVX512",
-        "not Linux (no /proc/cpuinfo): MKL keeps its default kernels",
-    }
+def read_cpuinfo() -> str | None:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def test_the_suite_imports_comlrl_lab_before_torch_so_its_subprocesses_share_its_kernels():
+    # conftest.py imports comlrl_lab first, as the CLI and the app do: this process decided as one that had not loaded
+    # torch, so it and the subprocesses it starts (the CLI, a resumed run) multiply with the same kernels.
+    expected = decide(os.environ, False, read_cpuinfo(), mkl_dispatch.library_path())
+    assert mkl_dispatch.status() == expected
+    assert mkl_dispatch.status() != TORCH_FIRST
 
 
 PROBE = """
@@ -100,25 +112,24 @@ def probe(first: str, **env: str) -> dict:
 
 
 def this_machine_qualifies() -> bool:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            cpuinfo = handle.read()
-    except OSError:
-        return False
-    return decide({}, False, cpuinfo, mkl_dispatch.library_path()).active
+    import torch
+
+    cpuinfo = read_cpuinfo()
+    qualifies = cpuinfo is not None and decide({}, False, cpuinfo, mkl_dispatch.library_path()).active
+    return qualifies and torch.backends.mkl.is_available()
 
 
 def test_a_process_that_imports_comlrl_lab_first_gets_mkls_avx512_kernels_and_the_same_products():
     if not this_machine_qualifies():
-        pytest.skip("not an AMD CPU with AVX-512 and the built extension: nothing is loaded here")
+        pytest.skip("not an AMD CPU with AVX-512, the built extension and a torch with MKL: nothing to compare")
     loaded = probe("comlrl_lab")
     off = probe("comlrl_lab", COMLRL_LAB_MKL_AVX512="0")
     late = probe("torch")
     assert loaded["active"] and loaded["branch"].startswith("AVX-512")
-    assert not off["active"] and off["reason"] == "turned off by COMLRL_LAB_MKL_AVX512"
-    assert not late["active"] and late["reason"] == "torch was imported before comlrl_lab: MKL keeps its AVX2 kernels"
+    assert not off["active"] and off["reason"] == OFF.reason
+    assert not late["active"] and late["reason"] == TORCH_FIRST.reason
     # Without the library MKL runs its generic code on an AMD CPU, whatever its instruction sets.
-    assert off["branch"] == late["branch"] != loaded["branch"]
+    assert off["branch"] == late["branch"] == "generic (MKL's code for a CPU that is not Intel's)"
     # Other kernels, the same product: each within fp32 rounding of the float64 one (128-term sums of N(0,1) products).
     for run in (loaded, off, late):
         assert run["error"] < 1e-5
