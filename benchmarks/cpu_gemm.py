@@ -93,8 +93,9 @@ def measure(shapes: list[tuple[int, int, int]], repeats: int) -> list[dict]:
     return rows
 
 
-def blas_with_mkl_defaults(model: str, repeats: int) -> list[float]:
-    """``torch.mm``'s seconds per shape in a fresh process that keeps MKL's default kernels."""
+def blas_with_mkl_defaults(model: str, repeats: int) -> tuple[str | None, list[float]]:
+    """The code path MKL chose in a fresh process that keeps its default kernels, and ``torch.mm``'s seconds there per
+    shape."""
     done = subprocess.run(
         [sys.executable, __file__, "--model", model, "--repeats", str(repeats), "--blas-only"],
         env={**os.environ, mkl_dispatch.ENV_VAR: "0"},
@@ -102,7 +103,8 @@ def blas_with_mkl_defaults(model: str, repeats: int) -> list[float]:
         text=True,
         check=True,
     )
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return result["mkl"], result["seconds"]
 
 
 def blas_seconds(shapes: list[tuple[int, int, int]], repeats: int) -> list[float]:
@@ -115,12 +117,12 @@ def blas_seconds(shapes: list[tuple[int, int, int]], repeats: int) -> list[float
     return seconds
 
 
-def report(rows: list[dict], blas_label: str) -> str:
+def report(rows: list[dict], blas_label: str, default_label: str = "MKL's default kernels") -> str:
     """A Markdown table of ``measure``'s rows (with ``blas_default`` where MKL's default kernels were timed too)."""
     default = "blas_default" in rows[0]
     lines = [
         f"| (rows, in, out) | torch.mm ({blas_label})"
-        + (" | torch.mm (MKL's default kernels)" if default else "")
+        + (f" | torch.mm ({default_label})" if default else "")
         + " | oneDNN, cached | oneDNN, new shape | NumPy | oneDNN - mm |",
         "|---" * (7 if default else 6) + "|",
     ]
@@ -149,16 +151,19 @@ def main() -> None:
     torch.set_num_threads(1)
     repeats = args.repeats or {"tiny": 2000, "smollm2": 5}[args.model]
     if args.blas_only:
-        print(json.dumps(blas_seconds(SHAPES[args.model], repeats)))
+        print(json.dumps({"mkl": mkl_dispatch.mkl_branch(), "seconds": blas_seconds(SHAPES[args.model], repeats)}))
         return
     kernels = torch.backends.cpu.get_cpu_capability()
     print(f"{args.model}: torch {torch.__version__}, {kernels} kernels, one thread, numpy {np.__version__}")
     print(f"MKL: {mkl_dispatch.mkl_branch()} kernels ({mkl_dispatch.status().reason})\n")
     rows = measure(SHAPES[args.model], repeats)
+    default_branch = None
     if mkl_dispatch.status().active:
-        for row, seconds in zip(rows, blas_with_mkl_defaults(args.model, repeats)):
+        default_branch, default_seconds = blas_with_mkl_defaults(args.model, repeats)
+        for row, seconds in zip(rows, default_seconds):
             row["blas_default"] = seconds
-    print(report(rows, f"MKL, {mkl_dispatch.mkl_branch()}" if mkl_dispatch.mkl_branch() else "BLAS"))
+    branch = mkl_dispatch.mkl_branch()
+    print(report(rows, f"MKL, {branch}" if branch else "BLAS", f"MKL, {default_branch}"))
 
 
 if __name__ == "__main__":

@@ -89,9 +89,7 @@ from pathlib import Path
 
 from field_args import field_arg
 
-from comlrl_lab.mkl_dispatch import ENV_VAR as MKL_ENV_VAR
-from comlrl_lab.mkl_dispatch import EXTENSION as MKL_EXTENSION
-from comlrl_lab.mkl_dispatch import library_path as mkl_dispatch_library
+from comlrl_lab import mkl_dispatch
 from comlrl_lab.models.host_memory import glibc_tunables
 from comlrl_lab.trainers.preference import MARLHFIterConfig
 
@@ -613,7 +611,7 @@ def mkl_line(pairs: list[Pair]) -> str:
     """The code paths MKL chose in each side's runs (several when they differed between runs)."""
 
     def paths(side: str) -> str:
-        found = sorted({str(getattr(pair, side).mkl_branch) for pair in pairs})
+        found = sorted({getattr(pair, side).mkl_branch or "no MKL" for pair in pairs})
         return " / ".join(found) or "no runs"
 
     return f"MKL's kernels: CoMLRL {paths('theirs')}; comlrl-lab {paths('ours')}"
@@ -673,7 +671,7 @@ def main() -> None:
     kernels.add_argument(
         "--mkl-default-kernels",
         action="store_true",
-        help=f"leave our side on MKL's default kernels too ({MKL_ENV_VAR}=0)",
+        help=f"leave our side on MKL's default kernels too ({mkl_dispatch.ENV_VAR}=0)",
     )
     args = parser.parse_args()
     ours = dict(args.ours)
@@ -681,15 +679,17 @@ def main() -> None:
     if args.comlrl_keeps_freed_memory:  # added to any tunables already in the environment
         comlrl_env = {"GLIBC_TUNABLES": ":".join(filter(None, [os.environ.get("GLIBC_TUNABLES"), glibc_tunables()]))}
     if args.comlrl_mkl_avx512:
-        library = mkl_dispatch_library()
+        library = mkl_dispatch.library_path()
         if library is None:
-            parser.error(f"--comlrl-mkl-avx512 needs {MKL_EXTENSION} built (pip install -e . with a C compiler)")
+            parser.error(
+                f"--comlrl-mkl-avx512 needs {mkl_dispatch.EXTENSION} built (pip install -e . with a C compiler)"
+            )
         comlrl_env = {
             **(comlrl_env or {}),
             "LD_PRELOAD": " ".join(filter(None, [os.environ.get("LD_PRELOAD"), library])),
         }
     if args.mkl_default_kernels:
-        ours_env = {MKL_ENV_VAR: "0"}
+        ours_env = {mkl_dispatch.ENV_VAR: "0"}
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
     if args.max_load_drift < 0:
@@ -781,7 +781,7 @@ def main() -> None:
     if args.comlrl_mkl_avx512:
         extra += "; CoMLRL with comlrl_lab's MKL library in LD_PRELOAD"
     if args.mkl_default_kernels:
-        extra += f"; ours with {MKL_ENV_VAR}=0"
+        extra += f"; ours with {mkl_dispatch.ENV_VAR}=0"
     print(
         f"\n`trainer.train()` wall-clock, median [min, max] of {args.repeats} interleaved runs per side, {threads}{extra}."
     )

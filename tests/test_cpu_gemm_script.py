@@ -25,8 +25,8 @@ def test_the_table_gives_microseconds_and_gflops_per_kernel():
     ]
     # Where comlrl_lab gave MKL its AVX-512 kernels, MKL's default ones were timed too, in a column of their own.
     row["blas_default"] = 50e-6
-    assert bench.report([row], "MKL, AVX-512 E1").splitlines() == [
-        "| (rows, in, out) | torch.mm (MKL, AVX-512 E1) | torch.mm (MKL's default kernels) | oneDNN, cached "
+    assert bench.report([row], "MKL, AVX-512 E1", "MKL, generic").splitlines() == [
+        "| (rows, in, out) | torch.mm (MKL, AVX-512 E1) | torch.mm (MKL, generic) | oneDNN, cached "
         "| oneDNN, new shape | NumPy | oneDNN - mm |",
         "|---|---|---|---|---|---|---|",
         "| (100, 100, 100) | 20 us (100 GFLOP/s) | 50 us (40 GFLOP/s) | 10 us (200 GFLOP/s) | 2000 us (1 GFLOP/s) "
@@ -62,7 +62,12 @@ def test_a_short_measurement_times_every_kernel_and_onednn_agrees_with_mm():
         assert row["onednn_diff"] < 1e-3
 
 
-def test_the_second_process_times_torch_mm_for_every_shape():
+def test_the_second_process_keeps_mkls_default_kernels_and_times_torch_mm_for_every_shape():
+    from comlrl_lab import mkl_dispatch
+
     bench = load_benchmark()
-    seconds = bench.blas_with_mkl_defaults("tiny", repeats=3)
+    branch, seconds = bench.blas_with_mkl_defaults("tiny", repeats=3)
     assert len(seconds) == len(bench.SHAPES["tiny"]) and all(s > 0 for s in seconds)
+    # COMLRL_LAB_MKL_AVX512=0 there: MKL's own choice, which on an AMD CPU is its generic code.
+    if mkl_dispatch.status().active:
+        assert branch == "generic (MKL's code for a CPU that is not Intel's)"

@@ -150,7 +150,7 @@ def test_the_mkl_line_names_each_sides_kernels_and_every_one_its_runs_reported()
     same = [bench.Pair(run("generic"), run("AVX-512 E1"), (0.1, 0, 0), (0.2, 0, 0), 0.0, "comlrl")] * 2
     assert bench.mkl_line(same) == "MKL's kernels: CoMLRL generic; comlrl-lab AVX-512 E1"
     mixed = same + [bench.Pair(run("AVX-512 E1"), run(None), (0.1, 0, 0), (0.2, 0, 0), 0.0, "comlrl")]
-    assert bench.mkl_line(mixed) == "MKL's kernels: CoMLRL AVX-512 E1 / generic; comlrl-lab AVX-512 E1 / None"
+    assert bench.mkl_line(mixed) == "MKL's kernels: CoMLRL AVX-512 E1 / generic; comlrl-lab AVX-512 E1 / no MKL"
 
 
 def test_the_pairs_alternate_which_side_runs_first_and_say_so():
