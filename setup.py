@@ -1,7 +1,7 @@
 """The one native part: a library that answers MKL's vendor check (comlrl_lab/_mkl_dispatch.c).
 
 Everything else is in pyproject.toml. The extension is optional: without a C compiler the install goes on and
-comlrl_lab.mkl_dispatch reports that MKL keeps its default kernels.
+comlrl_lab.mkl_dispatch reports that MKL keeps its generic kernels.
 """
 
 import platform

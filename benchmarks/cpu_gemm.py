@@ -154,15 +154,15 @@ def main() -> None:
         print(json.dumps({"mkl": mkl_dispatch.mkl_branch(), "seconds": blas_seconds(SHAPES[args.model], repeats)}))
         return
     kernels = torch.backends.cpu.get_cpu_capability()
+    branch = mkl_dispatch.mkl_branch()
     print(f"{args.model}: torch {torch.__version__}, {kernels} kernels, one thread, numpy {np.__version__}")
-    print(f"MKL: {mkl_dispatch.mkl_branch()} kernels ({mkl_dispatch.status().reason})\n")
+    print(f"MKL: {branch} kernels ({mkl_dispatch.status().reason})\n")
     rows = measure(SHAPES[args.model], repeats)
     default_branch = None
     if mkl_dispatch.status().active:
         default_branch, default_seconds = blas_with_mkl_defaults(args.model, repeats)
         for row, seconds in zip(rows, default_seconds):
             row["blas_default"] = seconds
-    branch = mkl_dispatch.mkl_branch()
     print(report(rows, f"MKL, {branch}" if branch else "BLAS", f"MKL, {default_branch}"))
 
 

@@ -507,11 +507,10 @@ def run_config_side(
     repeat: int,
     threads: int,
     ours: dict,
-    comlrl_env: dict | None,
-    ours_env: dict | None,
+    extra_envs: dict[str, dict],
     side: str,
 ) -> RunTime:
-    """One run of ``side`` in pair ``repeat`` of config ``name``: our fields for ours, each side's extra environment."""
+    """One run of ``side`` in pair ``repeat`` of config ``name``: our fields for ours, ``extra_envs[side]`` for each."""
     return run_worker(
         pythons[side],
         side,
@@ -520,7 +519,7 @@ def run_config_side(
         log_dir / f"config{name}-{side}-{repeat + 1}.log",
         threads=threads,
         extra_fields={**OURS_FIELDS_FOR_MODEL.get(bench.model, {}), **ours} if side == "comlrl_lab" else None,
-        extra_env=comlrl_env if side == "comlrl" else ours_env,
+        extra_env=extra_envs.get(side),
     )
 
 
@@ -690,6 +689,7 @@ def main() -> None:
         }
     if args.mkl_default_kernels:
         ours_env = {mkl_dispatch.ENV_VAR: "0"}
+    extra_envs = {side: env for side, env in (("comlrl", comlrl_env), ("comlrl_lab", ours_env)) if env}
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
     if args.max_load_drift < 0:
@@ -726,17 +726,7 @@ def main() -> None:
                     waited = settle(args.settle_below, args.settle_max)
                     print(f"[{name}] waited {waited:.0f} s for the load to settle: {read_load()}", flush=True)
                 run_side = functools.partial(
-                    run_config_side,
-                    pythons,
-                    bench,
-                    model_dir,
-                    log_dir,
-                    name,
-                    repeat,
-                    args.threads,
-                    ours,
-                    comlrl_env,
-                    ours_env,
+                    run_config_side, pythons, bench, model_dir, log_dir, name, repeat, args.threads, ours, extra_envs
                 )
                 pair = run_pair(repeat, run_side)
                 pairs.append(pair)

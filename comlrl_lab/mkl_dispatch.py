@@ -104,10 +104,18 @@ def library_path() -> str | None:
 
 
 def _read_cpuinfo() -> str | None:
+    """The first processor's block of /proc/cpuinfo (the rest repeat it; on a large host the file is long and every
+    ``import comlrl_lab`` reads it), or None where there is none."""
+    lines = []
     try:
-        return CPUINFO.read_text(encoding="utf-8", errors="replace")
+        with CPUINFO.open(encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if not line.strip() and lines:
+                    break
+                lines.append(line)
     except OSError:
         return None
+    return "".join(lines)
 
 
 def enable() -> MklDispatch:
