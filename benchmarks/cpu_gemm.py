@@ -13,9 +13,7 @@ config 2; hidden 128, MLP 384, vocabulary 1,307), ``--model smollm2`` SmolLM2-13
   update's varying sequence lengths would give it;
 - ``numpy``: NumPy's BLAS (OpenBLAS in its wheels), for a third opinion.
 
-It imports comlrl_lab before torch, as our trainers' users do, so on an AMD CPU with AVX-512 ``torch.mm`` runs MKL's
-AVX-512 kernels (``comlrl_lab/mkl_dispatch.py``). There it also times ``torch.mm`` in a second process that keeps
-MKL's default kernels (``COMLRL_LAB_MKL_AVX512=0``), which is what a process gets that imports torch first: CoMLRL's.
+It names the code path MKL chose on this CPU (``mkl_kernels.py``); it changes none of MKL's choices.
 
 It prints microseconds per product and GFLOP/s. Usage::
 
@@ -25,19 +23,13 @@ It prints microseconds per product and GFLOP/s. Usage::
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 from functools import partial
 
-from comlrl_lab import mkl_dispatch  # before torch: MKL chooses its kernels when torch loads
-
-# isort: split
 import numpy as np
 import torch
+from mkl_kernels import mkl_branch
 
 #: (rows, in, out) of each model's products: attention, key/value (where narrower), the MLP's up and down, the head.
 SHAPES = {
@@ -93,38 +85,11 @@ def measure(shapes: list[tuple[int, int, int]], repeats: int) -> list[dict]:
     return rows
 
 
-def blas_with_mkl_defaults(model: str, repeats: int) -> tuple[str | None, list[float]]:
-    """The code path MKL chose in a fresh process that keeps its default kernels, and ``torch.mm``'s seconds there per
-    shape."""
-    done = subprocess.run(
-        [sys.executable, __file__, "--model", model, "--repeats", str(repeats), "--blas-only"],
-        env={**os.environ, mkl_dispatch.ENV_VAR: "0"},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    return result["mkl"], result["seconds"]
-
-
-def blas_seconds(shapes: list[tuple[int, int, int]], repeats: int) -> list[float]:
-    """``torch.mm``'s seconds per call for each shape (the inputs ``measure`` uses)."""
-    generator = torch.Generator().manual_seed(0)
-    seconds = []
-    for m, k, n in shapes:
-        x, weight = torch.randn(m, k, generator=generator), torch.randn(n, k, generator=generator)
-        seconds.append(per_call_seconds(partial(torch.mm, x, weight.t().contiguous()), repeats))
-    return seconds
-
-
-def report(rows: list[dict], blas_label: str, default_label: str = "MKL's default kernels") -> str:
-    """A Markdown table of ``measure``'s rows (with ``blas_default`` where MKL's default kernels were timed too)."""
-    default = "blas_default" in rows[0]
+def report(rows: list[dict], blas_label: str) -> str:
+    """A Markdown table of ``measure``'s rows."""
     lines = [
-        f"| (rows, in, out) | torch.mm ({blas_label})"
-        + (f" | torch.mm ({default_label})" if default else "")
-        + " | oneDNN, cached | oneDNN, new shape | NumPy | oneDNN - mm |",
-        "|---" * (7 if default else 6) + "|",
+        f"| (rows, in, out) | torch.mm ({blas_label}) | oneDNN, cached | oneDNN, new shape | NumPy | oneDNN - mm |",
+        "|---" * 6 + "|",
     ]
 
     def cell(row, name):
@@ -136,8 +101,7 @@ def report(rows: list[dict], blas_label: str, default_label: str = "MKL's defaul
         diff = f"{row['onednn_diff']:.1e}" if "onednn_diff" in row else "n/a"
         lines.append(
             f"| {row['shape']} | {cell(row, 'blas')}"
-            + (f" | {cell(row, 'blas_default')}" if default else "")
-            + f" | {cell(row, 'onednn')} | {cell(row, 'onednn_new_shape')} | {cell(row, 'numpy')} | {diff} |"
+            f" | {cell(row, 'onednn')} | {cell(row, 'onednn_new_shape')} | {cell(row, 'numpy')} | {diff} |"
         )
     return "\n".join(lines)
 
@@ -146,24 +110,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=sorted(SHAPES), default="tiny", help="whose products to time")
     parser.add_argument("--repeats", type=int, default=None, help="calls per timing (five timings, the median)")
-    parser.add_argument("--blas-only", action="store_true", help=argparse.SUPPRESS)  # the second process's job
     args = parser.parse_args()
     torch.set_num_threads(1)
     repeats = args.repeats or {"tiny": 2000, "smollm2": 5}[args.model]
-    if args.blas_only:
-        print(json.dumps({"mkl": mkl_dispatch.mkl_branch(), "seconds": blas_seconds(SHAPES[args.model], repeats)}))
-        return
     kernels = torch.backends.cpu.get_cpu_capability()
-    branch = mkl_dispatch.mkl_branch()
+    branch = mkl_branch()
     print(f"{args.model}: torch {torch.__version__}, {kernels} kernels, one thread, numpy {np.__version__}")
-    print(f"MKL: {branch} kernels ({mkl_dispatch.status().reason})\n")
+    print(f"MKL: {branch} kernels\n" if branch else "torch has no MKL\n")
     rows = measure(SHAPES[args.model], repeats)
-    default_branch = None
-    if mkl_dispatch.status().active:
-        default_branch, default_seconds = blas_with_mkl_defaults(args.model, repeats)
-        for row, seconds in zip(rows, default_seconds):
-            row["blas_default"] = seconds
-    print(report(rows, f"MKL, {branch}" if branch else "BLAS", f"MKL, {default_branch}"))
+    print(report(rows, f"MKL, {branch}" if branch else "BLAS"))
 
 
 if __name__ == "__main__":

@@ -25,18 +25,15 @@ Usage::
     python benchmarks/vs_comlrl.py [--configs 1,2,3,4,5] [--repeats 3] [--venv .bench/comlrl-venv] [--json OUT]
                                    [--threads 1] [--ours FIELD=VALUE ...] [--max-load-drift 0.5]
                                    [--settle-below LOAD] [--comlrl-keeps-freed-memory]
-                                   [--comlrl-mkl-avx512 | --mkl-default-kernels]
 
 ``--threads 0`` gives both sides torch's default thread count (the machine's cores), and ``--ours
 concurrent_cpu_agents=true`` measures our agents in threads of their own against CoMLRL as it runs by default.
 Our trainers set glibc's malloc thresholds themselves (``keep_freed_host_memory``); ``--comlrl-keeps-freed-memory``
 gives CoMLRL's process the same thresholds through ``GLIBC_TUNABLES``, so the ratio shows what is left without them.
 
-**MKL's kernels.** On an AMD CPU with AVX-512, comlrl_lab gives MKL its AVX-512 kernels (``comlrl_lab/mkl_dispatch.py``),
-which MKL keeps from CoMLRL's process there. Each run reports the code path MKL chose, and the tables name both
-sides'. ``--comlrl-mkl-avx512`` gives CoMLRL's process the same kernels (our library in ``LD_PRELOAD``), and
-``--mkl-default-kernels`` leaves ours on MKL's default ones (``COMLRL_LAB_MKL_AVX512=0``): either way both sides
-multiply with the same kernels, and the ratio is the code's alone.
+**MKL's kernels.** Each run reports the code path MKL chose by itself (``mkl_kernels.py``), and the tables name both
+sides'. Neither side's choice is steered: both multiply with the kernels MKL picks for the CPU, so the ratio is the
+code's alone.
 
 **The load.** Before and after each pair of runs (one of each side) it reads the load average
 (``os.getloadavg()``) and, from ``/proc/stat``, how much CPU other processes took while the pair ran (the machine's
@@ -89,7 +86,6 @@ from pathlib import Path
 
 from field_args import field_arg
 
-from comlrl_lab import mkl_dispatch
 from comlrl_lab.models.host_memory import glibc_tunables
 from comlrl_lab.trainers.preference import MARLHFIterConfig
 
@@ -660,36 +656,12 @@ def main() -> None:
         action="store_true",
         help="give CoMLRL's process the malloc thresholds ours sets itself (keep_freed_host_memory), as GLIBC_TUNABLES",
     )
-    kernels = parser.add_mutually_exclusive_group()
-    kernels.add_argument(
-        "--comlrl-mkl-avx512",
-        action="store_true",
-        help="give CoMLRL's process the MKL kernels ours chooses on an AMD CPU with AVX-512 (comlrl_lab's library in "
-        "LD_PRELOAD)",
-    )
-    kernels.add_argument(
-        "--mkl-default-kernels",
-        action="store_true",
-        help=f"leave our side on MKL's default kernels too ({mkl_dispatch.ENV_VAR}=0)",
-    )
     args = parser.parse_args()
     ours = dict(args.ours)
-    comlrl_env = ours_env = None
+    comlrl_env = None
     if args.comlrl_keeps_freed_memory:  # added to any tunables already in the environment
         comlrl_env = {"GLIBC_TUNABLES": ":".join(filter(None, [os.environ.get("GLIBC_TUNABLES"), glibc_tunables()]))}
-    if args.comlrl_mkl_avx512:
-        library = mkl_dispatch.library_path()
-        if library is None:
-            parser.error(
-                f"--comlrl-mkl-avx512 needs {mkl_dispatch.EXTENSION} built (pip install -e . with a C compiler)"
-            )
-        comlrl_env = {
-            **(comlrl_env or {}),
-            "LD_PRELOAD": " ".join(filter(None, [os.environ.get("LD_PRELOAD"), library])),
-        }
-    if args.mkl_default_kernels:
-        ours_env = {mkl_dispatch.ENV_VAR: "0"}
-    extra_envs = {side: env for side, env in (("comlrl", comlrl_env), ("comlrl_lab", ours_env)) if env}
+    extra_envs = {"comlrl": comlrl_env} if comlrl_env else {}
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
     if args.max_load_drift < 0:
@@ -768,10 +740,6 @@ def main() -> None:
     extra = f"; ours with {', '.join(f'{k}={v}' for k, v in ours.items())}" if ours else ""
     if args.comlrl_keeps_freed_memory:
         extra += f"; CoMLRL with GLIBC_TUNABLES={comlrl_env['GLIBC_TUNABLES']}"
-    if args.comlrl_mkl_avx512:
-        extra += "; CoMLRL with comlrl_lab's MKL library in LD_PRELOAD"
-    if args.mkl_default_kernels:
-        extra += f"; ours with {mkl_dispatch.ENV_VAR}=0"
     print(
         f"\n`trainer.train()` wall-clock, median [min, max] of {args.repeats} interleaved runs per side, {threads}{extra}."
     )

@@ -15,7 +15,7 @@ leaves torch's default, the machine's cores). The last stdout line is a JSON
 object with ``train_seconds``, ``setup_seconds``, ``train_user_seconds``, ``train_system_seconds`` and
 ``train_page_faults`` (``train()``'s user and system CPU time, summed over the process's threads, and its minor plus
 major page faults, from ``getrusage``), ``mkl_branch`` (the code path MKL chose for the process's matrix products,
-``comlrl_lab.mkl_dispatch.mkl_branch``), ``weights`` (a fingerprint of the trained
+``mkl_kernels.mkl_branch``), ``weights`` (a fingerprint of the trained
 agents' parameters, taken after the timing, so the driver can tell whether runs of one side did the same work or only
 took different times) and ``fingerprint_seconds`` (its own time, which the driver takes off the whole process's).
 """
@@ -56,8 +56,6 @@ def main(spec_path: str) -> None:
     with open(spec_path, encoding="utf-8") as handle:
         spec = json.load(handle)
 
-    # The trainers' package first, as the README's scripts import it: comlrl_lab sets up MKL's kernels before torch
-    # loads (comlrl_lab/mkl_dispatch.py); CoMLRL's package imports torch itself.
     package = importlib.import_module(f"{spec['package']}.trainers.preference")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -66,11 +64,11 @@ def main(spec_path: str) -> None:
     if threads:  # 0 leaves torch's default: as many threads as the machine has cores
         torch.set_num_threads(threads)
     # The task module is pure Python (no torch, no comlrl_lab trainers), so the CoMLRL side imports it from the
-    # checkout: both sides score with the same reward code. torch is loaded by now, so on the CoMLRL side importing
-    # comlrl_lab leaves MKL as CoMLRL set it up.
+    # checkout: both sides score with the same reward code.
     sys.path.insert(0, spec["repo_root"])
+    from mkl_kernels import mkl_branch  # this script's folder, first on sys.path
+
     from comlrl_lab.data.tasks import get_task
-    from comlrl_lab.mkl_dispatch import mkl_branch
 
     config_class = getattr(package, f"{spec['trainer']}Config")
     trainer_class = getattr(package, f"{spec['trainer']}Trainer")

@@ -13,11 +13,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-# Before torch, as the CLI, the app and the README's scripts import it: this process then multiplies with the MKL
-# kernels comlrl_lab chooses for the machine, as do the subprocesses the tests start (comlrl_lab/mkl_dispatch.py).
-import comlrl_lab  # noqa: E402, F401
-
-# isort: split
 import pytest  # noqa: E402
 import torch  # noqa: E402  (after the environment is set, so the first import sees it)
 from model_fixtures import build_tiny_model_dir  # noqa: E402

@@ -13,11 +13,6 @@ import contextlib
 import sys
 from pathlib import Path
 
-# Before torch, as the trainers' users do: each rank multiplies with the MKL kernels the test process uses
-# (comlrl_lab/mkl_dispatch.py), so the ranks' weights can be compared with its own to 1e-5.
-import comlrl_lab  # noqa: F401
-
-# isort: split
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

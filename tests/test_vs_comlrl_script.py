@@ -11,8 +11,6 @@ from pathlib import Path
 import pytest
 from repo_scripts import load_repo_script
 
-from comlrl_lab import mkl_dispatch
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -353,8 +351,6 @@ def test_worker_trains_on_our_side_and_reports_its_time(tmp_path):
     worker = load_repo_script("benchmarks/vs_comlrl_worker.py", "vs_comlrl_worker")
     assert len(run.weights) == 16 and run.weights != worker.weights_fingerprint(untrained)  # the trained agents'
     assert bench.RESULT_MARKER in (tmp_path / "run.log").read_text(encoding="utf-8")
-    # The worker imports comlrl_lab before torch, as the README's scripts do, so MKL's kernels are the ones
-    # comlrl_lab.mkl_dispatch chooses for this machine.
-    with open("/proc/cpuinfo", encoding="utf-8") as handle:
-        gets_avx512 = mkl_dispatch.decide(os.environ, False, handle.read(), mkl_dispatch.library_path()).active
-    assert run.mkl_branch.startswith("AVX-512") if gets_avx512 else run.mkl_branch == mkl_dispatch.mkl_branch()
+    # Nothing steers MKL in either process: the worker reports the same code path as this one.
+    mkl_kernels = load_repo_script("benchmarks/mkl_kernels.py", "mkl_kernels")
+    assert run.mkl_branch == mkl_kernels.mkl_branch()

@@ -2,8 +2,8 @@
 
 A CPU ``nn.Linear`` calls torch's BLAS (MKL in the PyPI wheels). On an AMD EPYC with AVX-512, MKL's generic kernels
 ran SmolLM2-135M's fp32 products at 67-92 GFLOP/s on one thread, against 143-203 through the oneDNN kernels that ship
-inside the same torch (``benchmarks/cpu_gemm.py``). Where ``comlrl_lab.mkl_dispatch`` gives MKL its AVX-512 kernels
-(217-225 GFLOP/s there), oneDNN is no faster: SmolLM2's sampling took the same time either way. oneDNN builds a kernel
+inside the same torch (``benchmarks/cpu_gemm.py``). On an Intel CPU, where MKL runs its own AVX-512 kernels, oneDNN is
+no faster: measure first. oneDNN builds a kernel
 for each new shape (0.7-2.4 ms there, then cached), and a batch's lengths change every call, so only products of at
 least ``MIN_MULTIPLY_ADDS`` go to it; smaller ones stay on the BLAS, bit for bit. oneDNN sums in another order, so
 its products differ from the BLAS's in the last bits.
