@@ -320,7 +320,7 @@ def test_setup_takes_a_user_task_module_and_checks_it(open_app):
 
 
 def test_rounds_shows_the_finished_runs_phase_timeline(open_app, seeded):
-    at = open_app("app_pages/rounds.py")
+    at = open_app("pages/rounds.py")
     assert at.title[0].value == "Rounds"
     metrics = {m.label: m.value for m in at.metric}
     rounds = _store(seeded).rounds(seeded.run_id)
@@ -351,7 +351,7 @@ def test_rounds_shows_the_finished_runs_phase_timeline(open_app, seeded):
 def test_rounds_shows_what_each_checkpoint_cost(open_app, seeded):
     from comlrl_lab.trainers.preference import checkpoint as ckpt
 
-    at = open_app("app_pages/rounds.py")
+    at = open_app("pages/rounds.py")
     assert [s.value for s in at.subheader] == ["Phase timeline", "Checkpoints"]
     table = at.dataframe[1].value
     # The seeded run checkpoints after every phase and keeps them all: one folder per row, in the same order.
@@ -411,7 +411,7 @@ def test_rounds_shows_a_failed_phase_with_its_cause_and_a_retry(open_app, seeded
     (tmp_path / "no-such-model").mkdir()
     run_id = services.workspace().create_run(seed_spec(str(tmp_path / "no-such-model")))
     at.session_state[state.RUN_ID] = run_id
-    at.switch_page("app_pages/rounds.py").run()
+    at.switch_page("pages/rounds.py").run()
     at.button(key=state.phase_button_key("collect")).click().run()
     services.workspace().manager.wait(run_id, timeout=120)
     at.run()
@@ -431,7 +431,7 @@ def test_rounds_pause_lets_the_phase_finish_and_stops_before_the_next(open_app, 
     at = open_app(root=tmp_path, run_id=None)
     run_id = services.workspace().create_run(seed_spec(seeded.model))
     at.session_state[state.RUN_ID] = run_id
-    at.switch_page("app_pages/rounds.py").run()
+    at.switch_page("pages/rounds.py").run()
     at.button(key=state.ROUNDS_RUN_ALL).click().run()
     assert at.button(key=state.ROUNDS_PAUSE).disabled is False  # the worker is loading the models or running
     at.button(key=state.ROUNDS_PAUSE).click().run()
@@ -453,7 +453,7 @@ def test_rounds_pause_lets_the_phase_finish_and_stops_before_the_next(open_app, 
 
 
 def test_pairs_browses_filters_and_shows_both_sides_per_agent(open_app, seeded):
-    at = open_app("app_pages/pairs.py")
+    at = open_app("pages/pairs.py")
     store = _store(seeded)
     total = store.pairs_count(seeded.run_id)
     assert any(f"**{total:,} pairs** match" in m.value for m in at.markdown)
@@ -501,7 +501,7 @@ def test_pairs_browses_filters_and_shows_both_sides_per_agent(open_app, seeded):
 
 
 def test_the_url_keeps_the_open_run_and_setup_has_its_own_address(open_app, seeded, monkeypatch):
-    at = open_app("app_pages/pairs.py")
+    at = open_app("pages/pairs.py")
     assert at.query_params[state.URL_RUN] == seeded.run_id  # written on every rerun, page switches included
 
     # A reload is a new session with the same URL: the Pairs page opens on the same run.
@@ -509,7 +509,7 @@ def test_the_url_keeps_the_open_run_and_setup_has_its_own_address(open_app, seed
     reloaded = AppTest.from_file(APP, default_timeout=TIMEOUT)
     reloaded.query_params = dict(at.query_params)
     reloaded.run()
-    reloaded.switch_page("app_pages/pairs.py").run()
+    reloaded.switch_page("pages/pairs.py").run()
     assert not reloaded.exception, [e.value for e in reloaded.exception]
     assert reloaded.session_state[state.RUN_ID] == seeded.run_id
     total = _store(seeded).pairs_count(seeded.run_id)
@@ -521,7 +521,7 @@ def test_the_url_keeps_the_open_run_and_setup_has_its_own_address(open_app, seed
 
 
 def test_a_reload_keeps_the_pairs_filters_and_the_open_pair(open_app, seeded, monkeypatch):
-    at = open_app("app_pages/pairs.py")
+    at = open_app("pages/pairs.py")
     at.selectbox(key=state.PAIRS_ROUND).select(2).run()
     at.number_input(key=state.PAIRS_MIN_GAP).set_value(0.05).run()
     keys = at.selectbox(key=state.PAIRS_OPEN).options
@@ -537,7 +537,7 @@ def test_a_reload_keeps_the_pairs_filters_and_the_open_pair(open_app, seeded, mo
     reloaded.query_params = {k: v for k, v in at.query_params.items()}
     reloaded.session_state[state.SETUP_PRESET] = forms.PRESET_NONE
     reloaded.run()
-    reloaded.switch_page("app_pages/pairs.py").run()
+    reloaded.switch_page("pages/pairs.py").run()
     assert not reloaded.exception, [e.value for e in reloaded.exception]
     assert reloaded.selectbox(key=state.PAIRS_ROUND).value == 2
     assert reloaded.number_input(key=state.PAIRS_MIN_GAP).value == pytest.approx(0.05)
@@ -548,13 +548,13 @@ def test_a_reload_keeps_the_pairs_filters_and_the_open_pair(open_app, seeded, mo
     bad.query_params = {state.URL_RUN: seeded.run_id, state.PAIRS_ROUND: "99"}
     bad.session_state[state.SETUP_PRESET] = forms.PRESET_NONE
     bad.run()
-    bad.switch_page("app_pages/pairs.py").run()
+    bad.switch_page("pages/pairs.py").run()
     assert not bad.exception and bad.selectbox(key=state.PAIRS_ROUND).value is None
     assert any("pairs.round: 99 no longer offered" in c.value for c in bad.caption)
 
 
 def test_pairs_sql_box_answers_read_only_queries_and_refuses_writes(open_app, seeded, downloads):
-    at = open_app("app_pages/pairs.py")
+    at = open_app("pages/pairs.py")
     at.text_area(key=state.SQL_QUERY).input(
         "SELECT round, count(*) AS n FROM pairs GROUP BY round ORDER BY round"
     ).run()
@@ -585,7 +585,7 @@ def test_pairs_sql_box_answers_read_only_queries_and_refuses_writes(open_app, se
 
 
 def test_replay_shows_weights_and_draws_and_recomputes_lambda_live(open_app, seeded):
-    at = open_app("app_pages/replay.py")
+    at = open_app("pages/replay.py")
     store = _store(seeded)
     replay = store.replay(seeded.run_id)
     round2 = replay[replay["round"] == 2]
@@ -623,7 +623,7 @@ def test_replay_shows_weights_and_draws_and_recomputes_lambda_live(open_app, see
 
 
 def test_learning_plots_rewards_losses_margins_accuracy_and_distributions(open_app, seeded):
-    at = open_app("app_pages/learning.py")
+    at = open_app("pages/learning.py")
     store = _store(seeded)
     charts = _plotly(at)
     titles = [c["layout"]["title"]["text"] for c in charts if c["layout"].get("title")]
@@ -671,7 +671,7 @@ def test_learning_plots_rewards_losses_margins_accuracy_and_distributions(open_a
 
 
 def test_data_exports_parquet_and_round_files_with_filters(open_app, seeded, downloads):
-    at = open_app("app_pages/data.py")
+    at = open_app("pages/data.py")
     store = _store(seeded)
     total = store.pairs_count(seeded.run_id)
     at.radio(key=state.EXPORT_FORMAT).set_value("parquet").run()
@@ -707,7 +707,7 @@ def test_data_exports_parquet_and_round_files_with_filters(open_app, seeded, dow
 
 
 def test_data_imports_a_comlrl_replay_directory_and_browses_it(open_app, seeded):
-    at = open_app("app_pages/data.py")
+    at = open_app("pages/data.py")
     replay_dir = seeded.root / seeded.run_id / "preference_replay"
     at.text_input(key=state.IMPORT_DIR).input(str(replay_dir)).run()
     at.button(key=state.IMPORT_DIR_BUTTON).click().run()
@@ -719,17 +719,17 @@ def test_data_imports_a_comlrl_replay_directory_and_browses_it(open_app, seeded)
     assert any(f"**{total:,} pairs** match" in m.value for m in at.markdown)
     # Every page copes with a pair set that has no engine, no candidates and no metrics.
     for page, title in (
-        ("app_pages/rounds.py", "Rounds"),
-        ("app_pages/replay.py", "Replay buffer"),
-        ("app_pages/learning.py", "Learning"),
-        ("app_pages/data.py", "Data"),
+        ("pages/rounds.py", "Rounds"),
+        ("pages/replay.py", "Replay buffer"),
+        ("pages/learning.py", "Learning"),
+        ("pages/data.py", "Data"),
     ):
         at.switch_page(page).run()
         assert not at.exception, (page, [e.value for e in at.exception])
         assert at.title[0].value == title
-        if page == "app_pages/rounds.py":
+        if page == "pages/rounds.py":
             assert not at.get("plotly_chart")  # no phase-time chart: an import's "phases" took microseconds
-        if page == "app_pages/learning.py":
+        if page == "pages/learning.py":
             assert any("imported pair set" in i.value and "no learning curves" in i.value for i in at.info)
     # In the pickers an import has a title, not "nan · nan".
     import_id = at.session_state[state.RUN_ID]

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "comlrl_lab"
 CONFIG_FILE = PACKAGE / "trainers" / "preference" / "config.py"
 #: The product: the package, the pages and the app (not tests, benchmarks or scripts).
-PRODUCT = sorted([*PACKAGE.rglob("*.py"), *(ROOT / "app_pages").glob("*.py"), ROOT / "app.py"])
+PRODUCT = sorted([*PACKAGE.rglob("*.py"), *(ROOT / "pages").glob("*.py"), ROOT / "app.py"])
 
 
 def _modules(*, skip: tuple[str, ...] = ()) -> list[Path]:
@@ -604,7 +604,7 @@ def test_only_the_phase_module_checks_the_order():
 # -- session-state keys are named in ui/state.py -------------------------------------------------------------
 
 STATE_FILE = ROOT / "comlrl_lab" / "ui" / "state.py"
-UI_FILES = sorted([ROOT / "app.py", *(ROOT / "app_pages").glob("*.py"), *(ROOT / "comlrl_lab" / "ui").glob("*.py")])
+UI_FILES = sorted([ROOT / "app.py", *(ROOT / "pages").glob("*.py"), *(ROOT / "comlrl_lab" / "ui").glob("*.py")])
 KEY_PATTERN = re.compile(r"^[a-z]+(\.[A-Za-z0-9_]+)+$")  # a varying part may be a name such as MADPOIter
 
 

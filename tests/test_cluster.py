@@ -481,7 +481,7 @@ def _compare_page():
 
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
-    at.switch_page("app_pages/compare.py").run()
+    at.switch_page("pages/compare.py").run()
     return at
 
 

@@ -207,7 +207,7 @@ def app(runs, monkeypatch):
     st.cache_resource.clear()
     at = AppTest.from_file(APP, default_timeout=30)
     at.run()
-    at.switch_page("app_pages/compare.py").run()
+    at.switch_page("pages/compare.py").run()
     assert not at.exception, [e.value for e in at.exception]
     yield at
     services.close_all()
@@ -261,7 +261,7 @@ def test_a_reload_keeps_the_compare_pages_filters_and_choices(app, runs, monkeyp
     reloaded = AppTest.from_file(APP, default_timeout=30)
     reloaded.query_params = dict(app.query_params)
     reloaded.run()
-    reloaded.switch_page("app_pages/compare.py").run()
+    reloaded.switch_page("pages/compare.py").run()
     assert not reloaded.exception, [e.value for e in reloaded.exception]
     assert reloaded.multiselect(key=state.COMPARE_TAGS).value == ["sweep-a"]
     assert reloaded.multiselect(key=state.COMPARE_RUNS).value == ["current-s0", "current-s1", "all_history-s0"]
@@ -306,7 +306,7 @@ def test_twenty_runs_of_twenty_rounds_are_prepared_and_drawn_within_two_seconds(
     st.cache_resource.clear()
     at = AppTest.from_file(APP, default_timeout=30)
     at.run()
-    at.switch_page("app_pages/compare.py").run()
+    at.switch_page("pages/compare.py").run()
     timings = []
     for _ in range(3):
         st.cache_resource.clear()  # every run of the page builds the comparison again
@@ -335,7 +335,7 @@ def test_a_grid_run_from_the_compare_page_fills_in_and_opens_there(tmp_path, mon
     try:
         at = AppTest.from_file(APP, default_timeout=60)
         at.run()
-        at.switch_page("app_pages/compare.py").run()
+        at.switch_page("pages/compare.py").run()
         # The replay-mode question as one grid: each mode comes with its own setting (k 2, λ 0.5).
         at.selectbox(key=state.sweep_field_key(0)).set_value("preference_replay_mode")
         at.text_input(key=state.sweep_values_key(0)).input("nearest_k, lambda_decay")

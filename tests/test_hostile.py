@@ -189,7 +189,7 @@ def case_run_open_outside_the_runs_folder(tmp_path, monkeypatch):
         at = AppTest.from_file(APP, default_timeout=90)
         at.query_params[state.URL_RUN] = "../elsewhere"
         at.run()
-        at.switch_page("app_pages/rounds.py").run()
+        at.switch_page("pages/rounds.py").run()
         assert not at.exception, [e.value for e in at.exception]
         assert any("is not a run in the runs folder" in w.value for w in at.warning)
     finally:
@@ -555,7 +555,7 @@ def case_all_nan_rewards_say_so(model_dir, tmp_path, capsys, monkeypatch):
         at = AppTest.from_file(APP, default_timeout=90)
         at.session_state[state.RUN_ID] = run_dir.name
         at.run()
-        at.switch_page("app_pages/rounds.py").run()
+        at.switch_page("pages/rounds.py").run()
         assert not at.exception, [e.value for e in at.exception]
         assert any(w.value.startswith("- Round 1 collected 0 preference pairs") for w in at.warning)
     finally:

@@ -5,6 +5,7 @@ Session-state keys are named in ``comlrl_lab.ui.state``: tests/test_architecture
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 
@@ -238,15 +239,26 @@ def test_the_madpo_loss_card_shows_the_dpo_loss_and_the_winner_nll_gets_its_own_
     assert {t.label: t.value for t in marlhf}["DPO / BT loss"] == "0.5200"
 
 
-def test_the_screens_are_not_in_a_pages_folder_and_title_case_addresses_lead_to_them(tmp_path, monkeypatch):
-    # With a pages/ folder beside app.py, a freshly started server runs /rounds's file without app.py (Streamlit's
-    # old multipage mode) until some visitor has opened "/": no sidebar card, no open run from the address.
+def _is_call(statement: ast.stmt) -> bool:
+    return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)
+
+
+def test_the_screens_are_in_the_pages_folder_each_guarded_and_title_case_addresses_lead_to_them(tmp_path, monkeypatch):
+    # With a pages/ folder beside app.py, a freshly started server runs a page's file without app.py (Streamlit's old
+    # folder mode) until some session has called st.navigation: every page therefore hands itself to the router first.
     from streamlit.testing.v1 import AppTest
 
     from comlrl_lab.ui import services
 
     root = Path(__file__).resolve().parents[1]
-    assert not (root / "pages").exists() and (root / "app_pages" / "rounds.py").is_file()
+    assert not (root / "app_pages").exists()
+    screens = sorted((root / "pages").glob("*.py"))
+    assert [p.stem for p in screens] == ["compare", "data", "learning", "pairs", "replay", "rounds", "setup"]
+    for screen in screens:  # the guard runs before the page draws anything: its first statement after the imports
+        statements = ast.parse(screen.read_text(encoding="utf-8")).body
+        code = [s for s in statements if not isinstance(s, (ast.Import, ast.ImportFrom, ast.Expr)) or _is_call(s)]
+        first = code[0]
+        assert ast.unparse(first) == "navigation.ensure_router()", screen.name
     monkeypatch.setenv(services.RUNS_DIR_ENV, str(tmp_path))
     at = AppTest.from_file(str(root / "app.py"), default_timeout=60).run()
     paths = {info["url_pathname"] for info in at._registered_pages.values()}
@@ -288,5 +300,5 @@ def test_every_optimiser_update_is_drawn_one_panel_per_kind_of_quantity():
 def test_no_page_text_uses_a_glyph_the_workbench_font_lacks():
     # "hover the ⓘ" rendered as an empty box in Chromium: Streamlit's help icon is a question mark.
     root = Path(__file__).resolve().parents[1]
-    for path in [*root.glob("app_pages/*.py"), *root.glob("comlrl_lab/ui/*.py")]:
+    for path in [*root.glob("pages/*.py"), *root.glob("comlrl_lab/ui/*.py")]:
         assert "ⓘ" not in path.read_text(encoding="utf-8"), path

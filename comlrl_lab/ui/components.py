@@ -19,14 +19,8 @@ from comlrl_lab.engine import eta
 from comlrl_lab.engine.manager import PHASE_UNITS, Progress
 from comlrl_lab.ui import diff, figures, services, state
 from comlrl_lab.ui.frames import PHASE_LABELS
+from comlrl_lab.ui.navigation import DATA_PAGE, SETUP_PAGE
 from comlrl_lab.ui.url_state import UrlKey
-
-SETUP_PAGE = "app_pages/setup.py"
-ROUNDS_PAGE = "app_pages/rounds.py"
-PAIRS_PAGE = "app_pages/pairs.py"
-REPLAY_PAGE = "app_pages/replay.py"
-LEARNING_PAGE = "app_pages/learning.py"
-DATA_PAGE = "app_pages/data.py"
 
 STATUS_BADGES = {
     "idle": ("idle", "gray", ":material/pause_circle:"),

@@ -4,7 +4,9 @@ import json
 
 import streamlit as st
 
-from comlrl_lab.ui import charts, components, draft, forms, frames, model_picker, services, state
+from comlrl_lab.ui import charts, components, draft, forms, frames, model_picker, navigation, services, state
+
+navigation.ensure_router()
 
 ws = services.workspace()
 
@@ -102,7 +104,7 @@ def _load_preset() -> None:
 
 
 if st.session_state.pop(state.SETUP_GO_ROUNDS, False):
-    state.switch_page(components.ROUNDS_PAGE)
+    state.switch_page(navigation.ROUNDS_PAGE)
 
 top_preset, top_left, top_right = st.columns(3)
 with top_preset, st.container(border=True, height="stretch"):
@@ -375,7 +377,7 @@ if create_col.button(
         st.error(components.format_exception(exc))
     else:
         state.set_current_run(run_id)
-        state.switch_page(components.ROUNDS_PAGE)
+        state.switch_page(navigation.ROUNDS_PAGE)
 save_col.download_button(
     "Save config",
     data=json.dumps(spec.to_dict(), indent=2, ensure_ascii=False),

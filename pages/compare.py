@@ -2,7 +2,9 @@
 
 import streamlit as st
 
-from comlrl_lab.ui import compare, services, state, sweeps, url_state
+from comlrl_lab.ui import compare, navigation, services, state, sweeps, url_state
+
+navigation.ensure_router()
 
 MAX_DEFAULT_RUNS = 40
 

@@ -2,7 +2,9 @@
 
 import streamlit as st
 
-from comlrl_lab.ui import components, figures, state
+from comlrl_lab.ui import components, figures, navigation, state
+
+navigation.ensure_router()
 
 view = components.require_run("Create or open a run to watch it learn.")
 run_id = view.run_id

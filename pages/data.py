@@ -4,7 +4,9 @@ from pathlib import Path
 
 import streamlit as st
 
-from comlrl_lab.ui import components, services, state
+from comlrl_lab.ui import components, navigation, services, state
+
+navigation.ensure_router()
 
 ws = services.workspace()
 
@@ -127,7 +129,7 @@ with import_tab:
                 if st.button("Browse these pairs", key=state.IMPORT_OPEN, type="primary", icon=":material/compare:"):
                     state.set_current_run(result["run_id"])
                     st.session_state.pop(state.IMPORT_RESULT, None)
-                    state.switch_page(components.PAIRS_PAGE)
+                    state.switch_page(navigation.PAIRS_PAGE)
             else:
                 st.error("Nothing was imported.")
             for name, reason in result["skipped"]:

@@ -2,8 +2,10 @@
 
 import streamlit as st
 
-from comlrl_lab.ui import components, figures, frames, services, state
+from comlrl_lab.ui import components, figures, frames, navigation, services, state
 from comlrl_lab.ui.frames import PHASE_LABELS
+
+navigation.ensure_router()
 
 view = components.require_run("Create or open a run to step through its rounds.")
 ws = services.workspace()
@@ -50,7 +52,7 @@ if progress is not None:
         st.warning("\n".join(f"- {line}" for line in lines), icon=":material/warning:")
     if progress.status == "awaiting labels":  # the progress panel below says how many wait
         st.page_link(
-            components.PAIRS_PAGE, label="Label the comparisons on the Pairs page", icon=":material/how_to_vote:"
+            navigation.PAIRS_PAGE, label="Label the comparisons on the Pairs page", icon=":material/how_to_vote:"
         )
 
     # -- controls ------------------------------------------------------------------------------------------
@@ -155,9 +157,9 @@ else:
     if len(rounds):
         last = int(rounds["round"].max())
         links = st.columns(3)
-        links[0].page_link(components.PAIRS_PAGE, label=f"Read the pairs of round {last}", icon=":material/compare:")
-        links[1].page_link(components.REPLAY_PAGE, label="See the replay buffer", icon=":material/history:")
-        links[2].page_link(components.LEARNING_PAGE, label="Watch the learning curves", icon=":material/monitoring:")
+        links[0].page_link(navigation.PAIRS_PAGE, label=f"Read the pairs of round {last}", icon=":material/compare:")
+        links[1].page_link(navigation.REPLAY_PAGE, label="See the replay buffer", icon=":material/history:")
+        links[2].page_link(navigation.LEARNING_PAGE, label="Watch the learning curves", icon=":material/monitoring:")
 
 # Not cached with the timeline: a background checkpoint's cost arrives after its phase has committed.
 costs = frames.checkpoint_costs(view.store.metrics(view.run_id, names=[frames.CHECKPOINT_PREFIX]))

@@ -2,7 +2,9 @@
 
 import streamlit as st
 
-from comlrl_lab.ui import charts, components, figures, frames, state
+from comlrl_lab.ui import charts, components, figures, frames, navigation, state
+
+navigation.ensure_router()
 
 view = components.require_run("Create or open a run to see its replay buffer.")
 store, run_id = view.store, view.run_id

@@ -4,7 +4,9 @@ blinded comparisons and read agreement (runs whose preferences come from people 
 import pandas as pd
 import streamlit as st
 
-from comlrl_lab.ui import components, figures, frames, labelling, services, state, url_state
+from comlrl_lab.ui import components, figures, frames, labelling, navigation, services, state, url_state
+
+navigation.ensure_router()
 
 view = components.require_run("Create, open or import a run to read its preference pairs.")
 store, run_id = view.store, view.run_id
