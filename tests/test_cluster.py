@@ -545,13 +545,13 @@ def test_the_grid_panel_submits_to_slurm_and_open_a_sweep_follows_it_as_cells_fi
     assert len(other.multiselect(key=state.COMPARE_RUNS).value) == 1
 
 
-def test_the_readme_slurm_section_names_real_sweep_options():
+def test_the_slurm_docs_name_real_sweep_options():
     import re
 
     from comlrl_lab.cli import build_parser
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Running a grid on a Slurm cluster", 1)[1].split("\n## ", 1)[0]
+    cluster = (Path(__file__).resolve().parents[1] / "docs" / "cluster.md").read_text(encoding="utf-8")
+    section = cluster.split("## Running a grid on a Slurm cluster", 1)[1].split("\n## ", 1)[0]
     sweep = build_parser()._subparsers._group_actions[0].choices["sweep"]
     flags = {option for action in sweep._actions for option in action.option_strings}
     commands = section.split("```bash", 1)[1].split("```", 1)[0]
