@@ -328,10 +328,15 @@ def _rounds_section(facts: CardFacts) -> list[str]:
 
 def _columns_section(facts: CardFacts) -> list[str]:
     helps = {**_COLUMN_HELP, **(_TRL_HELP if facts.kind == "trl" else _PAIR_HELP)}
-    schema = facts.files[0].schema if facts.files else pa.schema([])
     lines = ["## Columns", "", "| column | type | meaning |", "|---|---|---|"]
-    for f in schema:
-        lines.append(f"| `{f.name}` | {_type_text(f.type)} | {helps.get(f.name, '')} |")
+    for name in facts.files[0].schema.names if facts.files else ():
+        types = {f.config_name: _type_text(f.schema.field(name).type) for f in facts.files}
+        shown = (
+            next(iter(types.values()))
+            if len(set(types.values())) == 1
+            else "; ".join(f"{config}: {text}" for config, text in types.items())
+        )
+        lines.append(f"| `{name}` | {shown} | {helps.get(name, '')} |")
     return [*lines, ""]
 
 
@@ -377,6 +382,7 @@ def _usage_section(facts: CardFacts) -> list[str]:
         "from trl import DPOConfig, DPOTrainer",
         "",
         f"model_id = {json.dumps(model)}  # agent 0's model as the run names it",
+        "# (a registered name or the embedded model: comlrl_lab.models.loading.resolve_model_source(name) is its folder)",
         "model = AutoModelForCausalLM.from_pretrained(model_id)",
         "tokenizer = AutoTokenizer.from_pretrained(model_id)",
         f'pairs = load_dataset("path/to/this/folder", "{first}", split="train")',
