@@ -247,7 +247,7 @@ def _comparator(config: Mapping[str, Any]) -> str | None:
         return None
     detail = {
         "model": config.get("comparator_model_name"),
-        "history": f"{config.get('comparator_history_k')} rounds back" if config.get("comparator_history_k") else None,
+        "history": _rounds_back(config.get("comparator_history_k")),
         "api": config.get("comparator_api_model"),
     }.get(str(policy))
     mode = (
@@ -256,6 +256,10 @@ def _comparator(config: Mapping[str, Any]) -> str | None:
         else ""
     )
     return f"`{policy}`" + (f" ({detail})" if detail else "") + mode
+
+
+def _rounds_back(k: Any) -> str | None:
+    return None if not k else f"{k} round back" if k == 1 else f"{k} rounds back"
 
 
 def _run_section(facts: CardFacts) -> list[str]:
