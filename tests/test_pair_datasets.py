@@ -16,6 +16,7 @@ import datasets
 import pyarrow.parquet as pq
 import pytest
 from huggingface_hub import DatasetCard
+from pair_dataset_fixtures import PREFIX, SMOLLM2_TEMPLATE, SUFFIX, SYSTEM, chat_model_dir, load, tokenizer_with
 from store_fixtures import make_pairs
 
 from comlrl_lab import cli
@@ -32,16 +33,6 @@ from comlrl_lab.store.queries import PROVENANCE_COLUMNS
 from comlrl_lab.ui.services import Workspace
 
 FORMATS = ("jsonl", "parquet", "csv")
-SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
-PREFIX = f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n"
-SUFFIX = "<|im_end|>\n<|im_start|>assistant\n"
-#: SmolLM2-135M-Instruct's chat template: ChatML with a default system prompt.
-SMOLLM2_TEMPLATE = (
-    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-    "{{ '<|im_start|>system\\n" + SYSTEM + "<|im_end|>\\n' }}{% endif %}"
-    "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
 
 
 def reward_run(store: RunStore, run_id: str = "r", **config) -> RunStore:
@@ -67,12 +58,6 @@ def labelled_run(store: RunStore, run_id: str = "h") -> RunStore:
     store.commit_phase(run_id, 1, "collect", pairs=make_pairs(1, 6))
     store.put_labels(run_id, [Label(1, i, who, verdict, a) for i, given in LABELS.items() for who, verdict, a in given])
     return store
-
-
-def load(folder: Path, tmp_path: Path, config: str | None = None) -> datasets.Dataset:
-    """A file through the card beside it, cached in the test's own folder (``datasets`` caches a card's files by
-    its YAML)."""
-    return datasets.load_dataset(str(folder), config, split="train", cache_dir=str(tmp_path / "hf-cache"))
 
 
 def card_of(folder: Path) -> DatasetCard:
@@ -429,29 +414,6 @@ def test_the_workbench_zips_the_trl_files_with_their_card(tmp_path):
 
 
 # -- chat forms ----------------------------------------------------------------------------------------------------
-
-
-def tokenizer_with(template: str):
-    from transformers import AutoTokenizer
-
-    from comlrl_lab.models.tiny_model import tiny_model_path
-
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path())
-    tokenizer.chat_template = template
-    return tokenizer
-
-
-def chat_model_dir(tmp_path: Path, template: str = SMOLLM2_TEMPLATE) -> Path:
-    """The embedded model's folder with a chat template set (SmolLM2's by default)."""
-    import shutil
-
-    from comlrl_lab.models.tiny_model import tiny_model_path
-
-    folder = tmp_path / "chat-tiny"
-    shutil.copytree(tiny_model_path(), folder)
-    tokenizer = tokenizer_with(template)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 def test_the_chat_form_of_smollm2s_template_holds_its_system_prompt():
