@@ -350,6 +350,9 @@ def test_a_card_is_written_beside_each_table_format_and_never_over_someone_elses
     assert sorted(p.name for p in mine.iterdir()) == ["README.md"]
     assert (mine / "README.md").read_text(encoding="utf-8") == "# my notes\n"
     assert export_pairs(store, "r", "parquet", mine / "pairs.parquet", card=False) == 8
+    with pytest.raises(ExportError, match="README.md is where the dataset card goes"):
+        export_pairs(store, "r", "jsonl", tmp_path / "elsewhere" / "README.md")
+    assert not (tmp_path / "elsewhere").exists()
 
 
 def test_an_export_written_again_loads_its_new_rows_not_the_cached_ones(store, tmp_path):

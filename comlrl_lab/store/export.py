@@ -141,6 +141,8 @@ def export_pairs(
     flt = queries.pair_filter(**filters)
     dest = check_destination(dest)
     card_at = card_path(dest.parent) if card and fmt in CARD_FORMATS else None
+    if card_at is not None and dest.name == CARD_FILE:
+        raise ExportError(f"{dest}: {CARD_FILE} is where the dataset card goes; name the file otherwise (or no card)")
     dest.parent.mkdir(parents=True, exist_ok=True)
     facts = None
     with open_store(store_or_path) as store, written_through_tmp(dest) as tmp:
