@@ -69,7 +69,9 @@ def test_jsonl_export_and_filters(three_rounds, tmp_path):
     assert n == len(lines) == len(expected) and [{k: r[k] for k in SEED_RECORD_FIELDS} for r in rows] == expected
     # Every column of the one pair schema, provenance first; TRL's columns: a reward-labelled run chooses its winner.
     assert list(rows[0]) == PAIR_SCHEMA.names
-    assert [(r["round"], r["pair_index"], r["winner_side"]) for r in rows] == [(3, p, "comparator") for p in (1, 3, 5, 7)]
+    assert [(r["round"], r["pair_index"], r["winner_side"]) for r in rows] == [
+        (3, p, "comparator") for p in (1, 3, 5, 7)
+    ]
     first = expected[0]
     assert (
         rows[0]["labels"] == []
