@@ -453,9 +453,18 @@ def _export_run(args: argparse.Namespace, run_dir: Path) -> None:
     from comlrl_lab.engine.exports import export_run
     from comlrl_lab.engine.run import SPEC_FILE
     from comlrl_lab.engine.spec import ExperimentSpec
+    from comlrl_lab.engine.spec_file import SpecError
     from comlrl_lab.store.export import ExportError
 
-    spec = ExperimentSpec.load(run_dir / SPEC_FILE) if (run_dir / SPEC_FILE).is_file() else None  # none: imported
+    spec = None  # an imported pair set has none
+    if (run_dir / SPEC_FILE).is_file():
+        try:
+            spec = ExperimentSpec.load(run_dir / SPEC_FILE)
+        except SpecError as error:  # the pairs do not need it: only the card's models and task, and chat forms
+            print(
+                f"note: {error}; the export goes on without the run's spec (no models or task in its card)",
+                file=sys.stderr,
+            )
     with _export_source(run_dir) as store:
         run_id = args.run_id or store.first_run_id()
         if run_id is None:

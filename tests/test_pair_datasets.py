@@ -455,3 +455,13 @@ def test_agent_chat_forms_decide_as_the_trainer_does(tmp_path):
     assert agent_chat_forms(["/nowhere/at/all", chat], "false") == [None, None]  # nothing is loaded
     with pytest.raises(ValueError, match="use_chat_template='true', but the tokenizer of 'comlrl-lab/tiny' has no"):
         agent_chat_forms(["comlrl-lab/tiny", chat], "true")
+
+
+def test_a_spec_that_cannot_be_read_leaves_the_export_without_models_but_does_not_stop_it(tmp_path, capsys):
+    run_dir = run_folder(tmp_path)
+    (run_dir / "spec.json").write_text('{"algorithm": "MADPOIter", "no_such_key": 1}', encoding="utf-8")
+    assert cli.main(["export", str(run_dir), "--format", "trl", "--dest", str(tmp_path / "trl")]) == 0
+    err = capsys.readouterr().err
+    assert "unknown spec key 'no_such_key'" in err and "the export goes on without the run's spec" in err
+    assert "- Models: not recorded in the store" in (tmp_path / "trl" / "README.md").read_text(encoding="utf-8")
+    assert len((tmp_path / "trl" / "agent_0.jsonl").read_text(encoding="utf-8").splitlines()) == 8
