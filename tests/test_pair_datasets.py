@@ -202,6 +202,10 @@ def test_a_labelled_run_keeps_the_chosen_side_and_counts_what_it_leaves_out(stor
     head = "| round | comparisons stored | rows per file | no side: tie | no side: both bad | no side: split |"
     assert head + " no side: awaiting labels |" in text
     assert "| 1 | 6 | 2 | 1 | 1 | 1 | 1 |" in text
+    assert (
+        "- Preference source: people's verdicts (`preference_source: human`, 1 label(s) per comparison); the side "
+        "more than half of the labels prefer is chosen"
+    ) in text.splitlines()
 
 
 def test_a_chat_agents_rows_are_messages_with_the_system_prompt(store, tmp_path):
@@ -465,3 +469,17 @@ def test_a_spec_that_cannot_be_read_leaves_the_export_without_models_but_does_no
     assert "unknown spec key 'no_such_key'" in err and "the export goes on without the run's spec" in err
     assert "- Models: not recorded in the store" in (tmp_path / "trl" / "README.md").read_text(encoding="utf-8")
     assert len((tmp_path / "trl" / "agent_0.jsonl").read_text(encoding="utf-8").splitlines()) == 8
+
+
+def test_an_imported_jsonl_export_gives_the_same_trl_rows_and_says_its_oracle_is_not_recorded(store, tmp_path):
+    from comlrl_lab.store import import_pair_files
+
+    export_pairs(reward_run(store), "r", "jsonl", tmp_path / "j" / "pairs.jsonl")
+    with RunStore(tmp_path / "imported" / "run.duckdb") as imported:
+        report = import_pair_files(imported, [tmp_path / "j" / "pairs.jsonl"])
+        assert report.rounds == [1, 3] and report.imported_files == ["pairs.jsonl"]  # the rows' own rounds
+        export_trl(imported, report.run_id, tmp_path / "trl")
+    rows = [json.loads(line) for line in (tmp_path / "trl" / "agent_0.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert rows == expected_trl_rows(0)
+    text = (tmp_path / "trl" / "README.md").read_text(encoding="utf-8")
+    assert "- Preference source: not recorded (pairs imported from files)" in text.splitlines()

@@ -217,7 +217,9 @@ def _summary(facts: CardFacts) -> str:
     )
 
 
-def _oracle(config: Mapping[str, Any], trainer: str | None) -> str:
+def _oracle(config: Mapping[str, Any], run_source: str | None) -> str:
+    if run_source == "import":
+        return "not recorded (pairs imported from files)"
     source = config.get("preference_source", "reward")
     if source == "human":
         need = config.get("labels_per_comparison", 1)
@@ -236,8 +238,6 @@ def _oracle(config: Mapping[str, Any], trainer: str | None) -> str:
             "the latest fitted reward model (`preference_scoring_reward: reward_model`; the task reward until one "
             "exists); the higher-scored joint response wins and ties are dropped"
         )
-    if not config and trainer is None:
-        return "not recorded (pairs imported from files)"
     return "the task's reward function (after its reward processor); the higher-scored joint response wins and ties are dropped when pairs are made"
 
 
@@ -274,7 +274,7 @@ def _run_section(facts: CardFacts) -> list[str]:
     else:
         lines.append("- Models: not recorded in the store")
     lines.append(f"- Task: `{about.task}`" if about.task else "- Task: not recorded in the store")
-    lines.append(f"- Preference source: {_oracle(config, run.get('trainer'))}")
+    lines.append(f"- Preference source: {_oracle(config, run.get('source'))}")
     comparator = _comparator(config)
     if comparator:
         lines.append(f"- Comparator: {comparator}")
