@@ -6,8 +6,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import datasets
-
 from comlrl_lab.models.tiny_model import tiny_model_path
 
 SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
@@ -22,9 +20,11 @@ SMOLLM2_TEMPLATE = (
 )
 
 
-def load(folder: Path, tmp_path: Path, config: str | None = None) -> datasets.Dataset:
+def load(folder: Path, tmp_path: Path, config: str | None = None):
     """A file through the card beside it, cached in the test's own folder (``datasets`` caches a card's files by
-    its YAML)."""
+    its YAML), as a ``datasets.Dataset``."""
+    import datasets
+
     return datasets.load_dataset(str(folder), config, split="train", cache_dir=str(tmp_path / "hf-cache"))
 
 

@@ -12,7 +12,6 @@ import json
 import zipfile
 from pathlib import Path
 
-import datasets
 import pyarrow.parquet as pq
 import pytest
 from huggingface_hub import DatasetCard
@@ -31,6 +30,8 @@ from comlrl_lab.store.dataset_schema import CSV_SCHEMA, PAIR_SCHEMA, trl_schema,
 from comlrl_lab.store.export import ExportError
 from comlrl_lab.store.queries import PROVENANCE_COLUMNS
 from comlrl_lab.ui.services import Workspace
+
+datasets = pytest.importorskip("datasets")  # the datasets extra (dev installs it)
 
 FORMATS = ("jsonl", "parquet", "csv")
 
