@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from comlrl_lab.engine.runs_folder import RUNS_DIR_ENV
 from comlrl_lab.names.phases import InvalidTransition
-from comlrl_lab.store.formats import EXPORT_FORMATS, ROUND_FILES
+from comlrl_lab.store.formats import EXPORT_FORMATS, ROUND_FILES, TRL_FILE_FORMATS, TRL_FILES, TRL_PROMPT_FORMS
 
 if TYPE_CHECKING:  # torch loads with it; `comlrl-lab --help` and the models commands do without
     from comlrl_lab.engine.spec import ExperimentSpec
@@ -450,24 +450,45 @@ def _export_source(run_dir: Path) -> Iterator[Any]:
 
 
 def _export_run(args: argparse.Namespace, run_dir: Path) -> None:
-    from comlrl_lab.data.reward_distribution import DISTRIBUTION_DIR
-    from comlrl_lab.store.export import (
-        ExportError,
-        export_pairs,
-        export_reward_distribution_files,
-        export_round_files,
-    )
+    from comlrl_lab.engine.exports import export_run
+    from comlrl_lab.engine.run import SPEC_FILE
+    from comlrl_lab.engine.spec import ExperimentSpec
+    from comlrl_lab.engine.spec_file import SpecError
+    from comlrl_lab.store.export import ExportError
 
+    spec = None  # an imported pair set has none
+    if (run_dir / SPEC_FILE).is_file():
+        try:
+            spec = ExperimentSpec.load(run_dir / SPEC_FILE)
+        except SpecError as error:  # the pairs do not need it: only the card's models and task, and chat forms
+            print(
+                f"note: {error}; the export goes on without the run's spec (no models or task in its card)",
+                file=sys.stderr,
+            )
     with _export_source(run_dir) as store:
         run_id = args.run_id or store.first_run_id()
         if run_id is None:
             raise ExportError(f"{run_dir} holds no run")
         filters = {k: v for k, v in {"round": args.round, "winner_side": args.winner_side}.items() if v is not None}
         if args.format == ROUND_FILES:
-            export_round_files(store, run_id, args.dest)
-            export_reward_distribution_files(store, run_id, Path(args.dest) / DISTRIBUTION_DIR)
-        else:
-            export_pairs(store, run_id, args.format, args.dest, **filters)
+            filters = {}
+        made = export_run(
+            store,
+            run_id,
+            args.format,
+            args.dest,
+            spec=spec,
+            trl_as=args.trl_as,
+            prompt_form=args.prompt_form,
+            card=not args.no_card,
+            **filters,
+        )
+    if args.format == TRL_FILES:
+        names = ", ".join(path.name for path in made.paths)
+        left = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in made.left_out.items() if n) or "none"
+        print(f"wrote {names} and {made.card.name}: {made.count} pairs in each; left out: {left}")
+    elif made.card is not None:
+        print(f"wrote {made.count} pairs and the dataset card {made.card}")
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -622,10 +643,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sweep.set_defaults(func=_sweep)
 
-    export = sub.add_parser("export", help="export a run's pairs or round files")
+    export = sub.add_parser("export", help="export a run's pairs, its round files or TRL datasets per agent")
     export.add_argument("run_dir")
     export.add_argument("--format", choices=list(EXPORT_FORMATS), default="jsonl")
-    export.add_argument("--dest", required=True, help="file (pairs) or directory (rounds)")
+    export.add_argument("--dest", required=True, help="file (pairs) or directory (rounds, trl)")
+    export.add_argument(
+        "--as",
+        dest="trl_as",
+        choices=list(TRL_FILE_FORMATS),
+        default=TRL_FILE_FORMATS[0],
+        help="trl: the file format of each agent's file",
+    )
+    export.add_argument(
+        "--prompt-form",
+        choices=list(TRL_PROMPT_FORMS),
+        default=TRL_PROMPT_FORMS[0],
+        help="trl: auto writes an agent's rows as messages where its chat template rendered its prompts (its "
+        "tokenizer is loaded to tell); standard writes texts",
+    )
+    export.add_argument(
+        "--no-card", action="store_true", help="jsonl, parquet, csv: no dataset card (README.md) beside the file"
+    )
     export.add_argument("--run-id")
     export.add_argument("--round", type=int)
     export.add_argument("--winner-side", choices=("current", "comparator"))

@@ -706,6 +706,25 @@ def test_data_exports_parquet_and_round_files_with_filters(open_app, seeded, dow
     assert logged == json.loads(run_file.read_text())  # the export rebuilds the file the trainer wrote
 
 
+def test_data_exports_trl_files_per_agent_zipped_with_their_card(open_app, seeded, downloads):
+    at = open_app("app_pages/data.py")
+    store = _store(seeded)
+    at.radio(key=state.EXPORT_FORMAT).set_value("trl").run()
+    at.segmented_control(key=state.EXPORT_SIDE).set_value("comparator").run()
+    at.button(key=state.EXPORT_BUILD).click().run()
+    name = at.download_button(key=state.EXPORT_DOWNLOAD).label.removeprefix("Download ")
+    with zipfile.ZipFile(io.BytesIO(downloads[name])) as zf:
+        folder = name.removesuffix(".zip")
+        assert sorted(zf.namelist()) == [f"{folder}/{n}" for n in ("README.md", "agent_0.jsonl", "agent_1.jsonl")]
+        rows = [json.loads(line) for line in zf.read(f"{folder}/agent_1.jsonl").decode("utf-8").splitlines()]
+        card = zf.read(f"{folder}/README.md").decode("utf-8")
+    pairs = [p for p in store.load_pairs(seeded.run_id) if p.winner_side == "comparator"]
+    assert [(r["round"], r["prompt"], r["chosen"], r["rejected"]) for r in rows] == [
+        (p.round_index, p.prompts[1], p.winner_completions[1], p.loser_completions[1]) for p in pairs
+    ]
+    assert f"- Run id: `{seeded.run_id}`" in card and "- Filters of this export: winner_side='comparator'" in card
+
+
 def test_data_imports_a_comlrl_replay_directory_and_browses_it(open_app, seeded):
     at = open_app("pages/data.py")
     replay_dir = seeded.root / seeded.run_id / "preference_replay"

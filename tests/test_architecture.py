@@ -508,16 +508,17 @@ def test_the_id_scan_finds_a_maker_of_its_own(tmp_path):
 
 def test_cli_and_workbench_offer_the_store_table():
     from comlrl_lab import cli
-    from comlrl_lab.store.formats import EXPORT_FORMATS, PAIR_FORMATS, ROUND_FILES
+    from comlrl_lab.store.formats import EXPORT_FORMATS, FOLDER_FORMATS, PAIR_FORMATS, ROUND_FILES, TRL_FILES
     from comlrl_lab.ui import services
 
     assert services.EXPORT_FORMATS is EXPORT_FORMATS and services.ROUND_FILES == ROUND_FILES
+    assert FOLDER_FORMATS == (ROUND_FILES, TRL_FILES)
     parser = cli.build_parser()
     for name in EXPORT_FORMATS:
         assert parser.parse_args(["export", "run", "--dest", "out", "--format", name]).format == name
     with pytest.raises(SystemExit):
         parser.parse_args(["export", "run", "--dest", "out", "--format", "xml"])
-    assert [*PAIR_FORMATS, ROUND_FILES] == list(EXPORT_FORMATS)
+    assert [*PAIR_FORMATS, *FOLDER_FORMATS] == list(EXPORT_FORMATS)
     assert all(spec.suffix.startswith(".") and spec.label and spec.mime for spec in EXPORT_FORMATS.values())
 
 
@@ -525,11 +526,11 @@ def _lists_export_formats(path: Path) -> list[str]:
     """Literal collections naming export formats, and the table's labels written out again.
 
     Readers of data and of imports take json, jsonl and csv too, so a list counts only when it names a format
-    nothing but an export writes (parquet, rounds).
+    nothing but an export writes (parquet, rounds, trl).
     """
     from comlrl_lab.store.formats import EXPORT_FORMATS
 
-    export_only = {"parquet", "rounds"}
+    export_only = {"parquet", "rounds", "trl"}
     labels = {spec.label for spec in EXPORT_FORMATS.values()}
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

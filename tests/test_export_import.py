@@ -24,6 +24,7 @@ from comlrl_lab.store import (
 )
 from comlrl_lab.store import export as export_module
 from comlrl_lab.store import writer as store_writer
+from comlrl_lab.store.dataset_schema import PAIR_SCHEMA
 from comlrl_lab.store.export import ExportError
 from comlrl_lab.store.importer import ImportRefused
 from comlrl_lab.ui.services import Workspace
@@ -66,8 +67,11 @@ def test_jsonl_export_and_filters(three_rounds, tmp_path):
     expected = [p.to_record() for p in make_pairs(3, 8) if p.winner_side == "comparator" and p.reward_gap >= 1.0]
     rows = [json.loads(line) for line in lines]
     assert n == len(lines) == len(expected) and [{k: r[k] for k in SEED_RECORD_FIELDS} for r in rows] == expected
-    # Then TRL's columns: a reward-labelled run chooses its winner; no labels.
-    assert list(rows[0])[len(SEED_RECORD_FIELDS) :] == ["labels", "prompt", "chosen", "rejected"]
+    # Every column of the one pair schema, provenance first; TRL's columns: a reward-labelled run chooses its winner.
+    assert list(rows[0]) == PAIR_SCHEMA.names
+    assert [(r["round"], r["pair_index"], r["winner_side"]) for r in rows] == [
+        (3, p, "comparator") for p in (1, 3, 5, 7)
+    ]
     first = expected[0]
     assert (
         rows[0]["labels"] == []

@@ -409,6 +409,12 @@ def _agent_tokenizers(
     return tokenizers
 
 
+def hub_options(model_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``from_pretrained`` options in ``model_config["model_kwargs"]`` that say where the files come from
+    (cache_dir, revision, token, trust_remote_code): the tokenizer is loaded with them as the weights are."""
+    return {k: v for k, v in (model_kwargs or {}).items() if k in _HUB_KWARGS}
+
+
 def _fit_embeddings(model: Any, tokenizer: Any) -> None:
     """Grow the input embeddings when added special tokens made the vocabulary larger than the model's."""
     embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
@@ -441,7 +447,7 @@ def load_agents(
     options = _model_options(model_config)
     agent_devices = resolve_devices(devices, len(sources), field_name="agent_devices")
     # Where the weights come from is where the tokenizer comes from.
-    hub_kwargs = {k: v for k, v in options["model_kwargs"].items() if k in _HUB_KWARGS}
+    hub_kwargs = hub_options(options["model_kwargs"])
     tokenizers = _agent_tokenizers(tokenizer, sources, options["special_tokens"], hub_kwargs)
     models = load_once(
         sources,

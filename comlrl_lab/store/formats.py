@@ -24,8 +24,20 @@ EXPORT_FORMATS: dict[str, ExportFormat] = {
     "parquet": ExportFormat("Parquet (records + provenance)", ".parquet", "application/vnd.apache.parquet"),
     "csv": ExportFormat("CSV (records + provenance)", ".csv", "text/csv"),
     "rounds": ExportFormat("Iteration files (iteration_NNNN.json, zipped)", ".zip", "application/zip"),
+    "trl": ExportFormat("TRL pairs, one file per agent, with dataset card (zipped)", ".zip", "application/zip"),
 }
 #: CoMLRL's iteration_NNNN.json files, one per round: a folder (``export_round_files``), zipped by the workbench.
 ROUND_FILES = "rounds"
+#: TRL's preference datasets, one file per agent and a dataset card: a folder (``export_trl``), zipped by the workbench.
+TRL_FILES = "trl"
+#: The formats that write a folder rather than one file of pairs.
+FOLDER_FORMATS: tuple[str, ...] = (ROUND_FILES, TRL_FILES)
 #: The formats ``export_pairs`` writes: one file of pairs.
-PAIR_FORMATS = tuple(name for name in EXPORT_FORMATS if name != ROUND_FILES)
+PAIR_FORMATS = tuple(name for name in EXPORT_FORMATS if name not in FOLDER_FORMATS)
+#: The pair formats that get a dataset card beside them (the seed's JSON stays the seed's records alone).
+CARD_FORMATS = tuple(name for name in PAIR_FORMATS if name != "json")
+#: The file formats of ``export_trl``'s per-agent files (``--as``).
+TRL_FILE_FORMATS: tuple[str, ...] = ("jsonl", "parquet")
+#: How a TRL export writes an actor's prompts (``--prompt-form``): "auto" as messages where its chat template rendered
+#: them (its tokenizer is loaded to tell), "standard" always as texts (nothing is loaded).
+TRL_PROMPT_FORMS: tuple[str, ...] = ("auto", "standard")

@@ -3,7 +3,9 @@
 Every file is read and validated in full before anything is written; a malformed file is reported by name with the
 reason and skipped, and all good files are then written in ONE transaction, so nothing is ever half-imported.
 Accepted shapes: CoMLRL's round object ``{"iteration", "num_pairs", "pairs"}``, a bare JSON list of records (which
-CoMLRL's loader also reads), and JSONL with one record per line. These are functions over a ``RunStore``; the store
+CoMLRL's loader also reads), and JSONL with one record per line. Provenance columns an export wrote beside the seed's
+fields (``round``, ``item_index``, candidate indices, ``winner_side``) are read back, so a file whose every row names
+its round fills those rounds: a JSONL export imports as the rounds it came from. These are functions over a ``RunStore``; the store
 does not call back into them. This module does not export (``export``).
 """
 
@@ -25,6 +27,8 @@ from comlrl_lab.store.writer import build_batch
 _ITERATION_NAME = re.compile(r"iteration_(\d+)", re.IGNORECASE)
 #: Rounds are DuckDB INTEGERs; a larger iteration would fail inside the one import transaction, hiding its file.
 MAX_ROUND = 2**31 - 1
+_PROVENANCE_INDICES = ("item_index", "winner_candidate_index", "loser_candidate_index")
+_SIDES = ("current", "comparator")
 
 
 class ImportRefused(ValueError):
@@ -100,14 +104,46 @@ def parse_pair_file(name: str, data: bytes | str) -> tuple[int | None, list[Pref
     pairs = []
     for i, record in enumerate(records):
         try:
-            pair = PreferencePair.from_record(record)
+            pair = PreferencePair.from_record(record, **_provenance(record))
         except RecursionError:
             raise ValueError(f"pair {i}: nested too deeply") from None
         except (ValueError, TypeError, OverflowError) as e:
             raise ValueError(f"pair {i}: {e}") from None
-        pair.winner_side = _infer_winner_side(pair)
+        pair.winner_side = pair.winner_side or _infer_winner_side(pair)
         pairs.append(pair)
     return iteration, pairs
+
+
+def _provenance(record: Any) -> dict[str, Any]:
+    """The provenance columns a JSONL or table export writes beside the seed's fields (``round``, ``item_index``,
+    the candidate indices, ``winner_side``), checked; {} for CoMLRL's records, which have none."""
+    if not isinstance(record, dict):
+        return {}
+    out: dict[str, Any] = {}
+    for key, name in (("round", "round_index"), *((k, k) for k in _PROVENANCE_INDICES)):
+        value = record.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_ROUND:
+            raise ValueError(f"'{key}' must be an integer from 0 to {MAX_ROUND}, got {value!r}")
+        out[name] = value
+    side = record.get("winner_side")
+    if side is not None:
+        if side not in _SIDES:
+            raise ValueError(f"'winner_side' must be one of {', '.join(_SIDES)} or null, got {side!r}")
+        out["winner_side"] = side
+    return out
+
+
+def _by_round(name: str, iteration: int | None, pairs: list[PreferencePair]) -> list[_Parsed]:
+    """A file whose every row names its round (an export of ours) goes to those rounds, in order; any other file is
+    one round."""
+    if iteration is not None or not pairs or any(p.round_index is None for p in pairs):
+        return [_Parsed(name, iteration, pairs)]
+    rounds: dict[int, list[PreferencePair]] = {}
+    for pair in pairs:
+        rounds.setdefault(int(pair.round_index), []).append(pair)
+    return [_Parsed(name, round_, rounds[round_]) for round_ in sorted(rounds)]
 
 
 def import_pair_files(store: RunStore, files: Iterable[PairFile], run_id: str | None = None) -> ImportReport:
@@ -129,6 +165,10 @@ def import_pair_files(store: RunStore, files: Iterable[PairFile], run_id: str | 
             iteration, pairs = parse_pair_file(name, data)
         except ValueError as e:
             skipped.append((name, str(e)))
+            continue
+        by_rows = _by_round(name, iteration, pairs)
+        if len(by_rows) > 1 or by_rows[0].iteration is not None:
+            parsed.extend(by_rows)
             continue
         if iteration is None:
             m = _ITERATION_NAME.search(Path(name).name)
@@ -206,7 +246,8 @@ def _write(
         for pair in p.pairs:
             pair.round_index = p.iteration
         batches.append(build_batch(p.iteration, "collect", pairs=p.pairs))
-        report.imported_files.append(p.name)
+        if p.name not in report.imported_files:  # a file of several rounds is named once
+            report.imported_files.append(p.name)
         report.rounds.append(p.iteration)
         report.pairs += len(p.pairs)
     if batches:

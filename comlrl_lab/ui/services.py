@@ -27,6 +27,7 @@ import streamlit as st
 
 from comlrl_lab.data.reward_distribution import DISTRIBUTION_DIR
 from comlrl_lab.engine import ExperimentSpec, RunManager
+from comlrl_lab.engine.exports import export_run
 from comlrl_lab.engine.manager import Progress
 from comlrl_lab.engine.run import SNAPSHOT_DIR, SPEC_FILE, STORE_FILE, empty_round_notes, quiet_library_progress
 from comlrl_lab.engine.runs_folder import RUNS_DIR_ENV, runs_root
@@ -34,13 +35,11 @@ from comlrl_lab.names.run_ids import new_run_id
 from comlrl_lab.store import (
     EXPORT_FORMATS,
     ROUND_FILES,
+    TRL_FILES,
     ImportReport,
     QueryExecutionError,
     ReadOnlyQueryError,
     RunStore,
-    export_pairs,
-    export_reward_distribution_files,
-    export_round_files,
     import_pair_files,
     import_replay_dir,
 )
@@ -271,7 +270,11 @@ class Workspace:
         return self._import_into_new_store(stem, lambda store, run_id: import_pair_files(store, files, run_id=run_id))
 
     def export(self, run_id: str, fmt: str, filters: dict[str, Any]) -> tuple[Path, int]:
-        """Write an export into ``<run dir>/exports/`` and return (path, number of pairs or round files)."""
+        """Write an export into ``<run dir>/exports/`` and return (path, number of pairs or round files).
+
+        Round files and TRL datasets are folders, returned zipped; a JSONL, Parquet or CSV file gets a folder of its
+        own there with its dataset card (README.md) beside it.
+        """
         view = self.view(run_id)
         if fmt not in EXPORT_FORMATS:
             raise ValueError(f"unknown export format {fmt!r}")
@@ -279,18 +282,27 @@ class Workspace:
         target.mkdir(parents=True, exist_ok=True)
         if fmt == ROUND_FILES:
             folder = target / new_run_id("rounds")
-            files = export_round_files(view.store, run_id, folder)
-            distributions = export_reward_distribution_files(view.store, run_id, folder / DISTRIBUTION_DIR)
+            made = export_run(view.store, run_id, fmt, folder)
+            distributions = sorted((folder / DISTRIBUTION_DIR).glob("*.json"))
             archive = folder.with_suffix(EXPORT_FORMATS[ROUND_FILES].suffix)
             with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-                for file in files:
+                for file in made.paths:
                     zf.write(file, arcname=f"preference_replay/{file.name}")
                 for file in distributions:
                     zf.write(file, arcname=f"{DISTRIBUTION_DIR}/{file.name}")
-            return archive, len(files)
-        dest = target / (new_run_id("pairs" + _filter_suffix(filters)) + EXPORT_FORMATS[fmt].suffix)
-        count = export_pairs(view.store, run_id, fmt, dest, **filters)
-        return dest, count
+            return archive, made.count
+        name = new_run_id(("trl" if fmt == TRL_FILES else "pairs") + _filter_suffix(filters))
+        if fmt == TRL_FILES:
+            folder = target / name
+            made = export_run(view.store, run_id, fmt, folder, spec=view.spec, **filters)
+            archive = folder.with_suffix(EXPORT_FORMATS[TRL_FILES].suffix)
+            with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+                for file in [*made.paths, made.card]:
+                    zf.write(file, arcname=f"{name}/{file.name}")
+            return archive, made.count
+        dest = target / name / (name + EXPORT_FORMATS[fmt].suffix)
+        made = export_run(view.store, run_id, fmt, dest, spec=view.spec, **filters)
+        return dest, made.count
 
     def remove_run(self, run_id: str, *, archive: bool) -> Path | None:
         """Archive (move to ``<runs folder>/_archive/``) or delete a run folder; refused while the run works.
