@@ -707,7 +707,7 @@ def test_data_exports_parquet_and_round_files_with_filters(open_app, seeded, dow
 
 
 def test_data_exports_trl_files_per_agent_zipped_with_their_card(open_app, seeded, downloads):
-    at = open_app("app_pages/data.py")
+    at = open_app("pages/data.py")
     store = _store(seeded)
     at.radio(key=state.EXPORT_FORMAT).set_value("trl").run()
     at.segmented_control(key=state.EXPORT_SIDE).set_value("comparator").run()
