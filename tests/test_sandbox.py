@@ -7,9 +7,15 @@ the real sandbox. Nothing here runs a program in the test process.
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import fields
+from pathlib import Path
 
 import pytest
 
@@ -210,3 +216,65 @@ def test_distinct_programs_run_in_parallel_up_to_max_workers(counted_launches):
     _, peak = counted_launches
     run_programs([SandboxJob(f"print({i})") for i in range(6)], max_workers=2, cache=None)
     assert peak[0] == 2
+
+
+# -- the sandbox of a trainer that is not root -----------------------------------------------------------------
+
+# Run by an unprivileged uid: a process of that uid holds a secret and must survive; the programs try to kill it,
+# read its environment, write into a folder of that uid and reach the network.
+AS_USER_SCRIPT = r"""
+import json, os, subprocess, sys
+sys.path.insert(0, sys.argv[1])
+from comlrl_lab.sandbox import run_program, sandbox_capabilities
+folder, secret = sys.argv[2], sys.argv[3]
+holder = subprocess.Popen(["sleep", "30"], env={"PATH": "/usr/bin:/bin", "COMLRL_FAKE_SECRET": secret})
+programs = {
+    "kill": "import os, signal\nfor pid in range(2, 1 << 16):\n    try:\n        os.kill(pid, signal.SIGKILL)\n"
+            "    except OSError:\n        pass\nos.kill(-1, signal.SIGKILL)\n",
+    "environ": "import os\nfor pid in os.listdir('/proc'):\n    try:\n        print(open(f'/proc/{pid}/environ').read())\n"
+               "    except OSError:\n        pass\n",
+    "write": f"open({folder!r} + '/escaped', 'w').write('x')\n",
+    "net": "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=1)\n",
+}
+out = {"isolation": sandbox_capabilities().isolation}
+for name, source in programs.items():
+    result = run_program(source)
+    out[name] = {"status": result.exit_status, "stdout": result.stdout, "stderr": result.stderr[-300:]}
+out["holder_alive"] = holder.poll() is None
+out["escaped"] = os.path.exists(folder + "/escaped")
+holder.kill()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv to become a user")
+def test_a_trainer_that_is_not_root_gets_user_namespaces():
+    repo = Path(__file__).resolve().parents[1]
+    readable = all(os.stat(p).st_mode & 0o005 == 0o005 for p in [repo, *repo.parents])
+    if not readable or not os.path.exists("/usr/bin/python3"):
+        pytest.skip("the checkout or /usr/bin/python3 is not readable by another user")
+    if not os.path.isdir("/var/tmp"):
+        pytest.skip("no /var/tmp for a folder of the user outside the sandbox's own /tmp")
+    uid = 54321
+    folder = Path(tempfile.mkdtemp(prefix="comlrl-user-", dir="/var/tmp"))  # pytest's tmp_path is root's alone
+    try:
+        os.chown(folder, uid, uid)
+        command = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "/usr/bin/python3", "-I", "-c"]
+        done = subprocess.run(
+            [*command, AS_USER_SCRIPT, str(repo), str(folder), "s3cr3t-of-the-trainer"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"},
+        )
+        escaped = (folder / "escaped").exists()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    if out["isolation"] != "user-namespaces":
+        pytest.skip(f"this host gives an unprivileged user {out['isolation']}")
+    assert out["holder_alive"] and not out["escaped"] and not escaped
+    assert "s3cr3t" not in out["environ"]["stdout"]
+    assert out["write"]["status"] == 1 and "Read-only file system" in out["write"]["stderr"]
+    assert out["net"]["status"] == 1 and "Network is unreachable" in out["net"]["stderr"]
