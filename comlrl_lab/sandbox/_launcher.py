@@ -38,12 +38,9 @@ try:
 except ImportError:  # not POSIX: the runner refuses such hosts before starting us
     resource = None
 
-# Modules most solutions import, loaded once before the fork so each child starts with them. Anything else a program
-# imports is read after the uid drop: the runner's probe checks the interpreter's library is readable then.
-PRELOAD = ("bisect", "collections", "functools", "hashlib", "heapq", "itertools", "math", "re", "string", "typing")
-for _name in PRELOAD:
-    with contextlib.suppress(ImportError):
-        __import__(_name)
+# Nothing is imported for the program ahead of time: a launcher lives for one run, so that would only move the cost
+# (and most programs need few modules). What a program imports is read after the uid drop; the runner's probe
+# checks that the interpreter's library is readable then.
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
