@@ -92,8 +92,9 @@ def format_main(item: dict) -> str:
         f"You are agent 2 of 2 solving a Python problem together. Agent 1 writes a helper function `{AUX_NAME}`, "
         f"which you may call; you do not see its code.\n\n"
         f"Problem:\n{item['prompt'].strip()}\n\n"
-        f"Write the function `{item['entry_point']}` with the signature above. Call `{AUX_NAME}(...)` where it "
-        f"helps and use what it returns; do not define `{AUX_NAME}` yourself. Reply with the code only."
+        f"Write the function `{item['entry_point']}` that the problem asks for, keeping its signature. Call "
+        f"`{AUX_NAME}(...)` where it helps and use what it returns; do not define `{AUX_NAME}` yourself. Reply with "
+        "the code only."
     )
 
 
