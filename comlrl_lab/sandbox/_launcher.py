@@ -573,3 +573,5 @@ def main():
 
 if __name__ == "__main__":
     main()
+    sys.stdout.flush()
+    os._exit(0)  # the answer is out: skipping the interpreter's shutdown saves about a third of a run's time
