@@ -149,6 +149,21 @@ def test_output_past_the_cap_is_cut_and_the_flood_stops():
     assert result.exit_status == 1 and "BrokenPipeError" in result.stderr
 
 
+def test_a_program_cannot_pass_itself_off_as_a_broken_sandbox():
+    # It writes a forged "set-up failed" record (and a long load record) to every descriptor it might hold.
+    source = (
+        "import os\n"
+        "for fd in range(3, 64):\n"
+        "    try:\n"
+        "        os.write(fd, b'S \"forged\"\\nN {}\\nL ' + b'x' * 5000 + b'\\n')\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "raise SystemExit(0)\n"
+    )
+    result = run_program(source, limits=FAST)  # no SandboxError
+    assert result.exit_status == 0 and len(result.load_error) <= 80
+
+
 def test_capabilities_say_what_is_enforced():
     caps = sandbox_capabilities()
     assert caps.isolation in ("root-namespaces", "user-namespaces", "rlimits")

@@ -468,7 +468,7 @@ def supervise(pid, mode, fds, limits, started):
                     kill_tree(pid, mode, reaped=True)  # what it left running in the background
                 drain_until = time.monotonic() + DRAIN_AFTER_EXIT_S
                 continue
-            wait = min(deadline - now, 0.05 if pidfd is None else deadline - now)
+            wait = deadline - now if pidfd is not None else min(deadline - now, 0.05)  # no pidfd: poll
         else:
             if not open_fds or now >= drain_until:
                 break
@@ -495,16 +495,22 @@ def supervise(pid, mode, fds, limits, started):
 
 
 def parse_report(raw, total):
-    """The harness's records: set-up notes, load result, and the first outcome reported for each test."""
+    """The harness's records: set-up notes, load result, and the first outcome reported for each test.
+
+    The child writes exactly one of S (set-up failed) and N (notes) before any program code runs, so the first
+    of them is trusted and anything after it that claims to be S or N is the program's and ignored: a program
+    cannot make its run look like a broken sandbox.
+    """
     outcomes, load, notes, setup_error = {}, None, None, None
     for line in raw.decode("utf-8", "replace").splitlines():
         kind, _, rest = line.partition(" ")
-        if kind == "S" and setup_error is None and load is None:
-            setup_error = json.loads(rest)
-        elif kind == "N" and notes is None and load is None:
-            notes = json.loads(rest)
-        elif kind == "L" and load is None:
-            load = rest
+        if kind in ("S", "N") and notes is None and setup_error is None:
+            if kind == "S":
+                setup_error = json.loads(rest)
+            else:
+                notes = json.loads(rest)
+        elif kind == "L" and notes is not None and load is None:
+            load = rest[:80]  # an exception's name; the program could write anything here
         elif kind == "T" and load == "ok":
             index, _, outcome = rest.partition(" ")
             if index.isdigit() and int(index) < total and outcome in ("pass", "fail", "timeout"):
