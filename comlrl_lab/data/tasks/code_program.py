@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 AUX_NAME = "aux"
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
@@ -145,24 +146,25 @@ def _is_wrapper(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     return False
 
 
-def prompt_preamble(prompt: str, entry_point: str) -> list[str]:
+@lru_cache(maxsize=1024)
+def prompt_preamble(prompt: str, entry_point: str) -> tuple[str, ...]:
     """What the problem statement itself provides: its imports, constants and helper functions, not the stub.
 
-    HumanEval/10, /32, /38 and /50 define a helper in the prompt that the solution or the tests call.
+    HumanEval/10, /32, /38 and /50 define a helper in the prompt that the solution or the tests call. Cached: every
+    candidate of an item shares it.
     """
     try:
         tree = ast.parse(prompt)
     except (SyntaxError, ValueError):
         # A prose prompt (MBPP): only lines that are imports on their own.
-        return [line for line in prompt.splitlines() if re.match(r"(?:import|from)\s+\w", line) and _parses(line)]
+        return tuple(line for line in prompt.splitlines() if re.match(r"(?:import|from)\s+\w", line) and _parses(line))
     lines = prompt.splitlines()
-    kept = []
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point:
-            continue
-        if isinstance(node, _KEPT_NODES):
-            kept.append(_node_lines(lines, node))
-    return kept
+    return tuple(
+        _node_lines(lines, node)
+        for node in tree.body
+        if isinstance(node, _KEPT_NODES)
+        and not (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point)
+    )
 
 
 def _parses(source: str) -> bool:

@@ -182,6 +182,13 @@ def _batch_items(count: int, batch_items: Sequence[dict] | None) -> list[dict]:
     return items
 
 
+def _suite(item: dict):
+    try:
+        return split_check(item["test"], item["entry_point"])
+    except ValueError as exc:
+        raise ValueError(f"{item.get('task_id', 'a humaneval item')}: {exc}") from None
+
+
 def _stop_reason(result) -> str:
     if result.timed_out:
         return "timed out"
@@ -203,7 +210,7 @@ def humaneval_reward_details(
     programs = [
         join_program(a, m, item["prompt"], item["entry_point"]) for a, m, item in zip(aux_texts, main_texts, items)
     ]
-    suites = [split_check(item["test"], item["entry_point"]) for item in items]
+    suites = [_suite(item) for item in items]
     runnable = [j for j, p in enumerate(programs) if p.defined_main and p.parses]
     results = run_programs([SandboxJob(programs[j].source, suites[j]) for j in runnable], limits or SANDBOX_LIMITS)
     by_index = dict(zip(runnable, results))
