@@ -23,7 +23,6 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 
 from comlrl_lab.sandbox.checks import CheckSuite
@@ -187,9 +186,10 @@ def _launch(python: str, job: SandboxJob, limits: SandboxLimits) -> SandboxResul
 # proves the interpreter's library is readable by the unprivileged uid.
 _PROBE = "import textwrap, unicodedata\nprint(textwrap.shorten('sandbox probe ok', 40))\n"
 _probe_lock = threading.Lock()
+# Successful probes only: a probe that failed (a busy machine, a missing interpreter) is tried again next time.
+_probed: dict[tuple[str, str, int, int], SandboxCapabilities] = {}
 
 
-@cache
 def _probe(python: str, isolation: str, uid: int, gid: int) -> SandboxCapabilities | str:
     """Capabilities when ``python`` can run the probe under these settings, else why not."""
     limits = SandboxLimits(isolation=isolation, uid=uid, gid=gid, python=python)
@@ -219,8 +219,10 @@ def sandbox_capabilities(limits: SandboxLimits | None = None) -> SandboxCapabili
             if not os.path.exists(python):
                 reasons.append(f"{python}: not found")
                 continue
-            found = _probe(python, limits.isolation, limits.uid, limits.gid)
+            key = (python, limits.isolation, limits.uid, limits.gid)
+            found = _probed.get(key) or _probe(*key)
             if isinstance(found, SandboxCapabilities):
+                _probed[key] = found
                 return found
             reasons.append(f"{python}: {found}")
     raise SandboxError("no interpreter can run sandboxed programs here: " + "; ".join(reasons))
