@@ -58,6 +58,7 @@ LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 REPORT_LIMIT = 1 << 20  # bytes of harness records read; a program cannot make the launcher hold more
 DRAIN_AFTER_EXIT_S = 0.5
+HIDING_TMPFS = "size=4k,nr_inodes=16,mode=755"  # an empty read-only folder laid over one to hide
 
 
 class SetupError(Exception):
@@ -160,7 +161,7 @@ def private_filesystem(req, mode, notes):
         notes["enforced"].append("fresh /proc")
     except OSError:
         # A user namespace may not mount proc where the host masks parts of it (containers): hide it instead.
-        _mount("tmpfs", "/proc", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,nr_inodes=16")
+        _mount("tmpfs", "/proc", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, HIDING_TMPFS)
         notes["not_enforced"].append("fresh /proc (hidden instead)")
     root_ro = False
     for point, options in mounts:
@@ -191,7 +192,11 @@ def private_filesystem(req, mode, notes):
         if any(_under(k, real) for k in keep):
             notes["not_enforced"].append(f"hide {folder} (it holds the interpreter)")
             continue
-        _mount("tmpfs", real, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,nr_inodes=16,mode=755")
+        try:
+            _mount("tmpfs", real, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, HIDING_TMPFS)
+        except OSError as exc:
+            notes["not_enforced"].append(f"hide {folder} ({exc.strerror})")
+            continue
         hidden.append(folder)
     if hidden:
         notes["enforced"].append("hidden: " + " ".join(hidden))
