@@ -74,6 +74,8 @@ def split_check(test_source: str, entry_point: str) -> CheckSuite:
         body, parameter = check.body, check.args.args[0].arg
     else:
         module_lines, body, parameter = [], tree.body, "candidate"
+    # Differs from CoMLRL's code suite: it ran each `assert ... candidate ...` line alone, so asserts inside a loop
+    # failed on the loop's names; here each top-level statement is a step in check's own scope.
     steps: list[ast.stmt] = []
     total = 0
     for statement in body:

@@ -195,11 +195,14 @@ def join_program(aux_completion: str, main_completion: str, prompt: str, entry_p
     The last definition of a name wins, as when Python runs the file.
     """
     aux_chunks = top_level_chunks(extract_code(aux_completion))
+    # Differs from CoMLRL's code suite: there agent 2's own `def aux` came last and replaced agent 1's helper.
     main_chunks = [c for c in top_level_chunks(extract_code(main_completion)) if not _defines(c, AUX_NAME)]
     aux_defs = [c for c in aux_chunks if _defines(c, AUX_NAME)]
     main_defs = [c for c in main_chunks if _defines(c, entry_point)]
     defined_aux = bool(aux_defs) and returns_a_value(aux_defs[-1], AUX_NAME)
     defined_main = bool(main_defs) and returns_a_value(main_defs[-1], entry_point)
+    # Differs from CoMLRL's code suite: it kept the prompt's imports only (and preset `math`), so the helpers that
+    # HumanEval/10, /32, /38 and /50 define in the prompt were missing; here the prompt's definitions come first.
     source = "\n\n".join([*prompt_preamble(prompt, entry_point), *aux_chunks, *main_chunks]) + "\n"
     parses = _parses(source)
     main = _function_node(main_defs[-1], entry_point) if main_defs and parses else None
