@@ -314,6 +314,10 @@ def test_the_baseline_passes_in_every_mode(isolation):
 
 
 def test_killing_the_parent_init_or_everyone_reaches_no_one_outside(isolation):
+    if isolation.isolation == "rlimits" and os.geteuid() != 0:
+        # Without namespaces or a uid to drop to, kill(-1) would take this test process down too: the mode says so.
+        assert any("signal" in note for note in isolation.not_enforced)
+        pytest.skip("rlimits mode as a non-root user reports that programs may signal the trainer's processes")
     main = (
         "import os, signal\n"
         "def add(a, b):\n"
