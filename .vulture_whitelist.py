@@ -14,6 +14,7 @@ from comlrl_lab.data import user_tasks
 from comlrl_lab.data.rewards import RewardProcessors
 from comlrl_lab.models import cpu_matmul
 from comlrl_lab.models.shared_prefix_cache import SharedPrefixCache
+from comlrl_lab.sandbox import SandboxLimits, SandboxResult
 from comlrl_lab.trainers.preference.base import PreferenceTrainerBase
 from comlrl_lab.trainers.preference.config import MADPOConfig
 from comlrl_lab.trainers.preference.devices import DeviceLayout
@@ -66,3 +67,14 @@ SharedPrefixCache.get_mask_sizes
 SharedPrefixCache.crop
 SharedPrefixCache.batch_repeat_interleave
 SharedPrefixCache.reorder_cache
+
+# The sandbox's limits reach the launcher (a separate script) through dataclasses.asdict() in its JSON request; the
+# truncation flags of a result are for callers that show a program's output (cut-off output is marked as such).
+SandboxLimits.per_test_time_s
+SandboxLimits.cpu_time_s
+SandboxLimits.memory_bytes
+SandboxLimits.max_processes
+SandboxLimits.max_open_files
+SandboxLimits.max_output_bytes
+SandboxResult.stdout_truncated
+SandboxResult.stderr_truncated

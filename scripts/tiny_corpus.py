@@ -13,7 +13,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from comlrl_lab.data.tasks import get_task, list_tasks
+from comlrl_lab.data.tasks import get_task, list_word_tasks
 from comlrl_lab.data.tasks.generate import shared_prompt
 from comlrl_lab.data.tasks.lexicon import SETTINGS, STANCES, TOPICS, words
 
@@ -243,7 +243,7 @@ def corpus_examples(num_examples: int, seed: int = 0) -> list[tuple[str, str]]:
     """``num_examples`` (prompt, answer) pairs, the same list for the same seed on every machine."""
     rng = random.Random(seed)
     maker = SentenceMaker(rng)
-    tasks = [get_task(name) for name in list_tasks()]
+    tasks = [get_task(name) for name in list_word_tasks()]
     examples = []
     for _ in range(num_examples):
         item = {"topic": rng.choice(TOPICS), "setting": rng.choice(SETTINGS)}

@@ -10,14 +10,14 @@ import sys
 
 import pytest
 
-from comlrl_lab.data.tasks import Task, get_task, list_tasks, load_object
+from comlrl_lab.data.tasks import Task, get_task, list_tasks, list_word_tasks, load_object
 from comlrl_lab.data.tasks.generate import DATA_DIR, make_items
 from comlrl_lab.data.tasks.length_ratio import length_ratio_reward
 from comlrl_lab.data.tasks.lexicon import TOPICS, polarity
 from comlrl_lab.data.tasks.stance_agreement import stance_agreement_reward
 from comlrl_lab.data.tasks.topic_relay import topic_relay_reward
 
-TASK_NAMES = list_tasks()
+TASK_NAMES = list_word_tasks()  # the code task has tests of its own (test_humaneval_task.py)
 RAIN = {
     "id": "x",
     "prompt": "Topic: rain in winter. Write about rain.\nAnswer:",
@@ -28,7 +28,7 @@ RAIN = {
 
 def test_registry_lists_at_least_three_tasks_including_length_ratio():
     assert len(TASK_NAMES) >= 3
-    assert TASK_NAMES[:3] == ["length_ratio", "topic_relay", "stance_agreement"]
+    assert list_tasks()[:3] == TASK_NAMES[:3] == ["length_ratio", "topic_relay", "stance_agreement"]
     for name in TASK_NAMES:
         task = get_task(name)
         assert isinstance(task, Task) and task.name == name
@@ -39,7 +39,7 @@ def test_registry_lists_at_least_three_tasks_including_length_ratio():
 
 
 def test_unknown_task_names_the_available_ones():
-    with pytest.raises(ValueError, match="unknown task 'nope'.*length_ratio, topic_relay, stance_agreement"):
+    with pytest.raises(ValueError, match="unknown task 'nope'.*length_ratio, topic_relay, stance_agreement, humaneval"):
         get_task("nope")
 
 

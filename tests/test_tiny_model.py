@@ -9,7 +9,7 @@ import torch
 from repo_scripts import load_repo_script
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
-from comlrl_lab.data.tasks import get_task, list_tasks
+from comlrl_lab.data.tasks import get_task, list_word_tasks
 from comlrl_lab.data.tasks.lexicon import words
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME, is_tiny_model_name, tiny_model_path
 
@@ -73,7 +73,7 @@ def test_tokenizer_prepends_bos_and_round_trips_any_text(tiny):
     assert tokenizer.decode(ids, skip_special_tokens=True) == text
 
 
-@pytest.mark.parametrize("name", list_tasks())
+@pytest.mark.parametrize("name", list_word_tasks())
 def test_seeded_samples_are_known_words_that_end_with_eos(tiny, corpus_words, name):
     model, tokenizer = tiny
     task = get_task(name)

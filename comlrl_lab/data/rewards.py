@@ -4,7 +4,7 @@ A joint reward function scores joint responses: ``completions[i][j]`` is agent i
 Functions written for CoMLRL are called once per joint response, exactly as CoMLRL calls them
 (reference section 2.5); functions marked with :func:`batched_reward` are called once for the whole batch.
 This module also applies ``reward_processor`` and holds CoMLRL's small helpers (``set_reward_range``,
-``RewardProcessors``).
+``RewardProcessors``) and ours (``set_reward_details``).
 
 It does not pair, sort or drop anything: NaN rewards are returned as NaN, and the pairing skips them.
 It does not import torch; tensor return values are read through their ``tolist()`` method.
@@ -42,6 +42,7 @@ __all__ = [
     "batched_reward",
     "call_reward_function",
     "reward_function_name",
+    "set_reward_details",
     "set_reward_range",
 ]
 
@@ -58,6 +59,18 @@ def set_reward_range(fn: Callable[..., Any], low: float, high: float) -> Callabl
     if not (low < high):
         raise ValueError("reward_range must be a finite (min, max) pair with min < max.")
     fn.reward_range = (low, high)  # type: ignore[attr-defined]
+    return fn
+
+
+def set_reward_details(fn: Callable[..., Any], details: Callable[..., list[Any]]) -> Callable[..., Any]:
+    """Attach ``reward_details``: called like ``fn``, it returns one breakdown per joint response (why it scored so).
+
+    comlrl-lab extension; ``Task.reward_details`` calls it. The breakdowns are dataclasses that
+    ``dataclasses.asdict`` turns into JSON-ready dicts.
+    """
+    if not callable(details):
+        raise ValueError("reward_details must be a callable.")
+    fn.reward_details = details  # type: ignore[attr-defined]
     return fn
 
 

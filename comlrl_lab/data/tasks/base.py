@@ -48,6 +48,12 @@ class Task:
         """Every agent's prompt for ``item``, in agent order."""
         return [fmt(item) for fmt in self.formatters]
 
+    def reward_details(self, *completions: Any, **kwargs: Any) -> list[Any] | None:
+        """One breakdown per joint response from ``reward_func.reward_details`` (called like the reward), or None
+        when the reward explains nothing beyond its number."""
+        details = getattr(self.reward_func, "reward_details", None)
+        return None if details is None else details(*completions, **kwargs)
+
 
 @cache
 def load_items_file(task_name: str, split: str) -> tuple[dict, ...]:

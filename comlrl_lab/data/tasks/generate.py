@@ -47,10 +47,10 @@ def make_items(task_name: str) -> dict[str, list[dict]]:
 
 
 def main() -> None:
-    from comlrl_lab.data.tasks import list_tasks
+    from comlrl_lab.data.tasks import list_word_tasks
 
     DATA_DIR.mkdir(parents=True, exist_ok=True)
-    for name in list_tasks():
+    for name in list_word_tasks():
         for split, items in make_items(name).items():
             path = DATA_DIR / f"{name}_{split}.jsonl"
             path.write_text("".join(json.dumps(item, ensure_ascii=False) + "\n" for item in items), encoding="utf-8")
