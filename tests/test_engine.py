@@ -19,7 +19,7 @@ from workbench_fixtures import custom_task_spec
 from comlrl_lab.engine import ExperimentSpec, InvalidTransition, RunManager
 from comlrl_lab.engine.manager import EngineControl
 from comlrl_lab.store import RunStore
-from comlrl_lab.trainers.preference.sink import PhaseCancelled
+from comlrl_lab.trainers.preference.runtime.sink import PhaseCancelled
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -38,13 +38,13 @@ from comlrl_lab.engine.spec import ExperimentSpec, build_trainer
 from comlrl_lab.names.phases import InvalidTransition
 from comlrl_lab.names.run_ids import new_run_id
 from comlrl_lab.store import RunStore, snapshot_parquet
-from comlrl_lab.trainers.preference.replay import drop_round_files
-from comlrl_lab.trainers.preference.sink import PhaseCancelled, PhaseControl, PhaseRecords
+from comlrl_lab.trainers.preference.rounds.replay import drop_round_files
+from comlrl_lab.trainers.preference.runtime.sink import PhaseCancelled, PhaseControl, PhaseRecords
 
 
 def _ckpt():
     """The checkpoint module, imported on first use: it imports torch, which opening the workbench must not."""
-    from comlrl_lab.trainers.preference import checkpoint
+    from comlrl_lab.trainers.preference.runtime import checkpoint
 
     return checkpoint
 

@@ -27,8 +27,8 @@ from comlrl_lab.names.phases import round_phases
 from comlrl_lab.trainers import preference
 from comlrl_lab.trainers.preference.algorithms import ALGORITHM_TABLE, algorithm
 from comlrl_lab.trainers.preference.config import SECRET_FIELDS, ConfigError, check_field_names
-from comlrl_lab.trainers.preference.credentials import public_config
-from comlrl_lab.trainers.preference.fields import decode_strings
+from comlrl_lab.trainers.preference.config.credentials import public_config
+from comlrl_lab.trainers.preference.config.fields import decode_strings
 
 
 class _AlgorithmClasses(Mapping):

@@ -43,7 +43,7 @@ from comlrl_lab.names.run_ids import new_run_id
 from comlrl_lab.store.snapshots import round_metrics, run_statuses
 from comlrl_lab.trainers.preference.algorithms import algorithm
 from comlrl_lab.trainers.preference.config import ConfigError, check_field_names
-from comlrl_lab.trainers.preference.fields import (
+from comlrl_lab.trainers.preference.config.fields import (
     JSON,
     FieldSpec,
     applies,
