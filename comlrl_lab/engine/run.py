@@ -187,7 +187,7 @@ class Run:
     # Construction ------------------------------------------------------------------------------------------
     @classmethod
     def create(cls, spec: ExperimentSpec, runs_root: str | Path) -> Run:
-        config = spec.build_config()  # the one validation of the config on the way to a run
+        config = spec.validated_config()  # validated when the spec was made
         preflight(spec, config)  # task, data files, models and devices, before anything is written
         run_id = new_run_id(spec.name or spec.algorithm)
         run_dir = Path(runs_root) / run_id
@@ -211,7 +211,7 @@ class Run:
         try:
             # The settings pages read (every config value, defaults filled in) as this code resumes the run; a run
             # stored before the store kept them gets them now.
-            settings = spec.build_config().to_dict()
+            settings = spec.validated_config().to_dict()
             info = store.run(run_id)
             if info is not None and json.loads(info["config_json"] or "null") != settings:
                 store.create_run(run_id, config=settings, status=info["status"], source=info["source"])
