@@ -427,7 +427,7 @@ class PreferenceTrainerBase:
     ) -> None:
         """Run every remaining phase. CoMLRL's signature; checkpoints are written after each phase when a
         ``checkpoint_dir`` is given (or resumed from). ``trust_checkpoint`` (ours) lets a resume read a checkpoint
-        of format 1, whose state file is a pickle (``checkpoint.py``)."""
+        of format 1, whose state file is a pickle (``runtime/checkpoint.py``)."""
         if isinstance(checkpoint_interval, bool) or not isinstance(checkpoint_interval, int) or checkpoint_interval < 1:
             raise ValueError("checkpoint_interval must be a positive integer.")
         if checkpoint_total_limit is not None:
