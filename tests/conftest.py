@@ -88,6 +88,7 @@ def pytest_runtest_makereport(item, call):
         item.module.failed_step = item.name
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items):
     """Under pytest-xdist (``-n auto --dist loadgroup``), the browser tests share one worker: each starts a Streamlit
     server and a Chromium, and two at once on two cores time each other out."""

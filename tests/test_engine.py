@@ -299,7 +299,6 @@ def test_a_spec_validates_its_config_once_and_every_reader_shares_it(monkeypatch
     validate = MADPOIterConfig.__post_init__
     monkeypatch.setattr(MADPOIterConfig, "__post_init__", lambda self: built.append(self) or validate(self))
     spec = ExperimentSpec(algorithm="MADPOIter", config={"num_iterations": 3, "preference_source": "human"})
-    assert len(built) == 1  # as the spec is made
     assert spec.num_rounds() == 3 and spec.round_phases() == ("collect", "label", "select", "train", "evaluate")
     assert spec.validated_config() is spec.validated_config() is built[0]
     copy = spec.build_config()  # a trainer's own copy: changing it leaves the spec's config alone
@@ -308,4 +307,4 @@ def test_a_spec_validates_its_config_once_and_every_reader_shares_it(monkeypatch
     spec.config["num_iterations"] = 2  # an override changed afterwards is validated again, once
     assert spec.num_rounds() == 2 and spec.num_rounds() == 2 and len(built) == 2
     with pytest.raises(ConfigError, match="num_iterations"):
-        ExperimentSpec(algorithm="MADPOIter", config={"num_iterations": 0})
+        ExperimentSpec(algorithm="MADPOIter", config={"num_iterations": 0}).num_rounds()

@@ -93,17 +93,16 @@ class ExperimentSpec:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ConfigError(f"{name} must be an integer >= 1 or null, got {value!r}.", field=name, value=value)
-        self._validated: tuple[str, Any] | None = None
-        self.validated_config()  # the config is checked once, as the spec is made
+        self._validated: tuple[str, Any] | None = None  # (the overrides it was built from, the config)
 
     @property
     def config_class(self) -> type:
         return algorithm(self.algorithm).config_class
 
     def validated_config(self) -> Any:
-        """The spec's one validated config, built when the spec is made (and again only if its algorithm, agents or
-        overrides change): unknown fields refused with the closest name, then the config's own checks. Read it;
-        ``build_config`` gives a copy to change."""
+        """The spec's one validated config, built the first time it is asked for (``read`` asks at once) and again
+        only if the spec's algorithm, agents or overrides change: unknown fields refused with the closest name, then
+        the config's own checks. Read it; ``build_config`` gives a copy to change."""
         key = self._config_key()
         if self._validated is None or self._validated[0] != key:
             try:
@@ -168,6 +167,7 @@ class ExperimentSpec:
             data = {"algorithm": bare_config_of, "config": data}
         try:
             spec = cls.from_dict(data)
+            spec.validated_config()
         except ConfigError as error:
             raise located(source, text, error, fallback_key="config") from None
         return spec
