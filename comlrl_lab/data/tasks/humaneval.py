@@ -117,6 +117,7 @@ class CodeLevels:
     reward: float
     summary: str  # one line, e.g. "parses · 5/7 tests · uses aux"
     error: str = ""  # why the program stopped early: "timed out", "killed by signal 11", "NameError", ...
+    program: str = ""  # the joined program the levels were read from (and the sandbox ran, when it got that far)
 
 
 def level_reward(
@@ -235,6 +236,7 @@ def humaneval_reward_details(
                 reward=level_reward(**facts),
                 summary=level_summary({**facts, "timed_out": timed_out}),
                 error=_stop_reason(result) if result else "",
+                program=program.source,
             )
         )
     return out
