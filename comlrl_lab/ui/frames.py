@@ -7,6 +7,7 @@ No Streamlit, no SQL.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -236,6 +237,27 @@ def eval_interval(metrics: pd.DataFrame) -> pd.DataFrame:
     mean = wide[metric_names.EVAL_REWARD_MEAN]
     out = pd.DataFrame({"round": wide.index.astype(int), "low": (mean - half).values, "high": (mean + half).values})
     return out.dropna().reset_index(drop=True)
+
+
+# -- reward breakdowns (a task whose reward explains itself: reward_details) ------------------------------------
+
+#: Keys of a breakdown the Pairs page shows on their own: the headline, the reward, the program and why it stopped.
+BREAKDOWN_SHOWN = ("summary", "reward", "program", "error")
+
+
+def breakdown_summary(details: Mapping[str, Any] | None) -> str:
+    """One line on why a candidate scored as it did: the breakdown's own ``summary`` ("parses · 5/7 tests · uses
+    aux"), else its other fields as ``name: value``; "" without a breakdown."""
+    if not details:
+        return ""
+    if details.get("summary"):
+        return str(details["summary"])
+    return " · ".join(f"{k}: {v}" for k, v in details.items() if k not in BREAKDOWN_SHOWN)
+
+
+def breakdown_column(details_json: Sequence[Any]) -> list[str]:
+    """``breakdown_summary`` of each stored ``details_json`` (NULL: "")."""
+    return [breakdown_summary(json.loads(text)) if isinstance(text, str) and text else "" for text in details_json]
 
 
 def latest_and_delta(frame: pd.DataFrame, series: str) -> tuple[float | None, float | None]:
