@@ -2,7 +2,7 @@
 
 Known completions on HumanEval/33 (``sort_third``, the first training item) are scored by the task's real reward
 through the trainers' own scoring (the sandbox runs them), paired by the trainers' own pairing and committed to a run
-folder's store as the engine commits a collect phase. No model is loaded: the run's spec names the embedded tiny
+folder's store as the engine commits its phases, with the evaluation metrics the trainers record. No model is loaded: the run's spec names the embedded tiny
 model, which only a phase to come would load.
 """
 
@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from comlrl_lab.data.code_eval import code_eval_metrics
 from comlrl_lab.data.records import JointCandidate
 from comlrl_lab.data.rewards import RewardProcessors
 from comlrl_lab.data.tasks import get_task
 from comlrl_lab.engine import ExperimentSpec
-from comlrl_lab.engine.run import SPEC_FILE, STORE_FILE
+from comlrl_lab.engine.run import SNAPSHOT_DIR, SPEC_FILE, STORE_FILE
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
-from comlrl_lab.store import RunStore
-from comlrl_lab.trainers.preference.collection import score_with_task_reward
+from comlrl_lab.names import metric_names as M
+from comlrl_lab.store import RunStore, snapshot_parquet
+from comlrl_lab.trainers.preference.collection import reward_summary, score_with_task_reward
 from comlrl_lab.trainers.preference.pairing import iterative_pairs
 
 RUN_ID = "humaneval-pairs"
@@ -27,6 +29,12 @@ MAIN_USES = "def sort_third(l: list):\n    l = list(l)\n    l[::3] = aux(l)\n   
 MAIN_IDENTITY = "def sort_third(l: list):\n    return l\n"
 USES_SUMMARY, IDENTITY_SUMMARY = "parses · 7/7 tests · uses aux", "parses · 3/7 tests"
 USES_REWARD, IDENTITY_REWARD = 4.0, 1.5 + 3 / 7
+#: The evaluation: HumanEval/0 solved with aux (every test passes, 4.0), HumanEval/1 answered with prose (0.0).
+EVAL_AUX = (
+    "def aux(numbers):\n    s = sorted(numbers)\n    return min((b - a for a, b in zip(s, s[1:])), default=1e9)\n"
+)
+EVAL_MAIN = "def has_close_elements(numbers, threshold):\n    gap = aux(numbers)\n    return gap < threshold\n"
+EVAL_LEVELS = (4.0, 0.0)
 
 
 def code_spec() -> ExperimentSpec:
@@ -47,9 +55,24 @@ def _candidates(side: str, mains: list[str], item: dict, prompts: list[str]) -> 
     ]
 
 
+def _evaluation(task) -> tuple[list[JointCandidate], dict[str, float]]:
+    """The evaluate phase's candidates and metrics, as ``PreferenceTrainerBase.evaluate`` makes them."""
+    items = task.eval_items()[:2]
+    answers = [(EVAL_AUX, EVAL_MAIN), ("I would sort the list.", "Sorry, I cannot help.")]
+    candidates = [
+        JointCandidate(k, 0, "eval", task.prompts(item), list(texts), [[1], [2]], [[0], [0]])
+        for k, (item, texts) in enumerate(zip(items, answers))
+    ]
+    score_with_task_reward(candidates, dict(enumerate(items)), task.reward_func, RewardProcessors.shift(-4))
+    reward, sem, count = reward_summary(candidates)
+    metrics = {M.EVAL_REWARD_MEAN: reward, M.EVAL_REWARD_SEM: sem, M.EVAL_NUM_SAMPLES: count}
+    return candidates, {**metrics, **code_eval_metrics(candidates)}
+
+
 def seed_code_run(root: Path) -> str:
-    """The run folder ``root/RUN_ID`` with round 1's collect phase: current candidates (uses aux, identity) against
-    comparator candidates (identity, uses aux), so pair 0 is won by the current side and pair 1 by the comparator."""
+    """The run folder ``root/RUN_ID``, one finished round: collect with current candidates (uses aux, identity) against
+    comparator candidates (identity, uses aux), so pair 0 is won by the current side and pair 1 by the comparator;
+    select and train with nothing in them; evaluate on HumanEval/0 and /1 (``EVAL_LEVELS``); its snapshots."""
     spec, task = code_spec(), get_task("humaneval")
     item = task.train_items()[0]
     prompts = task.prompts(item)
@@ -64,4 +87,16 @@ def seed_code_run(root: Path) -> str:
         config = spec.build_config()
         store.create_run(RUN_ID, trainer=spec.algorithm, config=config.to_dict(), num_agents=config.num_agents)
         store.commit_phase(RUN_ID, 1, "collect", candidates=current + comparator, pairs=pairs, status="running")
+        store.commit_phase(RUN_ID, 1, "select", status="running")
+        store.commit_phase(RUN_ID, 1, "train", status="running")
+        evaluated, metrics = _evaluation(task)
+        store.commit_phase(
+            RUN_ID,
+            1,
+            "evaluate",
+            candidates=evaluated,
+            metrics=[{"step": 0, "name": k, "value": v} for k, v in metrics.items()],
+            status="finished",
+        )
+        snapshot_parquet(store, RUN_ID, run_dir / SNAPSHOT_DIR)
     return RUN_ID

@@ -1,15 +1,22 @@
-"""The workbench on a humaneval run: why a pair won (each side's level summary and program on the Pairs page).
+"""The workbench on a humaneval run: why a pair won (each side's level summary and program on the Pairs page), and
+the evaluation a coder reports (pass@1 and the mean level reward with their 95% CIs) on the Learning and Compare
+pages.
 
 The run is made without a model (``code_fixtures``): known completions scored by the real reward in the sandbox.
 """
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
+import numpy as np
+import plotly.graph_objects as go
+import plotly.io
 import pytest
 import streamlit as st
 from code_fixtures import (
+    EVAL_LEVELS,
     IDENTITY_REWARD,
     IDENTITY_SUMMARY,
     MAIN_IDENTITY,
@@ -20,6 +27,7 @@ from code_fixtures import (
 )
 from streamlit.testing.v1 import AppTest
 
+from comlrl_lab.data.confidence import wilson_interval
 from comlrl_lab.ui import forms, frames, services, state
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -110,3 +118,45 @@ def test_pairs_show_why_the_winner_won_with_each_sides_levels_and_program(open_p
     assert [m.value for m in _inside(at, state.pair_breakdown_key("loser"), "markdown")] == [
         f"**Loser** · {IDENTITY_SUMMARY}"
     ]
+
+
+def _figures(at: AppTest) -> list[go.Figure]:
+    return [plotly.io.from_json(chart.proto.spec) for chart in at.get("plotly_chart")]
+
+
+def _array(values) -> list:
+    """A plotly array as a list (plotly writes numpy data as base64 typed arrays)."""
+    if isinstance(values, dict) and "bdata" in values:
+        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=np.dtype(values["dtype"])).tolist()
+    return list(values)
+
+
+def test_learning_shows_pass_at_1_and_the_level_reward_with_their_intervals(open_page):
+    at = open_page("pages/learning.py")
+    tiles = {m.label: m.value for m in at.metric}
+    assert tiles["eval pass@1"] == "50.0%"  # HumanEval/0 passes, /1 does not
+    figures = {f.layout.title.text: f for f in _figures(at)}
+    line, band = figures["Evaluation: pass@1 per round"].data
+    assert _array(line.y) == [0.5] and band.name == "pass@1: 95% CI"
+    assert sorted(_array(band.y)) == pytest.approx(sorted(wilson_interval(1, 2)))  # (0.0945, 0.9055)
+    line, band = figures["Evaluation: mean level reward per round"].data
+    mean = sum(EVAL_LEVELS) / 2
+    assert _array(line.y) == [pytest.approx(mean)]
+    # n = 2, s = 2.828: mean ± t(0.975, 1) * s / sqrt(2) = 2 ± 12.706 * 2
+    assert sorted(_array(band.y)) == pytest.approx([mean - 12.706 * 2.0, mean + 12.706 * 2.0])
+
+
+def test_compare_draws_the_code_evaluation_curves(open_page, code_run):
+    at = open_page("pages/compare.py")
+    assert at.multiselect(key=state.COMPARE_RUNS).value == [code_run[1]]
+    curves = next(f for f in _figures(at) if f.layout.annotations)
+    titles = [a.text for a in curves.layout.annotations]
+    assert {"Evaluation pass@1", "Evaluation level reward", "Evaluation reward"} <= set(titles)
+    panel = {title: i for i, title in enumerate(titles)}
+    means = {t.yaxis: _array(t.y) for t in curves.data if t.mode == "lines+markers"}
+
+    def axis(title: str) -> str:
+        return "y" if panel[title] == 0 else f"y{panel[title] + 1}"
+
+    assert means[axis("Evaluation pass@1")] == [0.5]  # one run: its own value, the band has no width
+    assert means[axis("Evaluation level reward")] == [pytest.approx(sum(EVAL_LEVELS) / 2)]

@@ -260,6 +260,41 @@ def breakdown_column(details_json: Sequence[Any]) -> list[str]:
     return [breakdown_summary(json.loads(text)) if isinstance(text, str) and text else "" for text in details_json]
 
 
+#: A code task's evaluation (``eval/code/*``, recorded with its 95% CI): panel -> (series label, y-axis title, mean,
+#: CI low, CI high).
+CODE_EVAL_PANELS: dict[str, tuple[str, str, str, str, str]] = {
+    "pass_at_1": (
+        "pass@1",
+        "share of programs passing every test",
+        metric_names.EVAL_PASS_AT_1,
+        metric_names.EVAL_PASS_AT_1_LOW,
+        metric_names.EVAL_PASS_AT_1_HIGH,
+    ),
+    "level_reward": (
+        "mean level reward",
+        "level reward (0 to 4, before the reward_processor)",
+        metric_names.EVAL_LEVEL_REWARD_MEAN,
+        metric_names.EVAL_LEVEL_REWARD_LOW,
+        metric_names.EVAL_LEVEL_REWARD_HIGH,
+    ),
+}
+
+
+def recorded_interval(metrics: pd.DataFrame, low: str, high: str) -> pd.DataFrame:
+    """Per round, a 95% CI the evaluation recorded as two metrics: columns round, low, high (rounds lacking either
+    end left out)."""
+    ends = per_round(metrics, {"low": (low, None), "high": (high, None)})
+    if ends.empty:
+        return pd.DataFrame(columns=["round", "low", "high"])
+    wide = ends.pivot_table(index="round", columns="series", values="value")
+    if not {"low", "high"} <= set(wide.columns):
+        return pd.DataFrame(columns=["round", "low", "high"])
+    out = wide[["low", "high"]].dropna().reset_index()
+    out["round"] = out["round"].astype(int)
+    out.columns.name = None
+    return out[["round", "low", "high"]]
+
+
 def latest_and_delta(frame: pd.DataFrame, series: str) -> tuple[float | None, float | None]:
     """(value in the latest round, change from the round before) of one series of a ``per_round`` frame."""
     rows = frame[frame["series"] == series].sort_values("round")
