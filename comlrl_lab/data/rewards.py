@@ -4,7 +4,7 @@ A joint reward function scores joint responses: ``completions[i][j]`` is agent i
 Functions written for CoMLRL are called once per joint response, exactly as CoMLRL calls them
 (reference section 2.5); functions marked with :func:`batched_reward` are called once for the whole batch.
 This module also applies ``reward_processor`` and holds CoMLRL's small helpers (``set_reward_range``,
-``RewardProcessors``) and ours (``set_reward_details``).
+``RewardProcessors``) and ours (``set_reward_details``, ``set_sandbox_limits``).
 
 It does not pair, sort or drop anything: NaN rewards are returned as NaN, and the pairing skips them.
 It does not import torch; tensor return values are read through their ``tolist()`` method.
@@ -47,6 +47,7 @@ __all__ = [
     "reward_function_name",
     "set_reward_details",
     "set_reward_range",
+    "set_sandbox_limits",
 ]
 
 
@@ -76,6 +77,14 @@ def set_reward_details(fn: Callable[..., Any], details: Callable[..., list[Any]]
     if not callable(details):
         raise ValueError("reward_details must be a callable.")
     fn.reward_details = details  # type: ignore[attr-defined]
+    return fn
+
+
+def set_sandbox_limits(fn: Callable[..., Any], limits: Any) -> Callable[..., Any]:
+    """Mark ``fn`` as a reward that runs model-written programs in ``comlrl_lab.sandbox`` under ``limits`` (a
+    ``SandboxLimits``), so a run logs once what this host's sandbox enforces and what it cannot (comlrl-lab
+    extension; the engine reads ``fn.sandbox_limits``)."""
+    fn.sandbox_limits = limits  # type: ignore[attr-defined]
     return fn
 
 
