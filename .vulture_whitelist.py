@@ -17,8 +17,8 @@ from comlrl_lab.models.shared_prefix_cache import SharedPrefixCache
 from comlrl_lab.sandbox import SandboxLimits, SandboxResult
 from comlrl_lab.trainers.preference.base import PreferenceTrainerBase
 from comlrl_lab.trainers.preference.config import MADPOConfig
-from comlrl_lab.trainers.preference.devices import DeviceLayout
-from comlrl_lab.trainers.preference.sink import MemorySink
+from comlrl_lab.trainers.preference.runtime.devices import DeviceLayout
+from comlrl_lab.trainers.preference.runtime.sink import MemorySink
 
 # Module __getattr__/__dir__ (PEP 562): Python calls them for lazy exports.
 models.__getattr__

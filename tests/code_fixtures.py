@@ -19,8 +19,8 @@ from comlrl_lab.engine.run import SNAPSHOT_DIR, SPEC_FILE, STORE_FILE
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
 from comlrl_lab.names import metric_names as M
 from comlrl_lab.store import RunStore, snapshot_parquet
-from comlrl_lab.trainers.preference.collection import reward_summary, score_with_task_reward
-from comlrl_lab.trainers.preference.pairing import iterative_pairs
+from comlrl_lab.trainers.preference.rounds.collection import reward_summary, score_with_task_reward
+from comlrl_lab.trainers.preference.rounds.pairing import iterative_pairs
 
 RUN_ID = "humaneval-pairs"
 AUX = "def aux(l):\n    return sorted(l[::3])\n"

@@ -86,3 +86,11 @@ def pytest_runtest_makereport(item, call):
     failed = call.when == "call" and call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception)
     if failed and getattr(item.module, "failed_step", "") is None:
         item.module.failed_step = item.name
+
+
+def pytest_collection_modifyitems(items):
+    """Under pytest-xdist (``-n auto --dist loadgroup``), the browser tests share one worker: each starts a Streamlit
+    server and a Chromium, and two at once on two cores time each other out."""
+    for item in items:
+        if item.get_closest_marker("browser") is not None:
+            item.add_marker(pytest.mark.xdist_group("browser"))

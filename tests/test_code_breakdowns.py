@@ -19,8 +19,8 @@ from comlrl_lab.data.rewards import (
 )
 from comlrl_lab.data.tasks import get_task
 from comlrl_lab.data.tasks import humaneval as he
-from comlrl_lab.trainers.preference import state_codec
-from comlrl_lab.trainers.preference.collection import score_with_task_reward
+from comlrl_lab.trainers.preference.rounds.collection import score_with_task_reward
+from comlrl_lab.trainers.preference.runtime import state_codec
 
 COMPLETIONS = [["a", "bb", "ccc"], ["xxxx", "y", "zz"]]
 ITEMS = [{"w": 10}, {"w": 20}, {"w": 30}]

@@ -11,7 +11,7 @@ from comlrl_lab.data.code_eval import code_eval_metrics, counts_tests, passes_al
 from comlrl_lab.data.confidence import mean_and_standard_error, t975, wilson_interval
 from comlrl_lab.data.records import JointCandidate
 from comlrl_lab.names import metric_names as M
-from comlrl_lab.trainers.preference.collection import reward_summary
+from comlrl_lab.trainers.preference.rounds.collection import reward_summary
 from comlrl_lab.ui import stats
 
 

@@ -23,7 +23,7 @@ from comlrl_lab.names import metric_names as M
 from comlrl_lab.sandbox import SandboxError, sandbox_capabilities
 from comlrl_lab.store import RunStore
 from comlrl_lab.trainers.preference import MADPOIterConfig, MADPOIterTrainer
-from comlrl_lab.trainers.preference.sink import MemorySink
+from comlrl_lab.trainers.preference.runtime.sink import MemorySink
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_ROUND = {"num_iterations": 1, "preference_num_candidates": 2, "max_new_tokens": 16, "eval_num_samples": 2}

@@ -1,7 +1,7 @@
 """What a spec names, checked on this machine before a run directory exists: the task with its module and data
 files, model paths, and every device field (`preflight`), and whether the agents fit in memory (`memory_warning`). A mistake costs no run directory and no model load.
 
-The config itself has been validated by then (``ExperimentSpec.build_config``); this module does not build
+The config itself was validated when the spec was made (``ExperimentSpec.validated_config``); this module does not build
 trainers or load model weights.
 """
 
@@ -19,7 +19,7 @@ def preflight(spec: ExperimentSpec, config: Any) -> Any:
     devices; return the task."""
     # torch comes in with these two: the workbench imports the engine without it.
     from comlrl_lab.models.loading import ModelLoadError, check_available, resolve_model_source
-    from comlrl_lab.trainers.preference.devices import resolve_layout
+    from comlrl_lab.trainers.preference.runtime.devices import resolve_layout
 
     inside_run_dir(config)
     task = resolve_task(spec)
@@ -47,7 +47,7 @@ def memory_warning(spec: Any, describe: Callable[..., Any] | None = None) -> str
     from comlrl_lab.models.footprint import describe_model, memory_check
 
     describe = describe or describe_model
-    config = spec.build_config()
+    config = spec.validated_config()
     models = list(spec.agent_models)
     if len(models) == 1:
         models = models * int(config.num_agents)

@@ -39,13 +39,13 @@ from comlrl_lab.names.phases import InvalidTransition
 from comlrl_lab.names.run_ids import new_run_id
 from comlrl_lab.sandbox import SandboxError, sandbox_capabilities
 from comlrl_lab.store import RunStore, snapshot_parquet
-from comlrl_lab.trainers.preference.replay import drop_round_files
-from comlrl_lab.trainers.preference.sink import PhaseCancelled, PhaseControl, PhaseRecords
+from comlrl_lab.trainers.preference.rounds.replay import drop_round_files
+from comlrl_lab.trainers.preference.runtime.sink import PhaseCancelled, PhaseControl, PhaseRecords
 
 
 def _ckpt():
     """The checkpoint module, imported on first use: it imports torch, which opening the workbench must not."""
-    from comlrl_lab.trainers.preference import checkpoint
+    from comlrl_lab.trainers.preference.runtime import checkpoint
 
     return checkpoint
 
@@ -188,7 +188,7 @@ class Run:
     # Construction ------------------------------------------------------------------------------------------
     @classmethod
     def create(cls, spec: ExperimentSpec, runs_root: str | Path) -> Run:
-        config = spec.build_config()  # the one validation of the config on the way to a run
+        config = spec.validated_config()  # validated when the spec was made
         task = preflight(spec, config)  # task, data files, models and devices, before anything is written
         run_id = new_run_id(spec.name or spec.algorithm)
         run_dir = Path(runs_root) / run_id
@@ -227,7 +227,7 @@ class Run:
         try:
             # The settings pages read (every config value, defaults filled in) as this code resumes the run; a run
             # stored before the store kept them gets them now.
-            settings = spec.build_config().to_dict()
+            settings = spec.validated_config().to_dict()
             info = store.run(run_id)
             if info is not None and json.loads(info["config_json"] or "null") != settings:
                 store.create_run(run_id, config=settings, status=info["status"], source=info["source"])

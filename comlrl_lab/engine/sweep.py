@@ -43,7 +43,7 @@ from comlrl_lab.names.run_ids import new_run_id
 from comlrl_lab.store.snapshots import round_metrics, run_statuses
 from comlrl_lab.trainers.preference.algorithms import algorithm
 from comlrl_lab.trainers.preference.config import ConfigError, check_field_names
-from comlrl_lab.trainers.preference.fields import (
+from comlrl_lab.trainers.preference.config.fields import (
     JSON,
     FieldSpec,
     applies,
@@ -420,7 +420,7 @@ class Sweep:
             sweep.cells.append(SweepCell(index, {**overrides, "seed": seed}))
         base = _finished_base(spec, base_run)
         for cell in sweep.cells:
-            config = sweep.cell_spec(cell).build_config()
+            config = sweep.cell_spec(cell).validated_config()
             if base is not None and config.to_dict() == base[1]:
                 cell.run_id, cell.status = base[0], "finished"
         if base_run is not None and not sweep.unfinished:
@@ -544,7 +544,7 @@ def _finished_base(spec: ExperimentSpec, base_run: str | Path | None) -> tuple[s
     run_dir = Path(base_run)
     if run_statuses([run_dir / SNAPSHOT_MANIFEST.parent]).get(run_dir.name) != "finished":
         return None
-    return run_dir.name, spec.build_config().to_dict()
+    return run_dir.name, spec.validated_config().to_dict()
 
 
 def sweep_memberships(runs_root: str | Path) -> dict[str, tuple[str, ...]]:

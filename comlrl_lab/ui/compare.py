@@ -119,7 +119,7 @@ class Comparison:
 def _settings(spec: ExperimentSpec) -> tuple[dict[str, Any], int | None]:
     """(every setting that defines the experiment, the seed): spec fields and the config with its defaults."""
     try:
-        config = spec.build_config().to_dict()
+        config = spec.validated_config().to_dict()
     except (ValueError, TypeError):  # a spec from another version: compare what it says
         config = dict(spec.config)
     data = spec.to_dict()

@@ -1,7 +1,7 @@
 """Shapes the store's DataFrames into what the pages draw: timelines, per-round curves, replay tables.
 
 Pure pandas on frames the store's named queries returned, plus the replay weights of
-``comlrl_lab.trainers.preference.replay`` (the trainer's own formula, so the page and the run never disagree).
+``comlrl_lab.trainers.preference.rounds.replay`` (the trainer's own formula, so the page and the run never disagree).
 No Streamlit, no SQL.
 """
 
@@ -17,8 +17,13 @@ import pandas as pd
 from comlrl_lab.names import metric_names
 from comlrl_lab.names.phases import ALL_PHASES, PHASES
 from comlrl_lab.trainers.preference.config import MADPOIterConfig
-from comlrl_lab.trainers.preference.fields import FLOAT, applies, field_specs
-from comlrl_lab.trainers.preference.replay import REPLAY_FIELDS, REPLAY_MODES, lambda_decay_weights, replay_weights
+from comlrl_lab.trainers.preference.config.fields import FLOAT, applies, field_specs
+from comlrl_lab.trainers.preference.rounds.replay import (
+    REPLAY_FIELDS,
+    REPLAY_MODES,
+    lambda_decay_weights,
+    replay_weights,
+)
 from comlrl_lab.ui.stats import t975
 
 PHASE_LABELS = {

@@ -18,12 +18,16 @@ from typing import Any
 from comlrl_lab.data.records import JointCandidate, PreferencePair
 from comlrl_lab.models.generation import SamplingSettings
 from comlrl_lab.seeding import RandomStreams
-from comlrl_lab.trainers.preference.collection import agent_prompts, sample_joint_candidates, score_with_task_reward
 from comlrl_lab.trainers.preference.comparators.base import encode_text
 from comlrl_lab.trainers.preference.comparators.centralized import split_completion
-from comlrl_lab.trainers.preference.devices import DeviceLayout
-from comlrl_lab.trainers.preference.distributed import DistContext
-from comlrl_lab.trainers.preference.sink import PhaseControl
+from comlrl_lab.trainers.preference.rounds.collection import (
+    agent_prompts,
+    sample_joint_candidates,
+    score_with_task_reward,
+)
+from comlrl_lab.trainers.preference.runtime.devices import DeviceLayout
+from comlrl_lab.trainers.preference.runtime.distributed import DistContext
+from comlrl_lab.trainers.preference.runtime.sink import PhaseControl
 
 GENERATION_STREAM = "generation"
 
