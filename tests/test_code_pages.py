@@ -144,6 +144,8 @@ def test_learning_shows_pass_at_1_and_the_level_reward_with_their_intervals(open
     assert _array(line.y) == [pytest.approx(mean)]
     # n = 2, s = 2.828: mean ± t(0.975, 1) * s / sqrt(2) = 2 ± 12.706 * 2
     assert sorted(_array(band.y)) == pytest.approx([mean - 12.706 * 2.0, mean + 12.706 * 2.0])
+    # Two programs make a wide t interval; the axis stays on the level reward's own range, 0 to 4.
+    assert figures["Evaluation: mean level reward per round"].layout.yaxis.range == pytest.approx((-0.12, 4.12))
 
 
 def test_compare_draws_the_code_evaluation_curves(open_page, code_run):

@@ -120,15 +120,18 @@ def code_eval_panels(metrics: pd.DataFrame) -> dict[str, go.Figure]:
     """A code task's evaluation per round (``frames.CODE_EVAL_PANELS``: pass@1, mean level reward), each line over
     the 95% CI the evaluation recorded; {} for other tasks."""
     out = {}
-    for name, (label, y_title, mean, low, high) in frames.CODE_EVAL_PANELS.items():
+    for name, (label, y_title, mean, low, high, (bottom, top)) in frames.CODE_EVAL_PANELS.items():
         frame = frames.per_round(metrics, {label: (mean, None)})
         if len(frame):
             fig = charts.round_curves(
                 frame, title=f"Evaluation: {label} per round", y_title=y_title, colors={label: charts.EVAL}
             )
-            out[name] = charts.add_interval_band(
+            charts.add_interval_band(
                 fig, frames.recorded_interval(metrics, low, high), color=charts.EVAL, name=f"{label}: 95% CI"
             )
+            # The values' own bounds: a t interval of few programs can reach past them, the axis need not.
+            pad = (top - bottom) * 0.03
+            out[name] = fig.update_yaxes(range=[bottom - pad, top + pad])
     return out
 
 

@@ -266,21 +266,23 @@ def breakdown_column(details_json: Sequence[Any]) -> list[str]:
 
 
 #: A code task's evaluation (``eval/code/*``, recorded with its 95% CI): panel -> (series label, y-axis title, mean,
-#: CI low, CI high).
-CODE_EVAL_PANELS: dict[str, tuple[str, str, str, str, str]] = {
+#: CI low, CI high, the values' bounds, which the y axis shows).
+CODE_EVAL_PANELS: dict[str, tuple[str, str, str, str, str, tuple[float, float]]] = {
     "pass_at_1": (
         "pass@1",
-        "share of programs passing every test",
+        "share passing every test",
         metric_names.EVAL_PASS_AT_1,
         metric_names.EVAL_PASS_AT_1_LOW,
         metric_names.EVAL_PASS_AT_1_HIGH,
+        (0.0, 1.0),
     ),
     "level_reward": (
         "mean level reward",
-        "level reward (0 to 4, before the reward_processor)",
+        "level reward, raw (0 to 4)",
         metric_names.EVAL_LEVEL_REWARD_MEAN,
         metric_names.EVAL_LEVEL_REWARD_LOW,
         metric_names.EVAL_LEVEL_REWARD_HIGH,
+        (0.0, 4.0),
     ),
 }
 
