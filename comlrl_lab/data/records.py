@@ -35,7 +35,8 @@ class JointCandidate:
     """One joint response: candidate ``candidate_index`` of every agent for one task item.
 
     ``completion_ids[i]`` are the tokens agent i sampled (no padding, EOS kept when the model emitted it),
-    so training and replay use exactly what was sampled.
+    so training and replay use exactly what was sampled. ``details`` is the task reward's breakdown of this
+    response (``reward_details``, a JSON-ready dict such as a code task's levels), None when the reward gives none.
     """
 
     item_index: int
@@ -48,6 +49,7 @@ class JointCandidate:
     raw_reward: float = math.nan
     reward: float = math.nan
     parse_status: str = PARSE_OK
+    details: dict[str, Any] | None = None
 
     @property
     def parsed(self) -> bool:

@@ -14,15 +14,15 @@ from typing import Any
 from comlrl_lab.engine.spec import ExperimentSpec, inside_run_dir, resolve_task
 
 
-def preflight(spec: ExperimentSpec, config: Any) -> None:
+def preflight(spec: ExperimentSpec, config: Any) -> Any:
     """Check what ``spec`` (with its validated ``config``) names here: the run folders, the task, model paths,
-    devices."""
+    devices; return the task."""
     # torch comes in with these two: the workbench imports the engine without it.
     from comlrl_lab.models.loading import ModelLoadError, check_available, resolve_model_source
     from comlrl_lab.trainers.preference.runtime.devices import resolve_layout
 
     inside_run_dir(config)
-    resolve_task(spec)
+    task = resolve_task(spec)
     for model in spec.agent_models:
         if not isinstance(model, str):
             continue
@@ -35,6 +35,7 @@ def preflight(spec: ExperimentSpec, config: Any) -> None:
         check_available(model, "agent_models:")
     count = 1 if config.collaboration_mode == "centralized" else int(config.num_agents)
     resolve_layout(config, count, model_config=spec.model_config)
+    return task
 
 
 def memory_warning(spec: Any, describe: Callable[..., Any] | None = None) -> str | None:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from comlrl_lab.data.code_eval import code_eval_metrics
 from comlrl_lab.data.datasets import load_items
 from comlrl_lab.data.formatters import resolve_formatters
 from comlrl_lab.data.labels import Label
@@ -491,6 +492,8 @@ class PreferenceTrainerBase:
             M.EVAL_EXPECTED_RETURN: reward,
             M.EVAL_REWARD_SEM: sem,
             M.EVAL_NUM_SAMPLES: count,
+            # A code task's reward counts tests: pass@1 and the mean level reward, with their 95% CIs.
+            **code_eval_metrics(flat, stratified=per_item > 1),
         }
         if self.eval_logger is not None and self.eval_aggregator is not None:
             # CoMLRL's shapes: completions per agent (per role when centralized, parsed from the joint text), per

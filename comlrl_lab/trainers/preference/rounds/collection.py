@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from comlrl_lab.data.records import PARSE_OK, JointCandidate, Side, align_joint
-from comlrl_lab.data.rewards import apply_reward_processor, call_reward_function
+from comlrl_lab.data.rewards import apply_reward_processor, call_reward_with_details
 from comlrl_lab.models.generation import SamplingSettings, sample_candidates, sample_sides
 from comlrl_lab.trainers.preference.runtime.concurrency import map_agents
 
@@ -119,7 +119,8 @@ def score_with_task_reward(
     reward_func: Callable[..., Any],
     reward_processor: Callable[[float], float] | None,
 ) -> None:
-    """Fill ``raw_reward`` and ``reward`` in place with one batched call over all parsed candidates."""
+    """Fill ``raw_reward``, ``reward`` and (when the reward explains itself) ``details`` in place, with one batched
+    call over all parsed candidates; a reward with ``reward_details`` is asked for both at once."""
     scored = [c for c in candidates if c.parse_status == PARSE_OK]
     if not scored:
         return
@@ -127,11 +128,12 @@ def score_with_task_reward(
     completions = [[c.completions[i] for c in scored] for i in range(num_agents)]
     prompts = [[c.prompts[i] for c in scored] for i in range(num_agents)]
     batch_items = [items[c.item_index] for c in scored]
-    raw = call_reward_function(reward_func, completions, prompts=prompts, batch_items=batch_items)
+    raw, details = call_reward_with_details(reward_func, completions, prompts=prompts, batch_items=batch_items)
     processed = apply_reward_processor(reward_processor, raw)
-    for candidate, r, p in zip(scored, raw, processed):
+    for j, (candidate, r, p) in enumerate(zip(scored, raw, processed)):
         candidate.raw_reward = float(r)
         candidate.reward = float(p)
+        candidate.details = None if details is None else details[j]
 
 
 def score_with(candidates: list[JointCandidate], score_fn: ScoreFn) -> None:

@@ -184,7 +184,7 @@ class PartContext:
         views = [self.roles.view(c, items_by_index[c.item_index]) for c in candidates]
         score_with_task_reward(views, items_by_index, self.reward_func, self.reward_processor)
         for candidate, view in zip(candidates, views):
-            candidate.raw_reward, candidate.reward = view.raw_reward, view.reward
+            candidate.raw_reward, candidate.reward, candidate.details = view.raw_reward, view.reward, view.details
 
     def ensure_token_ids(self, pair: PreferencePair) -> PreferencePair:
         """Pairs imported from text get token ids from each agent's tokenizer (sampled pairs already have them)."""
