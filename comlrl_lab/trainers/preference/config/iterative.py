@@ -13,11 +13,9 @@ from comlrl_lab.trainers.preference.config.validation import (
     _API_ONLY,
     ConfigError,
     _check_dependent,
-    _check_int_at_least,
-    _check_positive,
     _choose,
     _is_int,
-    _is_number,
+    check_bound,
     dependents,
 )
 
@@ -30,7 +28,8 @@ class _IterativePreferenceConfig:
     """
 
     num_iterations: int = field(
-        default=6, metadata={"help": "Rounds of collect -> replay sample -> train.", "group": "Essentials"}
+        default=6,
+        metadata={"minimum": 1, "help": "Rounds of collect -> replay sample -> train.", "group": "Essentials"},
     )
     # Defaults both iterative configs override (CoMLRL's values); declared here once.
     preference_num_candidates: int = field(
@@ -79,6 +78,7 @@ class _IterativePreferenceConfig:
         default=None,
         metadata={
             "help": "nearest_k: number of most recent non-empty round datasets (required, >= 1). current accepts only None or 1.",
+            "minimum": 1,
             "group": "Replay buffer",
             "applies_when": {"preference_replay_mode": ("nearest_k",)},
             "symbol": "k",
@@ -93,6 +93,8 @@ class _IterativePreferenceConfig:
         default=None,
         metadata={
             "help": "lambda_decay: lambda in [0, 1] (required); 0 keeps the newest round only, 1 weights all equally.",
+            "minimum": 0,
+            "maximum": 1,
             "group": "Replay buffer",
             "applies_when": {"preference_replay_mode": ("lambda_decay",)},
             "symbol": "λ",
@@ -105,6 +107,7 @@ class _IterativePreferenceConfig:
         default=None,
         metadata={
             "help": "Pairs drawn per round in nearest_k, all_history and lambda_decay (>= 1); None = this round's pair count, or the latest non-empty dataset's size.",
+            "minimum": 1,
             "group": "Replay buffer",
             "applies_when": {"preference_replay_mode": ("nearest_k", "all_history", "lambda_decay")},
             "strict": True,
@@ -217,12 +220,16 @@ class _IterativePreferenceConfig:
         default=None,
         metadata={
             "help": "M: comparator candidates per agent per prompt (>= 1); None = preference_num_candidates.",
+            "minimum": 1,
+            "bound_allows_none": True,
+            "bound_says_null": True,
             "group": "Comparator",
         },
     )
     comparator_history_k: int | None = field(
         default=None,
         metadata={
+            "minimum": 1,
             "help": "history comparator: rounds back (>= 1; None -> 1, which equals the current policy).",
             "group": "Comparator",
             "applies_when": {"comparator_policy": ("history",)},
@@ -268,6 +275,8 @@ class _IterativePreferenceConfig:
     comparator_api_max_n_per_request: int | None = field(
         default=None,
         metadata={
+            "minimum": 1,
+            "bound_allows_none": True,
             "help": "openai format: cap on n per request (>= 1); None = all candidates at once (1 for DeepSeek).",
             "group": "API comparator",
             "applies_when": _API_ONLY,
@@ -276,6 +285,7 @@ class _IterativePreferenceConfig:
     comparator_api_timeout: float = field(
         default=120.0,
         metadata={
+            "exclusive_minimum": 0,
             "help": "api comparator: seconds per HTTP request (> 0).",
             "group": "API comparator",
             "applies_when": _API_ONLY,
@@ -342,6 +352,7 @@ class _IterativePreferenceConfig:
         default=8,
         kw_only=True,
         metadata={
+            "minimum": 1,
             "help": "api comparator: requests in flight at once (>= 1). CoMLRL sends one at a time.",
             "group": "API comparator",
             "applies_when": _API_ONLY,
@@ -351,6 +362,7 @@ class _IterativePreferenceConfig:
         default=3,
         kw_only=True,
         metadata={
+            "minimum": 0,
             "help": "api comparator: retries of a request after HTTP 429/5xx or a timeout (>= 0). CoMLRL never retries.",
             "group": "API comparator",
             "applies_when": _API_ONLY,
@@ -360,6 +372,7 @@ class _IterativePreferenceConfig:
         default=0.5,
         kw_only=True,
         metadata={
+            "exclusive_minimum": 0,
             "help": "api comparator: first retry delay in seconds, doubled on each retry (> 0).",
             "group": "API comparator",
             "applies_when": _API_ONLY,
@@ -369,6 +382,7 @@ class _IterativePreferenceConfig:
         default=60.0,
         kw_only=True,
         metadata={
+            "exclusive_minimum": 0,
             "help": "api comparator: longest delay in seconds between two retries of our own backoff (> 0).",
             "group": "API comparator",
             "applies_when": _API_ONLY,
@@ -378,6 +392,7 @@ class _IterativePreferenceConfig:
         default=60.0,
         kw_only=True,
         metadata={
+            "exclusive_minimum": 0,
             "help": "api comparator: longest Retry-After wait in seconds the server may ask for (> 0); a longer one fails the request at once, naming this cap.",
             "group": "API comparator",
             "applies_when": _API_ONLY,
@@ -387,6 +402,7 @@ class _IterativePreferenceConfig:
         default=16 * 1024 * 1024,
         kw_only=True,
         metadata={
+            "minimum": 1,
             "help": "api comparator: largest response body in bytes (>= 1, default 16 MiB); a larger one fails the request as soon as it passes the bound, before the rest is read. CoMLRL reads any size.",
             "group": "API comparator",
             "applies_when": _API_ONLY,
@@ -395,7 +411,7 @@ class _IterativePreferenceConfig:
 
     def __post_init__(self) -> None:
         super().__post_init__()  # type: ignore[misc]  # MADPOConfig or MARLHFConfig, next in the MRO
-        _check_int_at_least("num_iterations", self.num_iterations, 1)
+        check_bound(self, "num_iterations")
         self._check_replay()
 
         mode = _choose(self, "comparator_generation_mode")
@@ -408,22 +424,20 @@ class _IterativePreferenceConfig:
                     value=index,
                 )
 
-        _check_int_at_least(
-            "comparator_num_candidates", self.comparator_num_candidates, 1, optional=True, says_null=True
-        )
-        _check_int_at_least("comparator_api_max_n_per_request", self.comparator_api_max_n_per_request, 1, optional=True)
+        check_bound(self, "comparator_num_candidates")
+        check_bound(self, "comparator_api_max_n_per_request")
         self._check_comparator_policy()
 
         # Differs from CoMLRL: the format is resolved here, once (an unknown name is an error), not at every request.
         _choose(self, "comparator_api_format")
         # Differs from CoMLRL: the timeout is checked here, not left to fail inside the HTTP client.
-        _check_positive("comparator_api_timeout", self.comparator_api_timeout)
-        _check_int_at_least("comparator_api_max_concurrency", self.comparator_api_max_concurrency, 1)
-        _check_int_at_least("comparator_api_max_retries", self.comparator_api_max_retries, 0)
-        _check_positive("comparator_api_backoff_base", self.comparator_api_backoff_base)
-        _check_positive("comparator_api_backoff_max", self.comparator_api_backoff_max)
-        _check_positive("comparator_api_retry_after_max", self.comparator_api_retry_after_max)
-        _check_int_at_least("comparator_api_max_response_bytes", self.comparator_api_max_response_bytes, 1)
+        check_bound(self, "comparator_api_timeout")
+        check_bound(self, "comparator_api_max_concurrency")
+        check_bound(self, "comparator_api_max_retries")
+        check_bound(self, "comparator_api_backoff_base")
+        check_bound(self, "comparator_api_backoff_max")
+        check_bound(self, "comparator_api_retry_after_max")
+        check_bound(self, "comparator_api_max_response_bytes")
         url = self.comparator_api_url
         if url:
             parts = urlsplit(url) if isinstance(url, str) else None
@@ -441,12 +455,7 @@ class _IterativePreferenceConfig:
         for name in dependents(type(self), "preference_replay_mode"):
             if not _check_dependent(self, name, "preference_replay_mode"):
                 continue
-            value = getattr(self, name)
-            if name == "preference_replay_lambda":
-                if not _is_number(value) or not 0 <= value <= 1:
-                    raise ConfigError("preference_replay_lambda must be in [0, 1].", field=name, value=value)
-            else:
-                _check_int_at_least(name, value, 1)
+            check_bound(self, name)
 
     def _check_comparator_policy(self) -> None:
         policy = _choose(self, "comparator_policy")
@@ -466,7 +475,7 @@ class _IterativePreferenceConfig:
         if policy == "history":
             if self.comparator_history_k is None:
                 self.comparator_history_k = 1
-            _check_int_at_least("comparator_history_k", self.comparator_history_k, 1)
+            check_bound(self, "comparator_history_k")
         elif self.comparator_history_k is not None:
             raise ConfigError(history_only, field="comparator_history_k", value=self.comparator_history_k)
         # CoMLRL lets the api comparator carry model fields it never uses; only current/copy/history reject them.

@@ -18,13 +18,12 @@ from comlrl_lab.trainers.preference.config.validation import (
     SECRET_FIELDS,
     ConfigError,
     _check_dependent,
-    _check_int_at_least,
-    _check_positive,
     _choose,
     _clean,
     _is_int,
     _is_number,
     _jsonable,
+    check_bound,
     check_field_names,
     field_multi_choices,
 )
@@ -37,6 +36,7 @@ class MADPOConfig:
     num_train_epochs: int = field(
         default=20,
         metadata={
+            "minimum": 1,
             "help": "MADPO: passes of DPO over the pair set (per round in MADPOIter). MARLHF: online-RL epochs over the train dataset.",
             "group": "Essentials",
         },
@@ -47,11 +47,16 @@ class MADPOConfig:
     )
     logging_steps: int = field(
         default=50,
-        metadata={"help": "Minimum gap in environment steps between two training-metric logs.", "group": "Training"},
+        metadata={
+            "minimum": 1,
+            "help": "Minimum gap in environment steps between two training-metric logs.",
+            "group": "Training",
+        },
     )
     num_agents: int = field(
         default=2,
         metadata={
+            "minimum": 1,
             "help": "Number of agent roles. Centralized collaboration requires it to equal the trainer's num_agents.",
             "group": "Devices and collaboration",
         },
@@ -88,18 +93,25 @@ class MADPOConfig:
     max_new_tokens: int = field(
         default=256,
         metadata={
+            "minimum": 1,
             "help": "Maximum number of generated tokens per response (also sent to the comparator API).",
             "group": "Essentials",
         },
     )
     temperature: float = field(
         default=0.6,
-        metadata={"help": "Sampling temperature (generation always samples, one beam).", "group": "Generation"},
+        metadata={
+            "exclusive_minimum": 0,
+            "help": "Sampling temperature (generation always samples, one beam).",
+            "group": "Generation",
+        },
     )
     top_p: float = field(default=0.6, metadata={"help": "Nucleus-sampling probability mass.", "group": "Generation"})
     top_k: int | None = field(
         default=50,
         metadata={
+            "minimum": 0,
+            "bound_allows_none": True,
             "help": "Top-k sampling cut-off; None disables it.",
             "group": "Generation",
             "none_means": "no cut-off",
@@ -108,6 +120,7 @@ class MADPOConfig:
     num_turns: int = field(
         default=1,
         metadata={
+            "minimum": 1,
             "help": "Dialogue turns per episode; preference training supports exactly 1.",
             "group": "Multi-turn (fixed for preference training)",
         },
@@ -143,19 +156,21 @@ class MADPOConfig:
     eval_interval: int = field(
         default=16,
         metadata={
+            "minimum": 0,
             "help": "MADPO: evaluate before an update when updates_seen % eval_interval == 0. MARLHF RL: every eval_interval prompts. 0 disables.",
             "group": "Evaluation",
         },
     )
     eval_num_samples: int = field(
-        default=4, metadata={"help": "Number of eval items per evaluation.", "group": "Evaluation"}
+        default=4, metadata={"minimum": 0, "help": "Number of eval items per evaluation.", "group": "Evaluation"}
     )
     eval_batch_size: int = field(
-        default=1, metadata={"help": "Eval items per evaluation batch.", "group": "Evaluation"}
+        default=1, metadata={"minimum": 1, "help": "Eval items per evaluation batch.", "group": "Evaluation"}
     )
     rollout_buffer_size: int = field(
         default=2,
         metadata={
+            "minimum": 1,
             "help": "MARLHF RL: prompts buffered per agent before an update.",
             "group": "Policy learning (MARLHF)",
         },
@@ -163,6 +178,7 @@ class MADPOConfig:
     train_batch_size: int | None = field(
         default=None,
         metadata={
+            "minimum": 1,
             "help": "MADPO: pairs per optimiser step. MARLHF RL: samples per step. None -> rollout_buffer_size.",
             "group": "Training",
         },
@@ -200,7 +216,8 @@ class MADPOConfig:
         },
     )
     preference_num_candidates: int = field(
-        default=80, metadata={"help": "N: candidates sampled per agent per prompt (>= 2).", "group": "Essentials"}
+        default=80,
+        metadata={"minimum": 2, "help": "N: candidates sampled per agent per prompt (>= 2).", "group": "Essentials"},
     )
     preference_pairs_per_sample: int | None = field(
         default=16,
@@ -220,6 +237,7 @@ class MADPOConfig:
     dpo_beta: float = field(
         default=0.1,
         metadata={
+            "exclusive_minimum": 0,
             "help": "eta in the joint-margin DPO loss -log sigma(eta * sum_i Delta_i) (> 0).",
             "group": "Training",
         },
@@ -229,13 +247,15 @@ class MADPOConfig:
         metadata={"help": "Whether DPO updates advance the environment-step counter.", "group": "Training"},
     )
     environment_steps_per_pair: int = field(
-        default=2, metadata={"help": "Environment steps added per pair in each DPO update.", "group": "Training"}
+        default=2,
+        metadata={"minimum": 1, "help": "Environment steps added per pair in each DPO update.", "group": "Training"},
     )
     # Differs from CoMLRL: fields of our own (see the help texts), keyword-only so CoMLRL's positional order holds.
     seed: int = field(
         default=42,
         kw_only=True,
         metadata={
+            "minimum": 0,
             "help": "Seed of every random stream (generation, pairing, replay sampling, comparator). Same seed, same pairs. CoMLRL is unseeded.",
             "group": "Essentials",
         },
@@ -260,6 +280,8 @@ class MADPOConfig:
         default=None,
         kw_only=True,
         metadata={
+            "minimum": 1,
+            "bound_allows_none": True,
             "help": "Sequences per generate call when sampling candidates (>= 1). None: 64, and for batch-invariant sampling as many more, up to 256, as keep a call's KV cache within 1 GiB (its tokens do not depend on the batching).",
             "group": "Generation",
             "none_means": "64, or more within 1 GiB KV",
@@ -269,6 +291,7 @@ class MADPOConfig:
         default=16,
         kw_only=True,
         metadata={
+            "minimum": 1,
             "help": "Pairs per scoring micro-batch (winner and loser in one forward; >= 1).",
             "group": "Training",
         },
@@ -318,6 +341,7 @@ class MADPOConfig:
         default=1,
         kw_only=True,
         metadata={
+            "minimum": 1,
             "help": "Responses sampled per eval item in each evaluation (>= 1; 1 = CoMLRL). Every round draws the same per-item seeds; with 2 or more the reported standard error is the within-item (stratified) one: the sampling error for this fixed eval set.",
             "group": "Evaluation",
         },
@@ -326,6 +350,8 @@ class MADPOConfig:
         default=None,
         kw_only=True,
         metadata={
+            "exclusive_minimum": 0,
+            "bound_allows_none": True,
             "help": "Clip each agent's gradient norm to this value (> 0); None = no clipping, as CoMLRL.",
             "group": "Training",
         },
@@ -360,6 +386,8 @@ class MADPOConfig:
         default=None,
         kw_only=True,
         metadata={
+            "minimum": 1,
+            "bound_allows_none": True,
             "help": "LoRA rank (>= 1): train peft LoRA adapters on each agent instead of all weights; checkpoints, snapshots and save_model keep adapters only. None trains every weight (needs peft).",
             "group": "Large models",
         },
@@ -367,7 +395,11 @@ class MADPOConfig:
     lora_alpha: float = field(
         default=16.0,
         kw_only=True,
-        metadata={"help": "LoRA scaling alpha (> 0); used when lora_r is set.", "group": "Large models"},
+        metadata={
+            "exclusive_minimum": 0,
+            "help": "LoRA scaling alpha (> 0); used when lora_r is set.",
+            "group": "Large models",
+        },
     )
     lora_dropout: float = field(
         default=0.0,
@@ -429,6 +461,8 @@ class MADPOConfig:
         default=None,
         kw_only=True,
         metadata={
+            "minimum": 1,
+            "bound_allows_none": True,
             "help": "Keep at most this many checkpoints (checkpoint-NNNNNN folders under the checkpoint dir), deleting the oldest once a newer one is committed; the newest, which a resume uses, is always kept. None keeps all. train(checkpoint_total_limit=N) sets it too.",
             "group": "Training",
         },
@@ -479,6 +513,7 @@ class MADPOConfig:
         default=1,
         kw_only=True,
         metadata={
+            "minimum": 1,
             "help": "human: how many labellers must label each comparison before the round goes on (>= 1); the pair's winner is the side more than half of them prefer, otherwise the comparison is dropped.",
             "group": "Preference source",
             "applies_when": {"preference_source": ("human",)},
@@ -556,6 +591,7 @@ class MADPOConfig:
         default=16,
         kw_only=True,
         metadata={
+            "minimum": 1,
             "help": "judge: most tokens of one answer (>= 1).",
             "group": "Judge model",
             "applies_when": {"preference_source": ("judge",)},
@@ -565,6 +601,7 @@ class MADPOConfig:
         default=60.0,
         kw_only=True,
         metadata={
+            "exclusive_minimum": 0,
             "help": "judge: seconds per HTTP request (> 0); a timed-out request is retried.",
             "group": "Judge model",
             "applies_when": {"preference_source": ("judge",)},
@@ -574,6 +611,7 @@ class MADPOConfig:
         default=3,
         kw_only=True,
         metadata={
+            "minimum": 0,
             "help": "judge: retries of a request after HTTP 429/5xx or a timeout (>= 0), honouring Retry-After.",
             "group": "Judge model",
             "applies_when": {"preference_source": ("judge",)},
@@ -583,6 +621,7 @@ class MADPOConfig:
         default=8,
         kw_only=True,
         metadata={
+            "minimum": 1,
             "help": "judge: requests in flight at once (>= 1).",
             "group": "Judge model",
             "applies_when": {"preference_source": ("judge",)},
@@ -603,18 +642,18 @@ class MADPOConfig:
                 self.comparator_generation_mode = "centralized"
 
         self._check_report_to()
-        _check_int_at_least("num_train_epochs", self.num_train_epochs, 1)
-        _check_int_at_least("num_agents", self.num_agents, 1)
-        _check_int_at_least("rollout_buffer_size", self.rollout_buffer_size, 1)
-        _check_int_at_least("eval_interval", self.eval_interval, 0)
-        _check_int_at_least("eval_num_samples", self.eval_num_samples, 0)
-        _check_int_at_least("eval_batch_size", self.eval_batch_size, 1)
-        _check_int_at_least("num_turns", self.num_turns, 1)
-        _check_int_at_least("logging_steps", self.logging_steps, 1)
+        check_bound(self, "num_train_epochs")
+        check_bound(self, "num_agents")
+        check_bound(self, "rollout_buffer_size")
+        check_bound(self, "eval_interval")
+        check_bound(self, "eval_num_samples")
+        check_bound(self, "eval_batch_size")
+        check_bound(self, "num_turns")
+        check_bound(self, "logging_steps")
 
         if self.train_batch_size is None:
             self.train_batch_size = self.rollout_buffer_size
-        _check_int_at_least("train_batch_size", self.train_batch_size, 1)
+        check_bound(self, "train_batch_size")
 
         if _choose(self, "parallel_training") == "mp" and self.agent_devices is None:
             raise ConfigError(
@@ -633,7 +672,7 @@ class MADPOConfig:
         if self.num_turns != 1:
             raise ConfigError("MADPO currently supports num_turns=1 only.", field="num_turns", value=self.num_turns)
 
-        _check_int_at_least("preference_num_candidates", self.preference_num_candidates, 2)
+        check_bound(self, "preference_num_candidates")
         if self.preference_pairs_per_sample is not None and (
             not _is_int(self.preference_pairs_per_sample) or self.preference_pairs_per_sample < 1
         ):
@@ -643,7 +682,7 @@ class MADPOConfig:
                 value=self.preference_pairs_per_sample,
             )
 
-        _check_positive("dpo_beta", self.dpo_beta)
+        check_bound(self, "dpo_beta")
         _choose(self, "madpo_reference")
         if not isinstance(self.madpo_length_normalize, bool):
             raise ConfigError(
@@ -655,7 +694,7 @@ class MADPOConfig:
             raise ConfigError(
                 "madpo_nll_weight must be a finite number >= 0.", field="madpo_nll_weight", value=self.madpo_nll_weight
             )
-        _check_int_at_least("environment_steps_per_pair", self.environment_steps_per_pair, 1)
+        check_bound(self, "environment_steps_per_pair")
 
         selection = _choose(self, "pair_selection")
         if selection == "all" and self.preference_pairs_per_sample is not None:
@@ -673,11 +712,11 @@ class MADPOConfig:
                 field="joint_mode",
                 value=self.joint_mode,
             )
-        _check_int_at_least("max_new_tokens", self.max_new_tokens, 1)
-        _check_positive("temperature", self.temperature)
+        check_bound(self, "max_new_tokens")
+        check_bound(self, "temperature")
         if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p!r}.", field="top_p", value=self.top_p)
-        _check_int_at_least("top_k", self.top_k, 0, optional=True)
+        check_bound(self, "top_k")
         if not _is_number(self.agent_learning_rate) or self.agent_learning_rate < 0:
             raise ConfigError(
                 f"agent_learning_rate must be a number >= 0, got {self.agent_learning_rate!r}.",
@@ -686,18 +725,18 @@ class MADPOConfig:
             )
 
         # Our fields, checked after CoMLRL's so a CoMLRL config fails with CoMLRL's message first.
-        _check_int_at_least("seed", self.seed, 0)
-        _check_int_at_least("eval_samples_per_item", self.eval_samples_per_item, 1)
-        _check_int_at_least("generation_batch_size", self.generation_batch_size, 1, optional=True)
-        _check_int_at_least("scoring_batch_size", self.scoring_batch_size, 1)
-        _check_positive("max_grad_norm", self.max_grad_norm, optional=True)
+        check_bound(self, "seed")
+        check_bound(self, "eval_samples_per_item")
+        check_bound(self, "generation_batch_size")
+        check_bound(self, "scoring_batch_size")
+        check_bound(self, "max_grad_norm")
         _choose(self, "adamw_implementation")
         _choose(self, "cpu_matmul")
         _choose(self, "save_strategy")
         _choose(self, "use_chat_template")
-        _check_int_at_least("save_total_limit", self.save_total_limit, 1, optional=True)
-        _check_int_at_least("lora_r", self.lora_r, 1, optional=True)
-        _check_positive("lora_alpha", self.lora_alpha)
+        check_bound(self, "save_total_limit")
+        check_bound(self, "lora_r")
+        check_bound(self, "lora_alpha")
         if not _is_number(self.lora_dropout) or not 0 <= self.lora_dropout < 1:
             raise ConfigError(
                 f"lora_dropout must be in [0, 1), got {self.lora_dropout!r}.",
@@ -723,7 +762,7 @@ class MADPOConfig:
     def _check_preference_source(self) -> None:
         """``preference_source`` and the label and judge settings it brings."""
         _choose(self, "preference_source")
-        _check_int_at_least("labels_per_comparison", self.labels_per_comparison, 1)
+        check_bound(self, "labels_per_comparison")
         if not isinstance(self.label_guideline, str):
             raise ConfigError("label_guideline must be a string.", field="label_guideline", value=self.label_guideline)
         _check_dependent(self, "judge_api_url", "preference_source")
@@ -736,10 +775,10 @@ class MADPOConfig:
                 f"judge_template must contain {', '.join(missing)}: the judge would not see what it compares.",
                 field="judge_template",
             )
-        _check_int_at_least("judge_max_new_tokens", self.judge_max_new_tokens, 1)
-        _check_positive("judge_api_timeout", self.judge_api_timeout)
-        _check_int_at_least("judge_api_max_retries", self.judge_api_max_retries, 0)
-        _check_int_at_least("judge_api_max_concurrency", self.judge_api_max_concurrency, 1)
+        check_bound(self, "judge_max_new_tokens")
+        check_bound(self, "judge_api_timeout")
+        check_bound(self, "judge_api_max_retries")
+        check_bound(self, "judge_api_max_concurrency")
 
     def _check_report_to(self) -> None:
         """``report_to`` as a list of known tracker names (a single name is accepted); "none" stands alone."""

@@ -8,11 +8,10 @@ from comlrl_lab.trainers.preference.config.madpo import MADPOConfig
 from comlrl_lab.trainers.preference.config.validation import (
     MAGRPO_FAMILY_ADVANTAGE_MODE,
     ConfigError,
-    _check_int_at_least,
-    _check_positive,
     _choose,
     _is_int,
     _is_number,
+    check_bound,
 )
 
 
@@ -32,6 +31,7 @@ class MARLHFConfig(MADPOConfig):
     num_generations: int = field(
         default=4,
         metadata={
+            "minimum": 1,
             "help": "G: samples per prompt in online RL (>= 2 for the MAGRPO family, >= 1 for maac/iac).",
             "group": "Policy learning (MARLHF)",
         },
@@ -53,17 +53,30 @@ class MARLHFConfig(MADPOConfig):
     )
     reward_learning_rate: float = field(
         default=1e-5,
-        metadata={"help": "AdamW learning rate of the reward model (> 0).", "group": "Reward model (MARLHF)"},
+        metadata={
+            "exclusive_minimum": 0,
+            "help": "AdamW learning rate of the reward model (> 0).",
+            "group": "Reward model (MARLHF)",
+        },
     )
     reward_num_train_epochs: int = field(
-        default=1, metadata={"help": "Bradley-Terry training epochs over the pairs.", "group": "Reward model (MARLHF)"}
+        default=1,
+        metadata={
+            "minimum": 1,
+            "help": "Bradley-Terry training epochs over the pairs.",
+            "group": "Reward model (MARLHF)",
+        },
     )
     reward_train_batch_size: int = field(
-        default=1, metadata={"help": "Pairs per Bradley-Terry optimiser step.", "group": "Reward model (MARLHF)"}
+        default=1,
+        metadata={"minimum": 1, "help": "Pairs per Bradley-Terry optimiser step.", "group": "Reward model (MARLHF)"},
     )
     reward_max_length: int | None = field(
         default=None,
         metadata={
+            "minimum": 1,
+            "bound_allows_none": True,
+            "bound_says_null": True,
             "help": "Token truncation length of reward-model inputs; None = the tokenizer's model maximum.",
             "group": "Reward model (MARLHF)",
         },
@@ -81,6 +94,8 @@ class MARLHFConfig(MADPOConfig):
     critic_learning_rate: float | None = field(
         default=None,
         metadata={
+            "exclusive_minimum": 0,
+            "bound_allows_none": True,
             "help": "Critic learning rate (> 0); None = agent_learning_rate.",
             "group": "Policy learning (MARLHF)",
         },
@@ -109,11 +124,18 @@ class MARLHFConfig(MADPOConfig):
         },
     )
     value_loss_coef: float = field(
-        default=0.6, metadata={"help": "Weight of the critic loss (> 0).", "group": "Policy learning (MARLHF)"}
+        default=0.6,
+        metadata={
+            "exclusive_minimum": 0,
+            "help": "Weight of the critic loss (> 0).",
+            "group": "Policy learning (MARLHF)",
+        },
     )
     value_clip_range: float | None = field(
         default=0.2,
         metadata={
+            "exclusive_minimum": 0,
+            "bound_allows_none": True,
             "help": "iac value clipping range (> 0), used without a separate critic; None disables.",
             "group": "Policy learning (MARLHF)",
         },
@@ -153,15 +175,15 @@ class MARLHFConfig(MADPOConfig):
                     value=self.num_generations,
                 )
         else:
-            _check_int_at_least("num_generations", self.num_generations, 1)
-        _check_positive("reward_learning_rate", self.reward_learning_rate)
-        _check_int_at_least("reward_num_train_epochs", self.reward_num_train_epochs, 1)
-        _check_int_at_least("reward_train_batch_size", self.reward_train_batch_size, 1)
-        _check_int_at_least("reward_max_length", self.reward_max_length, 1, optional=True, says_null=True)
-        _check_positive("critic_learning_rate", self.critic_learning_rate, optional=True)
+            check_bound(self, "num_generations")
+        check_bound(self, "reward_learning_rate")
+        check_bound(self, "reward_num_train_epochs")
+        check_bound(self, "reward_train_batch_size")
+        check_bound(self, "reward_max_length")
+        check_bound(self, "critic_learning_rate")
         _choose(self, "critic_type")
-        _check_positive("value_loss_coef", self.value_loss_coef)
-        _check_positive("value_clip_range", self.value_clip_range, optional=True)
+        check_bound(self, "value_loss_coef")
+        check_bound(self, "value_clip_range")
         if not _is_number(self.bt_validation_fraction) or not 0 <= self.bt_validation_fraction < 0.5:
             raise ConfigError(
                 "bt_validation_fraction must be in [0, 0.5).",

@@ -179,6 +179,38 @@ def _check_positive(name: str, value: Any, *, optional: bool = False) -> None:
         raise ConfigError(f"{name} must be > 0.", field=name, value=value)
 
 
+def field_bound(config_class: type, name: str) -> Mapping[str, Any] | None:
+    """The bound ``name`` declares in its metadata (an integer's ``minimum``, a number's closed interval ``minimum`` to
+    ``maximum``, or ``exclusive_minimum`` for a number that must be above it; ``bound_allows_none`` and
+    ``bound_says_null`` for optional fields), from the class that declares it first: a subclass
+    that only changes a default keeps its base's bound. None for a field without one."""
+    for klass in reversed(config_class.__mro__):
+        declared = getattr(klass, "__dataclass_fields__", {}).get(name)
+        if declared is not None and ("minimum" in declared.metadata or "exclusive_minimum" in declared.metadata):
+            return declared.metadata
+    return None
+
+
+def check_bound(config: Any, name: str) -> None:
+    """Refuse ``config.name`` outside the bound its metadata declares, in CoMLRL's words where it has them."""
+    bound = field_bound(type(config), name)
+    value = getattr(config, name)
+    if "maximum" in bound:  # a closed interval of numbers
+        low, high = bound["minimum"], bound["maximum"]
+        if not _is_number(value) or not low <= value <= high:
+            raise ConfigError(f"{name} must be in [{low}, {high}].", field=name, value=value)
+    elif "minimum" in bound:
+        _check_int_at_least(
+            name,
+            value,
+            bound["minimum"],
+            optional=bound.get("bound_allows_none", False),
+            says_null=bound.get("bound_says_null", False),
+        )
+    else:
+        _check_positive(name, value, optional=bound.get("bound_allows_none", False))
+
+
 def _quoted_alternatives(values: tuple[str, ...]) -> str:
     """CoMLRL's list of modes in a message: 'a', 'b', or 'c'."""
     quoted = [repr(v) for v in values]
