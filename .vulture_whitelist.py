@@ -78,3 +78,6 @@ SandboxLimits.max_open_files
 SandboxLimits.max_output_bytes
 SandboxResult.stdout_truncated
 SandboxResult.stderr_truncated
+# CoMLRL's fields that only their declared bound reads (check_bound(self, name), by name).
+MADPOConfig.logging_steps
+MADPOConfig.eval_batch_size
