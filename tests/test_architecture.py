@@ -694,3 +694,39 @@ def test_ui_state_keys_follow_one_convention_and_never_collide():
     for name, value in keys.items():
         by_value.setdefault(value, []).append(name)
     assert not {v: n for v, n in by_value.items() if len(n) > 1}, "two names for one key"
+
+
+# -- the house a newcomer reads ---------------------------------------------------------------------------------
+
+
+def test_no_module_of_the_package_is_longer_than_one_sitting():
+    long = {_rel(p): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text(encoding="utf-8").splitlines())) > 900}
+    assert long == {}
+
+
+def test_every_part_of_the_trainers_says_its_one_job_first():
+    parts = sorted(p for p in (PACKAGE / "trainers" / "preference").iterdir() if (p / "__init__.py").is_file())
+    assert [p.name for p in parts] == ["comparators", "config", "learning", "rounds", "runtime"]
+    for part in parts:
+        doc = ast.get_docstring(ast.parse((part / "__init__.py").read_text(encoding="utf-8")))
+        assert doc and doc.splitlines()[0].endswith("."), part.name
+
+
+def test_importing_the_package_loads_no_native_library_and_the_wheel_is_pure_python():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "def libraries():\n"
+        "    return {line.split()[-1] for line in open('/proc/self/maps') if line.rstrip().endswith('.so') "
+        "or '.so.' in line}\n"
+        "before = libraries()\n"
+        "import comlrl_lab\n"
+        "print(sorted(libraries() - before))\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[:2] == ["[]", "False"]
+    assert not (ROOT / "setup.py").exists()
+    assert not [p for p in PACKAGE.rglob("*") if p.suffix in {".c", ".cpp", ".pyx", ".so"}]
