@@ -726,7 +726,9 @@ def test_importing_the_package_loads_no_native_library_and_the_wheel_is_pure_pyt
         "print(sorted(libraries() - before))\n"
         "print('torch' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.split("\n")
     assert out[:2] == ["[]", "False"]
     assert not (ROOT / "setup.py").exists()
     assert not [p for p in PACKAGE.rglob("*") if p.suffix in {".c", ".cpp", ".pyx", ".so"}]

@@ -240,7 +240,11 @@ def test_config_module_does_not_import_torch():
         "MARLHFIterConfig().to_dict()\n"
         "print('torch' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    done = subprocess.run(  # from the repository root: the test before may have left this process elsewhere
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1]
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
     assert out.strip() == "False"
 
 

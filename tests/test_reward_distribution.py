@@ -111,10 +111,11 @@ def test_a_version_1_store_gains_the_reward_distributions_table(tmp_path):
     con.execute("ALTER TABLE events DROP COLUMN logged")  # version 3's column: a version-1 store had neither
     con.execute("DROP TABLE labels")  # version 4's table and column
     con.execute("ALTER TABLE rounds DROP COLUMN label_at")
+    con.execute("ALTER TABLE candidates DROP COLUMN details_json")  # version 5's column
     con.execute("DELETE FROM schema_version")
     con.execute("INSERT INTO schema_version VALUES (1, now()::TIMESTAMP)")
     con.close()
     with RunStore(path) as store:
         versions = store.readonly_sql("SELECT version FROM schema_version ORDER BY version")["version"].tolist()
-        assert versions == [1, 2, 3, SCHEMA_VERSION] == [1, 2, 3, 4]  # each step records its version
+        assert versions == [1, 2, 3, 4, SCHEMA_VERSION] == [1, 2, 3, 4, 5]  # each step records its version
         assert store.binned_reward_distributions("any").empty
