@@ -25,6 +25,7 @@ from comlrl_lab.data.labels import Label
 from comlrl_lab.data.records import JointCandidate, PreferencePair
 from comlrl_lab.models.chat import chat_formatters
 from comlrl_lab.models.cpu_matmul import use_onednn_linears
+from comlrl_lab.models.generation import sampling_path_lines
 from comlrl_lab.models.host_memory import keep_freed_host_memory, release_freed_host_memory
 from comlrl_lab.models.loading import load_agents
 from comlrl_lab.models.lora import (
@@ -42,6 +43,7 @@ from comlrl_lab.seeding import RandomStreams
 from comlrl_lab.trainers.preference import checkpoint as ckpt
 from comlrl_lab.trainers.preference.collection import agent_prompts, reward_summary, sample_joint_candidates
 from comlrl_lab.trainers.preference.comparators.centralized import TaggedCentralizedComparatorAdapter, validate_adapter
+from comlrl_lab.trainers.preference.comparators.local import ModelComparator
 from comlrl_lab.trainers.preference.context import CentralizedRoles, PartContext, Trained
 from comlrl_lab.trainers.preference.devices import DeviceLayout, resolve_layout
 from comlrl_lab.trainers.preference.distributed import DistContext
@@ -319,6 +321,7 @@ class PreferenceTrainerBase:
         self.weights_version = ckpt.INITIAL_WEIGHTS
         self._weights_dirty = False
         self._weights_touched = False  # a train phase has started, so the weights may differ from version 0
+        self._sampling_paths_logged = False  # the first collect says which path samples each model
         self._writer = ckpt.BackgroundWriter()
         self._weights_from: Path | None = None  # the checkpoint last loaded, until the next save
         self._fingerprints: dict[str, Any] | None = None  # of the run's initial models; see initial_fingerprints()
@@ -394,6 +397,7 @@ class PreferenceTrainerBase:
 
     def _run_phase(self, phase: str, records: PhaseRecords) -> None:
         if phase == "collect":
+            self._log_sampling_paths(records)
             self.collector.collect(records, self.updates_seen)
             if self.labeller is None:
                 self.learner.on_pairs_collected(self.collector.round_pairs)
@@ -417,6 +421,20 @@ class PreferenceTrainerBase:
             return
         if records.events:  # what the collector or learner said last (a warning, "no update"): the progress line
             self.last_message = records.events[-1]["message"]
+
+    def _log_sampling_paths(self, records: PhaseRecords) -> None:
+        """Once per trainer, at its first collect: which path samples each agent and model comparator."""
+        if self._sampling_paths_logged:
+            return
+        self._sampling_paths_logged = True
+        models = {f"agent {i}": model for i, model in enumerate(self.agents)}
+        comparator = getattr(self.collector, "comparator", None)
+        if isinstance(comparator, ModelComparator):  # loaded once per run, here a little earlier
+            models.update({f"comparator {i}": model for i, model in enumerate(comparator.models_for_round())})
+        row_seeded = bool(self.args.batch_invariant_sampling)
+        for line in sampling_path_lines(models, self.context.sampling_settings(), row_seeded):
+            logger.info(line)
+            records.add_event("info", line)
 
     def _advance_cursor(self) -> None:
         self.phase_index += 1
