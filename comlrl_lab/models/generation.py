@@ -550,6 +550,12 @@ def _sample(
 
     device = model_device(model)
     prompt_ids = [list(ids) for ids in tokenizer(prompts, truncation=True)["input_ids"]]
+    empty = next((k for k, ids in enumerate(prompt_ids) if not ids), None)
+    if empty is not None:  # else torch's "cannot reshape tensor of 0 elements" deep inside generate
+        raise ValueError(
+            f"prompt {empty} of {len(prompts)} ({prompts[empty]!r}) has no tokens (the tokenizer adds none of its "
+            "own); a model needs at least one prompt token to sample from."
+        )
     eos_ids = eos_token_ids(model, tokenizer)
     eos_set = set(eos_ids)
     kwargs = _generate_kwargs(settings, pad_id, eos_ids, extra_generate_kwargs)

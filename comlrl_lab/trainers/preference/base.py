@@ -163,9 +163,9 @@ class PreferenceTrainerBase:
         run_id: str | None = None,
     ):
         self.args = args if args is not None else self.config_class()
+        tokenizer = self._actor_tokenizer(agents, tokenizer, num_agents)  # CoMLRL's order: the actor count first
         if not callable(reward_func):
             raise ValueError("reward_func must be a callable.")
-        tokenizer = self._actor_tokenizer(agents, tokenizer, num_agents)
         self.wandb_config = wandb_config
         self.eval_logger = eval_logger
         self.eval_aggregator = eval_aggregator
@@ -173,6 +173,10 @@ class PreferenceTrainerBase:
         self.centralized_comparator_adapter = centralized_comparator_adapter
         model_config = dict(model_config or {})
         count = 1 if self.centralized else (len(agents) if agents is not None else int(num_agents))
+        roles, formatters = self._prompt_formatters(formatters, centralized_comparator_adapter, count)
+        train_items, self.eval_items = _task_items(train_dataset, eval_dataset)
+        if roles is not None:
+            _refuse_empty_joint_prompts(roles, train_items, self.eval_items)
         dist, devices = self._place(count, model_config)
         bundle = load_agents(
             agent_model=agent_model,
@@ -182,13 +186,11 @@ class PreferenceTrainerBase:
             model_config=model_config,
             devices=devices.agents,
         )
-        roles, formatters = self._prompt_formatters(formatters, centralized_comparator_adapter, len(bundle.models))
         # Differs from CoMLRL: raw prompts there; use_chat_template (ours, default auto) renders them through an
         # instruction-tuned model's chat template, and that agent's responses end at its end-of-turn token.
         formatters = chat_formatters(
             formatters, list(bundle.models), list(bundle.tokenizers), self.args.use_chat_template, list(bundle.sources)
         )
-        train_items, self.eval_items = _task_items(train_dataset, eval_dataset)
         streams = RandomStreams(self.args.seed, cuda_offset=devices.cuda_offset)
         models = self._prepare_agents(list(bundle.models), streams, dist, devices.agents)
         # Differs from CoMLRL: a fused AdamW by default (adamw_implementation), the same update rounded differently.
@@ -738,6 +740,21 @@ def _task_items(train_dataset: Any, eval_dataset: Any) -> tuple[list[dict], list
     # An empty eval set means "no evaluation" (CoMLRL returns {}), not an error.
     has_eval = eval_dataset is not None and not (hasattr(eval_dataset, "__len__") and len(eval_dataset) == 0)
     return train_items, load_items(eval_dataset) if has_eval else []
+
+
+def _refuse_empty_joint_prompts(roles: CentralizedRoles, train_items: list[dict], eval_items: list[dict]) -> None:
+    """Refuse, in one line and before any model is loaded, an item whose centralized joint prompt is empty: the actor
+    would have no prompt token to start from (torch's "cannot reshape tensor of 0 elements" deep in sampling)."""
+    for name, items in (("train", train_items), ("eval", eval_items)):
+        for k, item in enumerate(items):
+            prompt = roles.prompt(item)
+            if not isinstance(prompt, str) or not prompt.strip():
+                shown = repr(item)
+                shown = shown if len(shown) <= 80 else shown[:77] + "..."
+                raise ValueError(
+                    f"collaboration_mode='centralized': the joint prompt of {name} item {k} {shown} is "
+                    f"{prompt!r}; centralized_comparator_adapter.build_prompt must return the text the actor answers."
+                )
 
 
 def finite_mean(values: Sequence[float]) -> float:
