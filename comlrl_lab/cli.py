@@ -211,18 +211,25 @@ def _labels_export(args: argparse.Namespace) -> int:
 
 
 def _labels_import(args: argparse.Namespace) -> int:
-    """``labels import RUN_DIR FILE``: verdicts checked against the run's comparisons; bad rows named and skipped."""
+    """``labels import RUN_DIR FILE``: verdicts checked against the run's comparisons; bad rows named and skipped,
+    a file that would mix labels up refused whole. Exit 1 when no label was imported."""
     from comlrl_lab.store.labels_io import import_labels
 
     run_dir = Path(args.run_dir)
     with _labels_store(run_dir) as store:
-        report = import_labels(store, store.first_run_id() or run_dir.name, args.file)
+        report = import_labels(store, store.first_run_id() or run_dir.name, args.file, strict=args.strict)
     for line in report.skipped:
         print(f"skipped {line}", file=sys.stderr)
+    if report.skipped_count > len(report.skipped):
+        print(f"... and {report.skipped_count - len(report.skipped)} more rows skipped", file=sys.stderr)
     print(
         f"imported {report.written} labels; {report.kept} already labelled by the same labeller kept as they were; "
-        f"{len(report.skipped)} rows skipped"
+        f"{report.unlabelled} rows not labelled yet; {report.skipped_count} rows skipped"
+        + (f" ({report.conflicts} comparisons with disagreeing rows of one labeller)" if report.conflicts else "")
     )
+    if report.written == 0:
+        print(f"comlrl-lab labels: no label was imported from {args.file}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -693,6 +700,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     back.add_argument("run_dir")
     back.add_argument("file")
+    back.add_argument(
+        "--strict", action="store_true", help="refuse the whole file when any row would be skipped (nothing imported)"
+    )
     back.add_argument("--verbose", action="store_true", help="print the traceback on error")
     back.set_defaults(func=_labels_import)
 

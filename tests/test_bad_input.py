@@ -9,16 +9,23 @@ that run a process of their own and send it signals have test functions of their
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
+from store_fixtures import make_pairs
 from tokenizers import processors
 from trainer_fixtures import ITEMS
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from comlrl_lab import cli
+from comlrl_lab.data.labels import A_SIDE_KEY, Label
 from comlrl_lab.models.generation import SamplingSettings, sample_candidates
+from comlrl_lab.store import RunStore
 
 # -- 2. CoMLRL's contract: errors of the constructor ----------------------------------------------------------------
 
@@ -75,6 +82,179 @@ def case_a_prompt_with_no_tokens_is_refused_by_the_sampler(model_dir):
             sample_candidates(model, tokenizer, ["the cat", ""], 2, settings, generator, row_seeds=row_seeds)
 
 
+# -- 3. labels that cannot be mixed up -------------------------------------------------------------------------------
+
+RUN_ID = "r-20250101-000000-ab12"
+
+
+@pytest.fixture
+def human_run(tmp_path) -> Path:
+    """A run folder whose store holds round 1's collect of a human run: 4 comparisons waiting, shown A = winner
+    for even pair indices (labels_per_comparison 1)."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    pairs = make_pairs(1, 4)
+    for n, pair in enumerate(pairs):
+        pair.extra[A_SIDE_KEY] = "winner" if n % 2 == 0 else "loser"
+    with RunStore(run_dir / "run.duckdb") as store:
+        store.create_run(RUN_ID, config={"labels_per_comparison": 1})
+        store.commit_phase(RUN_ID, 1, "collect", pairs=pairs)
+    return run_dir
+
+
+def labels_in(run_dir: Path) -> list[Label]:
+    with RunStore(run_dir / "run.duckdb", read_only=True) as store:
+        return store.labels(RUN_ID)
+
+
+def exported(run_dir: Path, capsys, fmt: str = "jsonl") -> Path:
+    assert cli.main(["labels", "export", str(run_dir), "--format", fmt]) == 0
+    capsys.readouterr()
+    return run_dir / f"labels_waiting.{fmt}"
+
+
+def import_file(capsys, run_dir: Path, path: Path, *flags: str) -> tuple[int, str, list[str]]:
+    """``labels import``: (exit status, stdout, stderr lines)."""
+    code = cli.main(["labels", "import", str(run_dir), str(path), *flags])
+    out, err = capsys.readouterr()
+    return code, out, err.strip().splitlines()
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def case_labels_csv_round_trips_through_plain_pandas_and_excel(human_run, capsys):
+    """The CSV names its run and fingerprints each comparison; plain ``pd.read_csv`` reads labeller and verdict as
+    text, so assigning a name works; written back with Excel's byte-order mark, it imports."""
+    path = exported(human_run, capsys, "csv")
+    frame = pd.read_csv(path)
+    assert list(frame["run_id"].unique()) == [RUN_ID]
+    assert all(f.startswith("fp-") and len(f) == 19 for f in frame["fingerprint"])
+    frame.loc[0, "labeller"] = "ann"  # pandas 3 refuses a name in a float (all-NaN) column
+    frame.loc[0, "verdict"] = "A"
+    frame.to_csv(path, index=False, encoding="utf-8-sig")
+    assert path.read_bytes().startswith(b"\xef\xbb\xbf")
+    code, out, err = import_file(capsys, human_run, path)
+    assert code == 0 and err == [], err
+    assert "imported 1 labels" in out and "3 rows not labelled yet; 0 rows skipped" in out
+    assert [(x.pair_index, x.labeller, x.verdict) for x in labels_in(human_run)] == [(0, "ann", "A")]
+
+
+def case_labels_of_another_run_are_refused_whole(human_run, tmp_path, capsys):
+    """A file of another run (or naming no run) is refused in one line; nothing is written, good rows included."""
+    rows = [json.loads(line) for line in exported(human_run, capsys).read_text().splitlines()]
+    filled = [{**r, "labeller": "ann", "verdict": "A"} for r in rows]
+    other = write_jsonl(tmp_path / "other.jsonl", [*filled[:2], {**filled[2], "run_id": "r-other"}])
+    code, _, err = import_file(capsys, human_run, other)
+    assert code == 2 and len(err) == 1, err
+    assert "line 3: the row is of run 'r-other', not " + RUN_ID in err[0] and "nothing was imported" in err[0]
+    unnamed = write_jsonl(tmp_path / "unnamed.jsonl", [{k: v for k, v in filled[0].items() if k != "run_id"}])
+    code, _, err = import_file(capsys, human_run, unnamed)
+    assert code == 2 and len(err) == 1 and "line 1: the row names no run (no run_id)" in err[0], err
+    assert labels_in(human_run) == []
+
+
+def case_a_label_on_another_comparison_is_refused_whole(human_run, tmp_path, capsys):
+    """A row whose fingerprint is not its comparison's (rows shuffled, a pair index edited) refuses the file."""
+    rows = [json.loads(line) for line in exported(human_run, capsys).read_text().splitlines()]
+    filled = [{**r, "labeller": "ann", "verdict": "A"} for r in rows]
+    filled[1]["pair_index"] = 2  # the verdict given on pair 1's texts would land on pair 2
+    code, _, err = import_file(capsys, human_run, write_jsonl(tmp_path / "moved.jsonl", filled))
+    assert code == 2 and len(err) == 1, err
+    assert f"line 2: fingerprint '{rows[1]['fingerprint']}' is not that of round 1 pair 2" in err[0]
+    assert labels_in(human_run) == []
+
+
+def case_labels_for_a_round_past_its_label_phase_are_refused(human_run, tmp_path, capsys):
+    """Once round 1's label phase (or select, train) is committed, a label for it is refused, file and all."""
+    rows = [json.loads(line) for line in exported(human_run, capsys).read_text().splitlines()]
+    with RunStore(human_run / "run.duckdb") as store:
+        store.commit_phase(RUN_ID, 1, "label")
+        store.commit_phase(RUN_ID, 1, "select")
+    path = write_jsonl(tmp_path / "late.jsonl", [{**rows[0], "labeller": "ann", "verdict": "B"}])
+    code, _, err = import_file(capsys, human_run, path)
+    assert code == 2 and len(err) == 1, err
+    assert "line 1: round 1 is past its label phase (select is committed)" in err[0]
+    assert labels_in(human_run) == []
+
+
+def case_conflicting_rows_of_one_labeller_are_refused_and_counted(human_run, tmp_path, capsys):
+    """Two verdicts of one labeller on one comparison: neither is written, both lines named, the conflict counted;
+    the same verdict twice is one label; ``--strict`` refuses the file."""
+    rows = [json.loads(line) for line in exported(human_run, capsys).read_text().splitlines()]
+    filled = [
+        {**rows[0], "labeller": "ann", "verdict": "A"},
+        {**rows[1], "labeller": "ann", "verdict": "tie"},
+        {**rows[0], "labeller": "ann", "verdict": "B"},
+        {**rows[1], "labeller": "ann", "verdict": "tie"},
+    ]
+    path = write_jsonl(tmp_path / "conflict.jsonl", filled)
+    code, _, err = import_file(capsys, human_run, path, "--strict")
+    assert code == 2 and len(err) == 1 and "1 rows would be skipped (--strict)" in err[0], err
+    assert labels_in(human_run) == []
+    code, out, err = import_file(capsys, human_run, path)
+    assert code == 0
+    assert err == ["skipped lines 1, 3: labeller 'ann' gives round 1 pair 0 A and B; none of them imported"]
+    assert "imported 1 labels" in out and "(1 comparisons with disagreeing rows of one labeller)" in out
+    assert [(x.pair_index, x.verdict) for x in labels_in(human_run)] == [(1, "tie")]
+
+
+def case_non_integer_rounds_are_skipped(human_run, tmp_path, capsys):
+    """Round "1.9" (text, as CSV gives it) and 1.9 (a JSON number) are not round 1; "1" and 1.0 are."""
+    rows = [json.loads(line) for line in exported(human_run, capsys).read_text().splitlines()]
+    filled = [
+        {**rows[0], "round": "1.9", "labeller": "ann", "verdict": "A"},
+        {**rows[1], "round": 1.9, "labeller": "ann", "verdict": "A"},
+        {**rows[2], "round": "1", "labeller": "ann", "verdict": "A"},
+        {**rows[3], "round": 1.0, "labeller": "ann", "verdict": "A"},
+    ]
+    code, out, err = import_file(capsys, human_run, write_jsonl(tmp_path / "rounds.jsonl", filled))
+    assert code == 0 and "imported 2 labels" in out
+    assert err == [
+        "skipped line 1: round and pair_index must be integers, got '1.9' and 0",
+        "skipped line 2: round and pair_index must be integers, got 1.9 and 1",
+    ]
+
+
+def case_no_label_imported_exits_non_zero(human_run, capsys):
+    """The export as it was written (placeholders only): nothing imported, exit 1, said on stderr."""
+    code, out, err = import_file(capsys, human_run, exported(human_run, capsys, "csv"))
+    assert code == 1 and "imported 0 labels" in out and "4 rows not labelled yet" in out
+    assert err == [f"comlrl-lab labels: no label was imported from {human_run / 'labels_waiting.csv'}"]
+
+
+def case_many_bad_rows_print_a_few_errors_and_a_count(human_run, tmp_path, capsys):
+    """50 MB of bad rows (the bound is 64 MB) print the first 10 errors and a count."""
+    row = json.dumps({"run_id": RUN_ID, "round": 1, "pair_index": 999, "labeller": "ann", "verdict": "A"}) + "\n"
+    count = 50_000_000 // len(row)
+    path = tmp_path / "bad.jsonl"
+    path.write_text(row * count, encoding="utf-8")
+    code, _, err = import_file(capsys, human_run, path)
+    assert code == 1
+    assert err[:10] == [f"skipped line {n}: no comparison round 1 pair 999 in run {RUN_ID}" for n in range(1, 11)]
+    assert err[10:] == [
+        f"... and {count - 10} more rows skipped",
+        f"comlrl-lab labels: no label was imported from {path}",
+    ]
+
+
+def case_escape_codes_in_a_labels_file_are_never_echoed_raw(human_run, tmp_path, capsys):
+    """A labeller or verdict with terminal escape codes is named escaped (its repr) and skipped."""
+    rows = [json.loads(line) for line in exported(human_run, capsys).read_text().splitlines()]
+    filled = [
+        {**rows[0], "labeller": "\x1b]0;owned\x07ann", "verdict": "A"},
+        {**rows[1], "labeller": "bob", "verdict": "\x1b[2J"},
+    ]
+    code, out, err = import_file(capsys, human_run, write_jsonl(tmp_path / "esc.jsonl", filled))
+    assert code == 1 and "\x1b" not in out + "".join(err)
+    assert err[:2] == [
+        "skipped line 1: labeller '\\x1b]0;owned\\x07ann' has control characters",
+        "skipped line 2: verdict must be one of A, B, tie, both_bad, got '\\x1b[2J'",
+    ]
+
+
 # -- the table ------------------------------------------------------------------------------------------------------
 
 
@@ -95,6 +275,15 @@ CASES = [
     Case("2 centralized: actor count before reward_func", case_centralized_actor_count_before_reward_func),
     Case("2 centralized: empty joint prompt", case_empty_joint_prompt_is_refused_before_loading),
     Case("2 a prompt with no tokens", case_a_prompt_with_no_tokens_is_refused_by_the_sampler),
+    Case("3 CSV through pandas and Excel", case_labels_csv_round_trips_through_plain_pandas_and_excel),
+    Case("3 labels of another run", case_labels_of_another_run_are_refused_whole),
+    Case("3 a label on another comparison", case_a_label_on_another_comparison_is_refused_whole),
+    Case("3 a label for a round already selected", case_labels_for_a_round_past_its_label_phase_are_refused),
+    Case("3 conflicting rows of one labeller", case_conflicting_rows_of_one_labeller_are_refused_and_counted),
+    Case("3 non-integer rounds", case_non_integer_rounds_are_skipped),
+    Case("3 nothing imported", case_no_label_imported_exits_non_zero),
+    Case("3 50 MB of bad rows", case_many_bad_rows_print_a_few_errors_and_a_count, (pytest.mark.slow,)),
+    Case("6 escape codes in a labels file", case_escape_codes_in_a_labels_file_are_never_echoed_raw),
 ]
 
 #: Cases with a test function of their own below.

@@ -15,6 +15,8 @@ This module does no I/O and imports no torch.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -114,6 +116,19 @@ def joint_text(parts: list[str]) -> str:
     if len(parts) == 1:
         return parts[0]
     return "\n".join(f"[Agent {i + 1}]\n{text}" for i, text in enumerate(parts))
+
+
+def comparison_texts(pair: PreferencePair) -> tuple[str, str, str]:
+    """The comparison as people see it: (prompt, response A, response B), each joint text as ``joint_text`` makes it."""
+    a, b = shown_sides(pair)
+    return joint_text(list(dict.fromkeys(pair.prompts))), joint_text(a), joint_text(b)
+
+
+def comparison_fingerprint(pair: PreferencePair) -> str:
+    """A short fingerprint of the comparison's texts as shown (prompt, A, B): a label carries it, so a label can only
+    land on the comparison it was given for. ``fp-`` and 16 hex digits, never read as a number by a spreadsheet."""
+    digest = hashlib.sha256(json.dumps(comparison_texts(pair), ensure_ascii=False).encode("utf-8")).hexdigest()
+    return f"fp-{digest[:16]}"
 
 
 def reward_preference(pair: PreferencePair) -> str | None:
