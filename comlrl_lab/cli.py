@@ -25,6 +25,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Iterator
@@ -139,12 +140,70 @@ def _run(args: argparse.Namespace) -> int:
         if warning:
             print(f"warning: {warning}", file=sys.stderr)
     run = manager.run(run_id)
-    print(f"run {run_id} in {run.run_dir}")
-    manager.start(run_id, rounds=10**6)
+    with StopSignals() as signals:
+        print(f"run {run_id} in {run.run_dir}", flush=True)
+        return _drive(args, manager, run, signals, tqdm, empty_round_notes)
+
+
+class StopSignals:
+    """SIGINT (Ctrl-C) and SIGTERM as a stop request, while a run is driven in the foreground.
+
+    The handlers only record the signal; the loop that polls the run asks the engine to stop, which cancels the
+    current phase at its next check (it is rolled back to the last finished phase) and lets the worker thread end
+    before the process exits. A ``KeyboardInterrupt`` raised in the main thread instead can cut a ``Thread.join``
+    short, so the process left while the worker was inside torch or DuckDB ("terminate called without an active
+    exception", SIGABRT). Outside the main thread (a test's worker) nothing is installed.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._saved: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for number in self.SIGNALS:
+                self._saved[number] = signal.signal(number, self._record)
+        return self
+
+    def _record(self, number: int, frame: Any) -> None:
+        self.received.append(number)  # list.append is atomic; nothing here may take a lock the main thread holds
+
+    def __exit__(self, *exc: Any) -> None:
+        # After a stop signal the process is on its way out: a repeated Ctrl-C must not turn that into a
+        # KeyboardInterrupt (or a death by signal) while it prints how to resume and closes the store.
+        for number, handler in self._saved.items():
+            signal.signal(number, signal.SIG_IGN if self.received else handler)
+
+    @property
+    def first(self) -> int | None:
+        return self.received[0] if self.received else None
+
+
+def _drive(args: argparse.Namespace, manager: Any, run: Any, signals: StopSignals, tqdm: Any, notes_of: Any) -> int:
+    """Step the run to its end, showing progress; a stop signal ends it at a safe point (exit 128 + signal)."""
+    run_id = run.run_id
+    if signals.first is None:
+        manager.start(run_id, rounds=10**6)
     bar = tqdm(total=0, unit="step", dynamic_ncols=True, disable=args.quiet)
     shown: tuple | None = None
+    asked = 0  # signals acted on
     try:
         while True:
+            if len(signals.received) > asked:
+                if asked == 0:
+                    name = signal.Signals(signals.first).name
+                    print(
+                        f"\ncomlrl-lab run: {name}: stopping at the next safe point (the phase in progress is "
+                        "abandoned and nothing committed is lost)...",
+                        file=sys.stderr,
+                    )
+                    if manager.progress(run_id).busy:
+                        manager.stop(run_id)
+                elif asked == 1:
+                    print("comlrl-lab run: still stopping; waiting for the phase to reach its check", file=sys.stderr)
+                asked = len(signals.received)
             progress = manager.wait(run_id, timeout=0.5)
             where = (progress.status == "loading", progress.round_index, progress.phase)
             if where != shown:  # a new phase: its own bar, so the rate and elapsed time are the phase's
@@ -158,15 +217,19 @@ def _run(args: argparse.Namespace) -> int:
                 postfix["all_eta"] = queue_eta
             bar.set_postfix(postfix)
             bar.refresh()
-            if not progress.busy:
+            if not progress.busy and len(signals.received) == asked:
                 break
-    except KeyboardInterrupt:
-        manager.stop(run_id)
-        progress = manager.wait(run_id)
     finally:
         bar.close()
     progress = manager.progress(run_id)
-    notes = empty_round_notes(run.store, run_id)
+    if signals.first is not None and progress.status != "finished":  # a signal after the last phase changes nothing
+        name = signal.Signals(signals.first).name
+        line = run.mark_interrupted(name)
+        manager.close()
+        print(f"{line}; results in {run.run_dir}", file=sys.stderr)
+        print(f"resume with: comlrl-lab run --resume {run.run_dir}")
+        return 128 + int(signals.first)
+    notes = notes_of(run.store, run_id)
     manager.close()
     for note in notes:
         print(f"warning: {note}", file=sys.stderr)

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import inspect
 import json
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -287,7 +291,9 @@ CASES = [
 ]
 
 #: Cases with a test function of their own below.
-SEPARATE: dict[str, str] = {}
+SEPARATE: dict[str, str] = {
+    "4 Ctrl-C and SIGTERM during comlrl-lab run": "test_a_signal_during_a_run_stops_it_cleanly",
+}
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=c.marks, id=c.name) for c in CASES])
@@ -306,3 +312,52 @@ def test_the_table_lists_every_case_once():
 
 def test_items_are_the_fixtures():  # the empty-prompt case relies on item 2's topic
     assert ITEMS[2]["topic"] == "green"
+
+
+# -- 4. signals end a run cleanly (a process of its own) ---------------------------------------------------------------
+
+#: (signals, seconds after the run is announced before the first, seconds between them): while the models load, in
+#: the middle of the run at several moments, and a second signal while the first is being handled.
+SIGNAL_TRIES = [
+    ((signal.SIGINT,), 0.0, 0.0),
+    ((signal.SIGINT,), 2.0, 0.0),
+    ((signal.SIGTERM,), 3.0, 0.0),
+    ((signal.SIGINT,), 4.5, 0.0),
+    ((signal.SIGINT, signal.SIGINT), 2.5, 0.05),
+    ((signal.SIGTERM, signal.SIGINT), 3.5, 0.3),
+]
+
+
+@pytest.mark.slow
+def test_a_signal_during_a_run_stops_it_cleanly(model_dir, tmp_path):
+    """Ctrl-C or SIGTERM during ``comlrl-lab run``: the phase in progress is abandoned, the run is marked interrupted
+    in the store, the output says how to resume, and the process exits 130 or 143; never an abort (SIGABRT,
+    "terminate called without an active exception"), whatever the moment, however many signals."""
+    from test_engine import small_spec
+
+    spec_file = tmp_path / "spec.json"
+    small_spec(model_dir, num_iterations=200, preference_num_candidates=6).save(spec_file)
+    runs = tmp_path / "runs"
+    command = [sys.executable, "-m", "comlrl_lab.cli", "run", str(spec_file), "--runs-root", str(runs), "--quiet"]
+    for signals, delay, gap in SIGNAL_TRIES:
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = child.stdout.readline()
+        assert first.startswith("run "), first
+        run_dir = Path(first.strip().split(" in ", 1)[1])
+        time.sleep(delay)
+        for k, number in enumerate(signals):
+            time.sleep(gap if k else 0.0)
+            child.send_signal(number)
+        out, err = child.communicate(timeout=300)
+        what = f"{[s.name for s in signals]} after {delay} s: exit {child.returncode}\n{err}"
+        assert child.returncode == 128 + signals[0], what
+        assert "terminate called" not in err and "Traceback" not in err, what
+        name = signals[0].name
+        assert f"comlrl-lab run: {name}: stopping at the next safe point" in err, what
+        assert f"interrupted by {name}: stopped before " in err, what
+        assert out.strip().splitlines()[-1] == f"resume with: comlrl-lab run --resume {run_dir}", what
+        with RunStore(run_dir / "run.duckdb", read_only=True) as store:
+            run_id = store.first_run_id()
+            assert store.run(run_id)["status"] == "interrupted", what
+            events = store.events(run_id)
+        assert any(f"interrupted by {name}" in message for message in events["message"]), what
