@@ -234,7 +234,7 @@ def _drive(args: argparse.Namespace, manager: Any, run: Any, signals: StopSignal
     for note in notes:
         print(f"warning: {note}", file=sys.stderr)
     if progress.status == "error":
-        print(f"error: {progress.last_error}", file=sys.stderr)
+        print(f"error: {printable(' '.join(str(progress.last_error).split()))}", file=sys.stderr)
         if args.verbose and progress.last_traceback:
             print(progress.last_traceback, file=sys.stderr)
         return 1
@@ -818,10 +818,18 @@ def describe_error(error: BaseException) -> str:
         return f"{_lock_holder(str(error))}; stop it, or wait for it to finish, then try again"
     if isinstance(error, OSError) and error.filename is not None and error.strerror:
         return f"{error.filename}: {error.strerror}"
-    text = " ".join(str(error).split()) or type(error).__name__
+    text = printable(" ".join(str(error).split())) or type(error).__name__
     export = sys.modules.get("comlrl_lab.store.export")
     plain = (ValueError, LookupError, FileNotFoundError, InvalidTransition) + ((export.ExportError,) if export else ())
     return text if isinstance(error, plain) else f"{type(error).__name__}: {text}"
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (a terminal's escape codes, from a server's body or a file) as ``\\xNN``."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def _lock_holder(message: str) -> str:

@@ -21,15 +21,18 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from http_stub import HttpStub, Reply
 from store_fixtures import make_pairs
 from tokenizers import processors
 from trainer_fixtures import ITEMS
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from comlrl_lab import cli
-from comlrl_lab.data.labels import A_SIDE_KEY, Label
+from comlrl_lab.data.labels import A_SIDE_KEY, Label, NoUsableLabels
 from comlrl_lab.models.generation import SamplingSettings, sample_candidates
 from comlrl_lab.store import RunStore
+from comlrl_lab.trainers.preference.comparators.api import ComparatorApiError
+from comlrl_lab.trainers.preference.sink import MemorySink
 
 # -- 2. CoMLRL's contract: errors of the constructor ----------------------------------------------------------------
 
@@ -259,6 +262,166 @@ def case_escape_codes_in_a_labels_file_are_never_echoed_raw(human_run, tmp_path,
     ]
 
 
+# -- 5. a round that learned nothing says so -------------------------------------------------------------------------
+
+
+def judge_trainer(make_trainer, tmp_path, stub: HttpStub, **overrides):
+    """A MADPO judge run whose judge is ``stub``'s /judge (generic format, model "stub-judge")."""
+    settings = dict(
+        preference_source="judge",
+        judge_api_url=stub.url("/judge"),
+        judge_api_format="generic",
+        judge_api_model="stub-judge",
+        judge_api_timeout=5.0,
+    )
+    return make_trainer("MADPO", tmp_path, sink=MemorySink(), **{**settings, **overrides})
+
+
+@pytest.mark.parametrize("answer", ["C", '{"winner": "A"}'])
+def test_a_judge_that_leaves_no_usable_label_stops_the_run(make_trainer, tmp_path, answer):
+    """Every answer a third option, or JSON (of another shape than a verdict first): the label phase stops the run
+    in one line naming the judge, the counts and the likely cause; nothing of the phase is committed."""
+    with HttpStub() as stub:
+        stub.route("/judge", lambda request: Reply(json={"completions": [answer]}))
+        trainer = judge_trainer(make_trainer, tmp_path, stub)
+        trainer.step("collect")
+        comparisons = len(trainer.collector.round_pairs)
+        with pytest.raises(NoUsableLabels) as caught:
+            trainer.step("label")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"round 1: the judge 'stub-judge' at {stub.url('/judge')} left no usable label: of ")
+    assert (
+        f"of {comparisons} comparisons (each asked in both orders) {comparisons} got an unparseable answer" in message
+    )
+    assert "likely cause: no answer began with A, B, tie or both bad (the first: " in message
+    assert f"(the first: {answer!r}); judge_template must ask for one of them first" in message
+    assert trainer.next_phase == "label" and len(trainer.sink.phases) == 1  # only collect was committed
+
+
+def test_a_judge_that_always_says_tie_or_picks_a_position_says_so(make_trainer, tmp_path):
+    with HttpStub() as stub:
+        stub.route("/judge", lambda request: Reply(json={"completions": ["tie"]}))
+        trainer = judge_trainer(make_trainer, tmp_path, stub)
+        trainer.step("collect")
+        n = len(trainer.collector.round_pairs)
+        with pytest.raises(NoUsableLabels, match=rf"0 got an unparseable answer, 0 inconsistent answers, {n} tie and "
+                           "0 both bad; likely cause: the judge called every comparison a tie or both bad$"):  # fmt: skip
+            trainer.step("label")
+    with HttpStub() as stub:
+        stub.route("/judge", lambda request: Reply(json={"completions": ["A"]}))
+        trainer = judge_trainer(make_trainer, tmp_path / "a", stub)
+        trainer.step("collect")
+        with pytest.raises(NoUsableLabels, match="likely cause: every comparison was answered differently in the two "
+                           "orders: a judge that prefers a position$"):  # fmt: skip
+            trainer.step("label")
+
+
+def test_people_who_leave_no_usable_label_stop_the_run(make_trainer, tmp_path):
+    sink = MemorySink()
+    trainer = make_trainer("MADPO", tmp_path, preference_source="human", sink=sink)
+    trainer.step("collect")
+    comparisons = trainer.collector.round_pairs
+    sink.give(*(Label(1, i, "ann", "tie" if i % 2 else "both_bad", p.extra[A_SIDE_KEY]) for i, p in
+                enumerate(comparisons)))  # fmt: skip
+    n, ties = len(comparisons), len(comparisons) // 2
+    with pytest.raises(NoUsableLabels) as caught:
+        trainer.step("label")
+    assert str(caught.value).startswith(
+        f"round 1: the labels of 'ann' leave no usable label: {n} labels on {n} comparisons, {ties} tie and "
+        f"{n - ties} both bad, none prefers a side, so select would train on nothing; relabel"
+    )
+
+
+@pytest.mark.slow
+def test_a_cli_run_whose_judge_leaves_nothing_exits_non_zero_and_the_store_says_why(model_dir, tmp_path, capsys):
+    from test_engine import small_spec
+
+    with HttpStub() as stub:
+        stub.route("/judge", lambda request: Reply(json={"completions": ["neither"]}))
+        spec = small_spec(
+            model_dir,
+            num_iterations=1,
+            preference_source="judge",
+            judge_api_url=stub.url("/judge"),
+            judge_api_format="generic",
+            judge_api_model="stub-judge",
+        )
+        spec_file = tmp_path / "spec.json"
+        spec.save(spec_file)
+        code = cli.main(["run", str(spec_file), "--runs-root", str(tmp_path / "runs"), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    errors = [line for line in err if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith("error: NoUsableLabels: round 1: the judge 'stub-judge' at "), err
+    assert "likely cause: no answer began with A, B, tie or both bad (the first: 'neither')" in errors[0]
+    run_dir = next((tmp_path / "runs").iterdir())
+    with RunStore(run_dir / "run.duckdb", read_only=True) as store:
+        run_id = store.first_run_id()
+        assert store.run(run_id)["status"] == "failed"
+        assert store.committed_phases(run_id) == [(1, "collect")]
+        logged = store.events(run_id, level="error")["message"].tolist()
+    assert logged == [errors[0].removeprefix("error: ")]
+
+
+# -- 6. clear errors before work ------------------------------------------------------------------------------------
+
+
+def case_judge_key_not_set_is_refused_before_the_run_folder(model_dir, tmp_path, capsys, monkeypatch):
+    """A judge whose key variable is not set: ``run`` refuses it in one line naming the judge's field and the
+    variable, before a run folder exists (it used to fail after collect, leaving a failed run)."""
+    from test_engine import small_spec
+
+    monkeypatch.delenv("NO_SUCH_JUDGE_KEY", raising=False)
+    spec = small_spec(
+        model_dir,
+        preference_source="judge",
+        judge_api_url="http://127.0.0.1:9/judge",
+        judge_api_format="openai",
+        judge_api_key_env="NO_SUCH_JUDGE_KEY",
+    )
+    spec.save(tmp_path / "spec.json")
+    runs = tmp_path / "runs"
+    code = cli.main(["run", str(tmp_path / "spec.json"), "--runs-root", str(runs), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "judge_api_format='openai' needs an API key: the environment variable NO_SUCH_JUDGE_KEY" in err[0]
+    assert "judge_api_key_env" in err[0] and "comparator_" not in err[0]
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+def case_judge_errors_name_the_judges_fields(make_trainer, tmp_path):
+    """The API client's errors reach the judge's user in the judge's words: no ``comparator_*`` field (which does
+    nothing for the judge), no "agent 0"."""
+    big = "x" * (1024 * 1024 + 10)
+    for reply, expected in (
+        (Reply(json={"completions": [{"verdict": "A"}]}), "Judge API returned no completions for the judge (format "),
+        (Reply(body=big), "past the judge's fixed bound on a response body = 1048576"),
+    ):
+        with HttpStub() as stub:
+            stub.route("/judge", reply)
+            trainer = judge_trainer(make_trainer, tmp_path / str(len(expected)), stub, judge_api_max_retries=0)
+            trainer.step("collect")
+            with pytest.raises(ComparatorApiError) as caught:
+                trainer.step("label")
+        message = str(caught.value)
+        assert expected in message and "omparator" not in message and "agent 0" not in message, message
+
+
+def case_escape_codes_in_a_judge_body_are_never_echoed_raw(make_trainer, tmp_path, capsys):
+    """A judge (or comparator) body with terminal escape codes: the error shows them escaped, here and in the CLI's
+    one line."""
+    with HttpStub() as stub:
+        stub.route("/judge", Reply(status=400, body="\x1b[2J\x1b]0;owned\x07 bad request"))
+        trainer = judge_trainer(make_trainer, tmp_path, stub, judge_api_max_retries=0)
+        trainer.step("collect")
+        with pytest.raises(ComparatorApiError) as caught:
+            trainer.step("label")
+    message = str(caught.value)
+    assert "\x1b" not in message and "Response body: \\x1b[2J\\x1b]0;owned\\x07 bad request" in message
+    assert "\x1b" not in cli.describe_error(ValueError("from a file: \x1b[31mred"))
+
+
 # -- the table ------------------------------------------------------------------------------------------------------
 
 
@@ -288,6 +451,9 @@ CASES = [
     Case("3 nothing imported", case_no_label_imported_exits_non_zero),
     Case("3 50 MB of bad rows", case_many_bad_rows_print_a_few_errors_and_a_count, (pytest.mark.slow,)),
     Case("6 escape codes in a labels file", case_escape_codes_in_a_labels_file_are_never_echoed_raw),
+    Case("6 escape codes in a judge body", case_escape_codes_in_a_judge_body_are_never_echoed_raw),
+    Case("6 judge key not set", case_judge_key_not_set_is_refused_before_the_run_folder),
+    Case("6 judge errors naming comparator_* fields", case_judge_errors_name_the_judges_fields),
 ]
 
 #: Cases with a test function of their own below.

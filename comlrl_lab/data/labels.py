@@ -50,6 +50,23 @@ class AwaitingLabels(RuntimeError):
         )
 
 
+class NoUsableLabels(RuntimeError):
+    """A round's label phase ended with no verdict that prefers a side: select would train on nothing, so the run
+    stops (nothing of the phase committed) with one line naming who labelled, the counts and the likely cause."""
+
+
+def people_left_nothing(round_index: int, comparisons: int, labels: Sequence[Label]) -> str:
+    """The ``NoUsableLabels`` line of a round whose people's labels all say tie or both bad."""
+    names = sorted({label.labeller for label in labels})
+    ties = sum(label.verdict == "tie" for label in labels)
+    return (
+        f"round {round_index}: the labels of {', '.join(repr(n) for n in names) or 'nobody'} leave no usable label: "
+        f"{len(labels)} labels on {comparisons} comparisons, {ties} tie and {len(labels) - ties} both bad, none "
+        "prefers a side, so select would train on nothing; relabel some comparisons (Pairs page, Label tab, or "
+        "`comlrl-lab labels import`), then resume the run"
+    )
+
+
 @dataclass(frozen=True)
 class Label:
     """One labeller's verdict on one comparison, with the order it was shown in."""

@@ -35,6 +35,10 @@ def preflight(spec: ExperimentSpec, config: Any) -> None:
         check_available(model, "agent_models:")
     count = 1 if config.collaboration_mode == "centralized" else int(config.num_agents)
     resolve_layout(config, count, model_config=spec.model_config)
+    if config.preference_source == "judge":
+        from comlrl_lab.trainers.preference.judge import Judge
+
+        Judge(config)  # reads the judge's key: one that is not set is refused here, not after the first collect
 
 
 def memory_warning(spec: Any, describe: Callable[..., Any] | None = None) -> str | None:
