@@ -800,7 +800,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command. A mistake is one line on stderr, with exit status 2; ``--verbose`` adds the traceback."""
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args))
+        with _pipe_safe_stdout():
+            return int(args.func(args))
     except KeyboardInterrupt:
         print(f"comlrl-lab {args.command}: interrupted", file=sys.stderr)
         return 128 + int(signal.SIGINT)
@@ -822,6 +823,52 @@ def describe_error(error: BaseException) -> str:
     export = sys.modules.get("comlrl_lab.store.export")
     plain = (ValueError, LookupError, FileNotFoundError, InvalidTransition) + ((export.ExportError,) if export else ())
     return text if isinstance(error, plain) else f"{type(error).__name__}: {text}"
+
+
+class _PipeSafeStdout:
+    """stdout that outlives its reader: once ``| head`` has closed the pipe, what is still written goes nowhere, so
+    the command finishes its work (a run its phases and store) and exits with its own status, instead of dying in a
+    ``BrokenPipeError`` (and Python's "Exception ignored" when it flushes at exit)."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+        self._closed = False
+
+    def write(self, text: str) -> int:
+        if not self._closed:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._reader_gone()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._closed:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._reader_gone()
+
+    def _reader_gone(self) -> None:
+        self._closed = True
+        with contextlib.suppress(OSError, ValueError):
+            # The interpreter flushes the real stdout at exit: give its descriptor somewhere to write.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _pipe_safe_stdout() -> Iterator[None]:
+    previous = sys.stdout
+    sys.stdout = _PipeSafeStdout(previous)
+    try:
+        yield
+    finally:
+        sys.stdout = previous
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")

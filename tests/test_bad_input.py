@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -299,6 +300,7 @@ def test_a_judge_that_leaves_no_usable_label_stops_the_run(make_trainer, tmp_pat
     assert trainer.next_phase == "label" and len(trainer.sink.phases) == 1  # only collect was committed
 
 
+@pytest.mark.slow
 def test_a_judge_that_always_says_tie_or_picks_a_position_says_so(make_trainer, tmp_path):
     with HttpStub() as stub:
         stub.route("/judge", lambda request: Reply(json={"completions": ["tie"]}))
@@ -422,6 +424,226 @@ def case_escape_codes_in_a_judge_body_are_never_echoed_raw(make_trainer, tmp_pat
     assert "\x1b" not in cli.describe_error(ValueError("from a file: \x1b[31mred"))
 
 
+def run_cli(capsys, spec_file: Path, runs: Path, *flags: str) -> tuple[int, list[str]]:
+    """``comlrl-lab run SPEC`` in this process: (exit status, stderr lines)."""
+    code = cli.main(["run", str(spec_file), "--runs-root", str(runs), "--quiet", *flags])
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+def case_a_cuda_cell_in_a_cpu_sweep_is_refused_up_front(model_dir, tmp_path, capsys):
+    """A grid with a ``cuda:0`` cell on a machine without CUDA: ``sweep`` refuses it before any cell runs, in one line
+    naming the cell, as ``run`` refuses the spec alone."""
+    from test_engine import small_spec
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    small_spec(model_dir, num_iterations=1).save(tmp_path / "spec.json")
+    runs = tmp_path / "runs"
+    code = cli.main(
+        [
+            "sweep",
+            str(tmp_path / "spec.json"),
+            "--runs-root",
+            str(runs),
+            "--grid",
+            "agent_devices=cpu,cuda:0",
+            "--quiet",
+        ]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith("comlrl-lab sweep: cell 1 (agent_devices=cuda:0, seed=3): agent_devices: 'cuda:0' asks")
+    assert err[0].endswith("; no cell was started")
+    assert not runs.exists() or not [p for p in runs.rglob("*") if p.is_dir() and p.name != "_sweeps"]
+
+
+def register_copy(models: Path, model_dir: str, name: str = "tiny-copy") -> Path:
+    """A copy of the tiny model registered as ``name`` in the models folder ``models`` (a manifest beside it)."""
+    import shutil
+
+    from comlrl_lab.models.registry import MANIFEST
+
+    folder = models / name
+    shutil.copytree(model_dir, folder)
+    (folder / MANIFEST).write_text(
+        json.dumps({"architecture": "LlamaForCausalLM", "parameters": 1, "dtype": "float32"})
+    )
+    return folder
+
+
+def truncate(path: Path, keep: int) -> None:
+    path.write_bytes(path.read_bytes()[:keep])
+
+
+#: How a registered model's files are damaged, and what the one line says about it.
+DAMAGES = [
+    (lambda f: (f / "model.safetensors").unlink(), "has no weights (model.safetensors or pytorch_model.bin"),
+    (lambda f: truncate(f / "model.safetensors", 4), "model.safetensors is truncated (4 bytes: not even a"),
+    (lambda f: truncate(f / "model.safetensors", 4000), "model.safetensors is truncated: its tensors need"),
+    (lambda f: (f / "config.json").write_text('{"model_type": "lla'), "config.json is not valid JSON (truncated"),
+    (lambda f: (f / "tokenizer.json").write_bytes(b"\x00\xff garbage"), "tokenizer.json is not valid JSON"),
+]
+
+
+def case_a_damaged_registered_model_is_refused_before_the_run_folder(model_dir, tmp_path, capsys, monkeypatch):
+    """A registered model whose weights were deleted or truncated, or whose config or tokenizer is damaged: one line
+    naming the model, the file and what to do, and no run folder (no library pages, no run left "created")."""
+    from test_engine import small_spec
+
+    from comlrl_lab.models.registry import ENV_MODELS_DIR
+
+    for k, (damage, said) in enumerate(DAMAGES):
+        models = tmp_path / f"models{k}"
+        monkeypatch.setenv(ENV_MODELS_DIR, str(models))
+        damage(register_copy(models, model_dir))
+        small_spec("tiny-copy", num_iterations=1).save(tmp_path / "spec.json")
+        runs = tmp_path / f"runs{k}"
+        code, err = run_cli(capsys, tmp_path / "spec.json", runs)
+        assert code == 2 and len(err) == 1, err
+        assert err[0].startswith("comlrl-lab run: agent_models: model 'tiny-copy': "), err
+        assert said in err[0] and err[0].endswith("register it again: comlrl-lab models add tiny-copy --force"), err
+        assert not runs.exists() or not any(runs.iterdir())
+
+
+def case_a_truncated_gguf_is_refused_in_one_line(model_dir, tmp_path, capsys):
+    """A ``.gguf`` agent file cut short (its header, or its tensors): one line before a run folder exists; the memory
+    check that used to crash on its header (struct.error, leaving the run "created") returns no warning."""
+    from gguf_fixtures import write_tiny_gguf
+    from test_engine import small_spec
+
+    from comlrl_lab.engine.preflight import memory_warning
+
+    whole = write_tiny_gguf(tmp_path / "tiny.gguf").read_bytes()
+    capsys.readouterr()  # what writing it printed
+    for keep in (200, len(whole) // 2):
+        cut = tmp_path / f"cut{keep}.gguf"
+        cut.write_bytes(whole[:keep])
+        spec = small_spec(str(cut), num_iterations=1)
+        assert memory_warning(spec) is None
+        spec.save(tmp_path / "spec.json")
+        runs = tmp_path / f"runs{keep}"
+        code, err = run_cli(capsys, tmp_path / "spec.json", runs)
+        assert code == 2 and len(err) == 1, err
+        assert f"agent_models: model '{cut}': {cut} is not a whole GGUF file (truncated or damaged: " in err[0]
+        assert not runs.exists() or not any(runs.iterdir())
+
+
+def case_one_malformed_manifest_is_skipped_with_one_warning(model_dir, tmp_path, capsys, caplog, monkeypatch):
+    """A malformed manifest in the models folder: ``models list`` shows the others and one warning line naming the
+    folder; a run naming another registered model passes its checks."""
+    from test_engine import small_spec
+
+    from comlrl_lab.engine.preflight import preflight
+    from comlrl_lab.models.registry import ENV_MODELS_DIR, MANIFEST
+
+    models = tmp_path / "models"
+    monkeypatch.setenv(ENV_MODELS_DIR, str(models))
+    register_copy(models, model_dir, "good")
+    for name, text in (("bad-list", "[1, 2]"), ("bad-json", '{"architecture": '), ("bad-count", '{"parameters": "x"}')):
+        (models / name).mkdir()
+        (models / name / MANIFEST).write_text(text)
+    with caplog.at_level("WARNING", logger="comlrl_lab.models.registry"):
+        assert cli.main(["models", "list"]) == 0
+        out = capsys.readouterr().out.strip().splitlines()
+        spec = small_spec("good", num_iterations=1)
+        preflight(spec, spec.build_config())
+        assert cli.main(["models", "list"]) == 0  # said once per process
+    assert [line.split()[0] for line in out] == ["name", "good"]
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 3 and all(w.startswith(f"warning: skipping {models}/bad-") for w in warnings), warnings
+    assert "its manifest comlrl-lab-model.json is malformed (a JSON list, not an object)" in warnings[2]
+    assert all("\n" not in w for w in warnings)
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_a_key_given_twice_in_a_spec_is_refused(model_dir, tmp_path, capsys, suffix):
+    """A spec with one key written twice (which one was meant?) is refused in one line with the file and the line."""
+    from test_engine import small_spec
+
+    data = small_spec(model_dir, num_iterations=1).to_dict()
+    if suffix == ".json":
+        text = json.dumps(data, indent=2).replace('"seed": 3,', '"seed": 3,\n    "seed": 4,')
+    else:
+        import yaml
+
+        text = yaml.safe_dump(data, sort_keys=False).replace("  seed: 3\n", "  seed: 3\n  seed: 4\n")
+    path = tmp_path / f"spec{suffix}"
+    path.write_text(text)
+    first = text.splitlines().index(next(line for line in text.splitlines() if "seed" in line)) + 1
+    code, err = run_cli(capsys, path, tmp_path / "runs")
+    assert code == 2 and len(err) == 1, err
+    if suffix == ".json":
+        assert err[0].endswith(f"{path}: the key 'seed' is given twice in one object (written at lines {first}, "
+                               f"{first + 1}); give it once")  # fmt: skip
+    else:
+        assert err[0].endswith(f"{path}:{first + 1}:3: the key 'seed' is given twice in one mapping (first at line "
+                               f"{first}); give it once")  # fmt: skip
+
+
+def case_sweep_status_tells_a_killed_cell_from_a_running_one(model_dir, tmp_path, capsys):
+    """A local sweep's cell the manifest calls running: "running" while a process holds its lock (the runner takes
+    it), "lost" once that process is gone (killed), as a cluster job's cell."""
+    from test_engine import small_spec
+
+    from comlrl_lab.engine.cluster import cell_lock
+    from comlrl_lab.engine.sweep import Sweep, parse_grid
+
+    spec = small_spec(model_dir, num_iterations=1)
+    sweep = Sweep.create(
+        spec, parse_grid(spec.config_class, ["dpo_beta=0.1,0.2"]), seeds=1, runs_root=tmp_path / "runs"
+    )
+    with sweep.editing() as cells:
+        cells[0].status = cells[1].status = "running"
+
+    def states() -> list[str]:
+        assert cli.main(["sweep", "status", str(sweep.sweep_dir)]) == 0
+        rows = capsys.readouterr().out.strip().splitlines()[2:]
+        return [row.split()[1] for row in rows]
+
+    held = cell_lock(sweep.sweep_dir, 0)
+    held.acquire(timeout=0)
+    try:
+        assert states() == ["running", "lost"]
+    finally:
+        held.release()
+    assert states() == ["lost", "lost"]
+
+
+def case_stdout_closed_by_its_reader_is_no_error(tmp_path):
+    """``comlrl-lab models list | head -0``: the reader is gone before the first line; the command still exits 0 and
+    says nothing of a BrokenPipeError."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "COMLRL_LAB_MODELS_DIR": str(tmp_path / "none")}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "comlrl_lab.cli", "models", "list"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    child.stdout.close()
+    err = child.stderr.read().decode()
+    assert child.wait(timeout=60) == 0 and err == "", err
+
+
+@pytest.mark.slow
+def test_comlrl_lab_run_into_a_closed_pipe_finishes_its_run(model_dir, tmp_path):
+    """``comlrl-lab run SPEC | head -0``: the run is done in full (it used to die at its first line, exit 2)."""
+    from test_engine import small_spec
+
+    small_spec(model_dir, num_iterations=1).save(tmp_path / "spec.json")
+    runs = tmp_path / "runs"
+    command = [sys.executable, "-m", "comlrl_lab.cli", "run", str(tmp_path / "spec.json"), "--runs-root", str(runs)]
+    child = subprocess.Popen([*command, "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child.stdout.close()
+    err = child.stderr.read().decode()
+    assert child.wait(timeout=600) == 0 and "BrokenPipe" not in err and "Exception ignored" not in err, err
+    (run_dir,) = runs.iterdir()
+    with RunStore(run_dir / "run.duckdb", read_only=True) as store:
+        assert store.run(store.first_run_id())["status"] == "finished"
+
+
 # -- the table ------------------------------------------------------------------------------------------------------
 
 
@@ -454,11 +676,26 @@ CASES = [
     Case("6 escape codes in a judge body", case_escape_codes_in_a_judge_body_are_never_echoed_raw),
     Case("6 judge key not set", case_judge_key_not_set_is_refused_before_the_run_folder),
     Case("6 judge errors naming comparator_* fields", case_judge_errors_name_the_judges_fields),
+    Case("6 a cuda:0 cell in a CPU sweep", case_a_cuda_cell_in_a_cpu_sweep_is_refused_up_front),
+    Case(
+        "6 a registered model deleted, truncated or damaged",
+        case_a_damaged_registered_model_is_refused_before_the_run_folder,
+    ),
+    Case("6 a truncated GGUF", case_a_truncated_gguf_is_refused_in_one_line),
+    Case("6 one malformed model manifest", case_one_malformed_manifest_is_skipped_with_one_warning),
+    Case("6 sweep status of a killed cell", case_sweep_status_tells_a_killed_cell_from_a_running_one),
+    Case("6 comlrl-lab ... | head", case_stdout_closed_by_its_reader_is_no_error),
 ]
 
 #: Cases with a test function of their own below.
 SEPARATE: dict[str, str] = {
     "4 Ctrl-C and SIGTERM during comlrl-lab run": "test_a_signal_during_a_run_stops_it_cleanly",
+    "5 a judge that leaves no usable label": "test_a_judge_that_leaves_no_usable_label_stops_the_run",
+    "5 a judge always tie or by position": "test_a_judge_that_always_says_tie_or_picks_a_position_says_so",
+    "5 people who leave no usable label": "test_people_who_leave_no_usable_label_stop_the_run",
+    "5 the CLI and the store say the same": "test_a_cli_run_whose_judge_leaves_nothing_exits_non_zero_and_the_store_says_why",
+    "6 a key given twice in a spec file": "test_a_key_given_twice_in_a_spec_is_refused",
+    "6 comlrl-lab run | head finishes its run": "test_comlrl_lab_run_into_a_closed_pipe_finishes_its_run",
 }
 
 
