@@ -17,8 +17,8 @@ from comlrl_lab.models.shared_prefix_cache import SharedPrefixCache
 from comlrl_lab.sandbox import SandboxLimits, SandboxResult
 from comlrl_lab.trainers.preference.base import PreferenceTrainerBase
 from comlrl_lab.trainers.preference.config import MADPOConfig
-from comlrl_lab.trainers.preference.devices import DeviceLayout
-from comlrl_lab.trainers.preference.sink import MemorySink
+from comlrl_lab.trainers.preference.runtime.devices import DeviceLayout
+from comlrl_lab.trainers.preference.runtime.sink import MemorySink
 
 # Module __getattr__/__dir__ (PEP 562): Python calls them for lazy exports.
 models.__getattr__
@@ -78,3 +78,6 @@ SandboxLimits.max_open_files
 SandboxLimits.max_output_bytes
 SandboxResult.stdout_truncated
 SandboxResult.stderr_truncated
+# CoMLRL's fields that only their declared bound reads (check_bound(self, name), by name).
+MADPOConfig.logging_steps
+MADPOConfig.eval_batch_size

@@ -26,7 +26,7 @@ import torch
 from comlrl_lab.data.tasks.length_ratio import length_ratio_reward
 from comlrl_lab.engine import ExperimentSpec, build_trainer
 from comlrl_lab.names.run_ids import new_run_id
-from comlrl_lab.trainers.preference.sink import MemorySink
+from comlrl_lab.trainers.preference.runtime.sink import MemorySink
 
 SIZES = {"tiny": (32, 64, 2, 4, 2), "small": (256, 688, 4, 8, 4)}
 ITEMS = [{"prompt": f"the {w} cat"} for w in ("red", "blue", "green", "big", "small", "fast", "slow", "old")]

@@ -1,6 +1,6 @@
 """``FIELD=VALUE`` config overrides on a benchmark's command line (``learning.py --set``, ``vs_comlrl.py --ours``).
 
-The value is read by the field's codec (``comlrl_lab.trainers.preference.fields``), as the CLI's ``--set``, a sweep
+The value is read by the field's codec (``comlrl_lab.trainers.preference.config.fields``), as the CLI's ``--set``, a sweep
 grid and the workbench read it; a mistake is argparse's one-line usage error.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from comlrl_lab.trainers.preference.fields import parse_assignment
+from comlrl_lab.trainers.preference.config.fields import parse_assignment
 
 
 def field_arg(config_class: type) -> Callable[[str], tuple[str, object]]:

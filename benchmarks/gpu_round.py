@@ -33,7 +33,7 @@ from comlrl_lab.data.tasks import get_task  # noqa: E402
 from comlrl_lab.engine import ExperimentSpec, build_trainer  # noqa: E402
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME  # noqa: E402
 from comlrl_lab.names.run_ids import new_run_id  # noqa: E402
-from comlrl_lab.trainers.preference.sink import MemorySink  # noqa: E402
+from comlrl_lab.trainers.preference.runtime.sink import MemorySink  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

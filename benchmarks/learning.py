@@ -49,7 +49,7 @@ SETTINGS: dict[str, dict[str, object]] = {
 def group_means(candidates: Sequence, items: Sequence[dict], field: str) -> dict[str, float]:
     """Mean evaluation reward per value of the eval items' ``field``, over the samples the logged mean counts
     (``mean_reward``: parsed, not NaN); items without the field, and values with no such sample, are left out."""
-    from comlrl_lab.trainers.preference.collection import mean_reward
+    from comlrl_lab.trainers.preference.rounds.collection import mean_reward
 
     groups: dict[str, list] = {}
     for candidate in candidates:

@@ -39,7 +39,7 @@ RESULT_MARKER = "VS_COMLRL_RESULT "
 def weights_fingerprint(agents) -> str:
     """The first 16 hex digits of a SHA-256 over every byte of every agent's parameters, in order of agent and name.
 
-    Every byte, not a sample (as ``comlrl_lab.trainers.preference.fingerprint`` takes): this file also runs under
+    Every byte, not a sample (as ``comlrl_lab.trainers.preference.runtime.fingerprint`` takes): this file also runs under
     CoMLRL, where comlrl_lab's trainers cannot be imported, and a change in one last bit must show."""
     import torch
 

@@ -39,14 +39,14 @@ from comlrl_lab.store.formats import EXPORT_FORMATS, ROUND_FILES, TRL_FILE_FORMA
 
 if TYPE_CHECKING:  # torch loads with it; `comlrl-lab --help` and the models commands do without
     from comlrl_lab.engine.spec import ExperimentSpec
-    from comlrl_lab.trainers.preference.distributed import DistContext
+    from comlrl_lab.trainers.preference.runtime.distributed import DistContext
 
 
 def _dist() -> DistContext | None:
     """The torchrun context, or None outside torchrun (told from the environment, without importing torch)."""
     if os.environ.get("WORLD_SIZE", "1").strip() in ("", "1"):
         return None
-    from comlrl_lab.trainers.preference.distributed import DistContext
+    from comlrl_lab.trainers.preference.runtime.distributed import DistContext
 
     dist = DistContext.from_env()
     return dist if dist.enabled else None
@@ -55,7 +55,7 @@ def _dist() -> DistContext | None:
 def _load_spec(args: argparse.Namespace) -> ExperimentSpec | None:
     """The spec of ``run``/``sweep``: the file, with ``--set`` and ``--rounds`` applied; None without a SPEC."""
     from comlrl_lab.engine.spec import ExperimentSpec
-    from comlrl_lab.trainers.preference.fields import parse_assignment
+    from comlrl_lab.trainers.preference.config.fields import parse_assignment
 
     if not args.spec:
         return None

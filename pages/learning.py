@@ -50,7 +50,12 @@ for col, name, empty in (
         else:
             st.caption(empty)
 # The winner NLL (MADPO), the policy-learning loss and the reward model's margins (MARLHF) get panels of their own.
-panels = [name for name in ("nll", "rl_loss", "margins", "reward_margins", "accuracy") if name in data.figures]
+# A code task's evaluation (pass@1, mean level reward) comes first, then the training panels.
+panels = [
+    name
+    for name in ("pass_at_1", "level_reward", "nll", "rl_loss", "margins", "reward_margins", "accuracy")
+    if name in data.figures
+]
 for start in range(0, len(panels), 2):
     for col, name in zip(st.columns(2), panels[start : start + 2]):
         col.plotly_chart(data.figures[name], key=state.learning_chart_key(name))

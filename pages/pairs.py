@@ -118,6 +118,7 @@ def browse_pairs() -> None:
         return
     st.subheader(components.pair_title(detail))
     components.pair_view(view, detail)
+    components.pair_breakdowns(detail)
     with st.expander("Every candidate of this item, with its reward", expanded=True):
         components.candidates_view(view, detail, figures.data_version(rounds))
     with st.expander("The pair as a seed JSON record"):

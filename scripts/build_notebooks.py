@@ -147,7 +147,7 @@ QUICKSTART = [
         """
         import time
 
-        from comlrl_lab.trainers.preference.sink import MemorySink
+        from comlrl_lab.trainers.preference.runtime.sink import MemorySink
 
         sink = MemorySink()
         trainer = MADPOIterTrainer(
@@ -495,7 +495,7 @@ ANALYZE = [
     ),
     code(
         """
-        from comlrl_lab.trainers.preference.replay import lambda_decay_weights
+        from comlrl_lab.trainers.preference.rounds.replay import lambda_decay_weights
 
         sizes = pairs.groupby("round").size()
         expected = pd.DataFrame(
@@ -731,7 +731,7 @@ CUSTOM_TASK = [
         import time
 
         from comlrl_lab.trainers.preference import MADPOIterConfig, MADPOIterTrainer
-        from comlrl_lab.trainers.preference.sink import MemorySink
+        from comlrl_lab.trainers.preference.runtime.sink import MemorySink
 
         args = MADPOIterConfig(
             num_agents=task.num_agents,

@@ -31,10 +31,10 @@ from comlrl_lab.trainers.preference.config import (  # noqa: E402
     MADPOIterConfig,
     MARLHFConfig,
     MARLHFIterConfig,
-    _IterativePreferenceConfig,
     field_aliases,
     field_choices,
 )
+from comlrl_lab.trainers.preference.config.iterative import _IterativePreferenceConfig  # noqa: E402
 
 # Sections in reading order: the declaring class, its heading, and one sentence on where its fields apply.
 SECTIONS: list[tuple[type, str, str]] = [

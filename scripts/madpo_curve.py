@@ -18,7 +18,7 @@ from comlrl_lab.data.tasks import get_task
 from comlrl_lab.engine import ExperimentSpec, build_trainer
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
 from comlrl_lab.names.run_ids import new_run_id
-from comlrl_lab.trainers.preference.sink import MemorySink
+from comlrl_lab.trainers.preference.runtime.sink import MemorySink
 
 
 def main() -> None:

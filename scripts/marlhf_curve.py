@@ -29,7 +29,7 @@ from comlrl_lab.engine.presets import MARLHF_QUICKSTART_CONFIG as PRESET  # noqa
 from comlrl_lab.engine.presets import MARLHF_QUICKSTART_TRAIN_ITEMS, QUICKSTART_EVAL_ITEMS  # noqa: E402
 from comlrl_lab.engine.run import apply_torch_threads  # noqa: E402
 from comlrl_lab.names.run_ids import new_run_id  # noqa: E402
-from comlrl_lab.trainers.preference.sink import MemorySink  # noqa: E402
+from comlrl_lab.trainers.preference.runtime.sink import MemorySink  # noqa: E402
 from comlrl_lab.ui.intervals import mean_interval  # noqa: E402
 
 

@@ -37,12 +37,14 @@ def write_run(
     current_wins: int = 1,
     gap: float = 0.5,
     status: str = "finished",
+    eval_extra: Callable[[int], dict[str, float]] | None = None,
 ) -> Path:
     """A run of ``rounds`` rounds (``status`` in its runs.parquet: finished unless told); ``eval_reward(r)`` is its
     evaluation reward in round r.
 
     Every other curve is a fixed function of the round (loss 1/r, pair accuracy r/rounds, ...), and each round has
     ``pairs_per_round`` pairs of which the first ``current_wins`` are won by the current agents, all with ``gap``.
+    ``eval_extra(r)``: more metrics of round r's evaluate phase (a code task's ``eval/code/*``).
     """
     run_dir = root / run_id
     snaps = run_dir / "snapshots"
@@ -65,7 +67,10 @@ def write_run(
                     mn.MADPO_LOSS: 99.0,  # a per-update metric: never a round curve
                 },
             ),
-            ("evaluate", {mn.EVAL_REWARD_MEAN: eval_reward(r), mn.EVAL_NUM_SAMPLES: 64}),
+            (
+                "evaluate",
+                {mn.EVAL_REWARD_MEAN: eval_reward(r), mn.EVAL_NUM_SAMPLES: 64, **(eval_extra(r) if eval_extra else {})},
+            ),
         ):
             frame = pd.DataFrame(
                 {

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from trainer_fixtures import ITEMS, build_trainer  # noqa: E402
 
-from comlrl_lab.trainers.preference import policy_learning, reward_model  # noqa: E402
+from comlrl_lab.trainers.preference.learning import policy_learning, reward_model  # noqa: E402
 from comlrl_lab.trainers.preference.marlhf import RLHFLearner  # noqa: E402
 
 #: One round on the five items of dist_madpo_script, 3 pairs per Bradley-Terry step and 3 samples per policy step

@@ -26,7 +26,7 @@ from http_stub import (
 )
 from repo_scripts import load_repo_script
 
-from comlrl_lab.trainers.preference import MADPOIterConfig, credentials
+from comlrl_lab.trainers.preference import MADPOIterConfig
 from comlrl_lab.trainers.preference.comparators.api import (
     ApiComparatorClient,
     ApiRequest,
@@ -44,8 +44,8 @@ from comlrl_lab.trainers.preference.comparators.api import (
     resolve_key,
     retry_after_seconds,
 )
-from comlrl_lab.trainers.preference.config import ConfigError
-from comlrl_lab.trainers.preference.credentials import MissingCredentialError
+from comlrl_lab.trainers.preference.config import ConfigError, credentials
+from comlrl_lab.trainers.preference.config.credentials import MissingCredentialError
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -13,7 +13,7 @@ from workbench_fixtures import custom_task_spec
 from comlrl_lab.engine import RunManager
 from comlrl_lab.store.export import export_pairs, export_round_files
 from comlrl_lab.trainers.preference.comparators.api import ComparatorApiKeyError
-from comlrl_lab.trainers.preference.sink import MemorySink
+from comlrl_lab.trainers.preference.runtime.sink import MemorySink
 
 ENV_KEY = "sk-envkey-DO-NOT-LEAK-4f1c9a7e2b"
 LITERAL_KEY = "sk-literal-DO-NOT-LEAK-9b3e1d5c7a"

@@ -23,9 +23,9 @@ from streamlit.testing.v1 import AppTest
 from workbench_fixtures import agent_model, seed_run
 
 from comlrl_lab.store import schema
-from comlrl_lab.trainers.preference import MADPOIterConfig, fields
-from comlrl_lab.trainers.preference.config import CONFIG_CLASSES
-from comlrl_lab.trainers.preference.replay import lambda_decay_weights
+from comlrl_lab.trainers.preference import MADPOIterConfig
+from comlrl_lab.trainers.preference.config import CONFIG_CLASSES, fields
+from comlrl_lab.trainers.preference.rounds.replay import lambda_decay_weights
 from comlrl_lab.ui import forms, model_picker, services, state
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -273,7 +273,7 @@ SPEC_REFUSALS = {
     "an unknown task": (
         "algorithm: MADPOIter\ntask: lenght_ratio\nconfig:\n  num_iterations: 2\n",
         "spec.yaml:2: unknown task 'lenght_ratio'; did you mean 'length_ratio'? (built-in tasks: length_ratio, "
-        "topic_relay, stance_agreement; a task of your own goes in user_task)",
+        "topic_relay, stance_agreement, humaneval; a task of your own goes in user_task)",
     ),
 }
 
@@ -349,7 +349,7 @@ def test_rounds_shows_the_finished_runs_phase_timeline(open_app, seeded):
 
 
 def test_rounds_shows_what_each_checkpoint_cost(open_app, seeded):
-    from comlrl_lab.trainers.preference import checkpoint as ckpt
+    from comlrl_lab.trainers.preference.runtime import checkpoint as ckpt
 
     at = open_app("pages/rounds.py")
     assert [s.value for s in at.subheader] == ["Phase timeline", "Checkpoints"]

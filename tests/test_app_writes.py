@@ -13,8 +13,8 @@ from comlrl_lab.engine import RunManager
 from comlrl_lab.engine.run import Run
 from comlrl_lab.engine.spec import inside_run_dir
 from comlrl_lab.store.schema import PHASES, SchemaVersionError
-from comlrl_lab.trainers.preference import checkpoint as ckpt
-from comlrl_lab.trainers.preference.replay import RUN_MARKER
+from comlrl_lab.trainers.preference.rounds.replay import RUN_MARKER
+from comlrl_lab.trainers.preference.runtime import checkpoint as ckpt
 from comlrl_lab.ui.services import Workspace
 
 

@@ -24,7 +24,6 @@ import pytest
 
 from comlrl_lab.data.records import Side
 from comlrl_lab.names.run_ids import new_run_id, random_hex, safe_stem
-from comlrl_lab.trainers.preference import fields as field_codec
 from comlrl_lab.trainers.preference.config import (
     CONFIG_CLASSES,
     ConfigError,
@@ -34,11 +33,12 @@ from comlrl_lab.trainers.preference.config import (
     field_multi_choices,
     resolve_choice,
 )
+from comlrl_lab.trainers.preference.config import fields as field_codec
 from comlrl_lab.ui import state
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "comlrl_lab"
-CONFIG_FILE = PACKAGE / "trainers" / "preference" / "config.py"
+CONFIG_PACKAGE = PACKAGE / "trainers" / "preference" / "config"
 #: The product: the package, the pages and the app (not tests, benchmarks or scripts).
 PRODUCT = sorted([*PACKAGE.rglob("*.py"), *(ROOT / "pages").glob("*.py"), ROOT / "app.py"])
 
@@ -271,8 +271,8 @@ def test_the_scan_finds_a_list_of_its_own(tmp_path):
 
 def test_every_dispatch_table_has_one_entry_per_choice():
     from comlrl_lab.trainers.preference.comparators import COMPARATORS
-    from comlrl_lab.trainers.preference.policy_learning import RL_BACKENDS
-    from comlrl_lab.trainers.preference.replay import REPLAY_MODES
+    from comlrl_lab.trainers.preference.learning.policy_learning import RL_BACKENDS
+    from comlrl_lab.trainers.preference.rounds.replay import REPLAY_MODES
 
     for table, name in ((REPLAY_MODES, "preference_replay_mode"), (COMPARATORS, "comparator_policy")):
         assert list(table) == list(field_choices(MADPOIterConfig, name))
@@ -309,14 +309,14 @@ def _places_naming(path: Path, names: set[str]) -> list[str]:
 
 
 def test_a_replay_mode_is_named_in_the_metadata_and_one_dispatch_entry_only():
-    from comlrl_lab.trainers.preference import replay
+    from comlrl_lab.trainers.preference.rounds import replay
 
     places = [place for path in PRODUCT for place in _places_naming(path, SCANNED_MODE_NAMES)]
     table = ast.parse(Path(replay.__file__).read_text(encoding="utf-8"))
     line = next(n.lineno for n in ast.walk(table) if isinstance(n, ast.AnnAssign) and n.target.id == "REPLAY_MODES")
     # The dispatch table's keys, and nothing else: validation, the form, the Replay page and the docs derive the rest.
     assert sorted(places) == sorted(
-        f"comlrl_lab/trainers/preference/replay.py:{line}: {mode}" for mode in SCANNED_MODE_NAMES
+        f"comlrl_lab/trainers/preference/rounds/replay.py:{line}: {mode}" for mode in SCANNED_MODE_NAMES
     )
 
 
@@ -333,7 +333,7 @@ def test_the_replay_mode_scan_finds_a_place_of_its_own(tmp_path):
 
 
 def test_the_fields_of_a_mode_come_from_the_metadata():
-    from comlrl_lab.trainers.preference.replay import REPLAY_FIELDS
+    from comlrl_lab.trainers.preference.rounds.replay import REPLAY_FIELDS
 
     specs = field_codec.field_specs(MADPOIterConfig)
     assert REPLAY_FIELDS[0] == "preference_replay_mode"
@@ -352,14 +352,14 @@ REFUSAL = re.compile(
 
 #: Checks below the config that name a config field and stay, each for a reason the config cannot see.
 RUNTIME_CHECKS = {
-    "comlrl_lab/trainers/preference/losses.py": "a NaN loss, and CoMLRL's unchecked advantage_mode",
+    "comlrl_lab/trainers/preference/learning/losses.py": "a NaN loss, and CoMLRL's unchecked advantage_mode",
     "comlrl_lab/trainers/preference/base.py": "joint_mode checked again as training starts (trainer owner)",
     "comlrl_lab/trainers/preference/marlhf.py": "model objects without a name (constructor arguments)",
-    "comlrl_lab/trainers/preference/policy_learning.py": "critic sources from constructor arguments",
+    "comlrl_lab/trainers/preference/learning/policy_learning.py": "critic sources from constructor arguments",
     "comlrl_lab/trainers/preference/comparators/local.py": "comparator_agents given to the trainer's constructor",
-    "comlrl_lab/trainers/preference/replay.py": "a replay directory on disk",
-    "comlrl_lab/trainers/preference/judge.py": "the judge's API key variable unset in the environment",
-    "comlrl_lab/trainers/preference/tracking.py": "a tracker package not installed",
+    "comlrl_lab/trainers/preference/rounds/replay.py": "a replay directory on disk",
+    "comlrl_lab/trainers/preference/rounds/judge.py": "the judge's API key variable unset in the environment",
+    "comlrl_lab/trainers/preference/runtime/tracking.py": "a tracker package not installed",
     "comlrl_lab/data/formatters.py": "formatters given to the trainer's constructor",
     "comlrl_lab/data/user_tasks.py": "a user task module's NUM_AGENTS",
     "comlrl_lab/models/loading.py": "agents given to the trainer's constructor",
@@ -385,7 +385,9 @@ def _refusals(path: Path) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("path", [p for p in PRODUCT if p != CONFIG_FILE and _rel(p) not in RUNTIME_CHECKS], ids=_rel)
+@pytest.mark.parametrize(
+    "path", [p for p in PRODUCT if CONFIG_PACKAGE not in p.parents and _rel(p) not in RUNTIME_CHECKS], ids=_rel
+)
 def test_no_module_below_the_config_checks_a_config_value_again(path):
     assert _refusals(path) == []
 
@@ -693,3 +695,39 @@ def test_ui_state_keys_follow_one_convention_and_never_collide():
     for name, value in keys.items():
         by_value.setdefault(value, []).append(name)
     assert not {v: n for v, n in by_value.items() if len(n) > 1}, "two names for one key"
+
+
+# -- the house a newcomer reads ---------------------------------------------------------------------------------
+
+
+def test_no_module_of_the_package_is_longer_than_one_sitting():
+    long = {_rel(p): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text(encoding="utf-8").splitlines())) > 900}
+    assert long == {}
+
+
+def test_every_part_of_the_trainers_says_its_one_job_first():
+    parts = sorted(p for p in (PACKAGE / "trainers" / "preference").iterdir() if (p / "__init__.py").is_file())
+    assert [p.name for p in parts] == ["comparators", "config", "learning", "rounds", "runtime"]
+    for part in parts:
+        doc = ast.get_docstring(ast.parse((part / "__init__.py").read_text(encoding="utf-8")))
+        assert doc and doc.splitlines()[0].endswith("."), part.name
+
+
+def test_importing_the_package_loads_no_native_library_and_the_wheel_is_pure_python():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "def libraries():\n"
+        "    return {line.split()[-1] for line in open('/proc/self/maps') if line.rstrip().endswith('.so') "
+        "or '.so.' in line}\n"
+        "before = libraries()\n"
+        "import comlrl_lab\n"
+        "print(sorted(libraries() - before))\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[:2] == ["[]", "False"]
+    assert not (ROOT / "setup.py").exists()
+    assert not [p for p in PACKAGE.rglob("*") if p.suffix in {".c", ".cpp", ".pyx", ".so"}]

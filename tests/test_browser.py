@@ -35,7 +35,7 @@ import pytest
 from workbench_fixtures import agent_model
 
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
-from comlrl_lab.trainers.preference.replay import lambda_decay_weights
+from comlrl_lab.trainers.preference.rounds.replay import lambda_decay_weights
 from comlrl_lab.ui import model_picker, state
 
 pytestmark = pytest.mark.browser

@@ -7,7 +7,7 @@ import torch
 from trainer_fixtures import ITEMS
 
 from comlrl_lab.data.records import JointCandidate, PreferencePair
-from comlrl_lab.trainers.preference.sink import MemorySink
+from comlrl_lab.trainers.preference.runtime.sink import MemorySink
 
 SEEN: list[tuple[list[str], list[str]]] = []
 

@@ -16,8 +16,8 @@ from comlrl_lab import cli
 from comlrl_lab.engine import ExperimentSpec
 from comlrl_lab.engine.run import Run
 from comlrl_lab.store import RunStore
-from comlrl_lab.trainers.preference import checkpoint as ckpt
-from comlrl_lab.trainers.preference.sink import PhaseCancelled
+from comlrl_lab.trainers.preference.runtime import checkpoint as ckpt
+from comlrl_lab.trainers.preference.runtime.sink import PhaseCancelled
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -316,7 +316,7 @@ def _finished(sweep_dir: Path) -> bool:
 
 def _checkpointed_phases(run_dir: Path) -> int:
     """Phases finished before the newest committed checkpoint of a run (0 without one)."""
-    from comlrl_lab.trainers.preference import checkpoint as ckpt
+    from comlrl_lab.trainers.preference.runtime import checkpoint as ckpt
 
     newest = ckpt.latest_checkpoint(run_dir / "checkpoint")
     if newest is None:

@@ -12,6 +12,7 @@ import streamlit as st
 from compare_fixtures import write_run, write_spec
 from streamlit.testing.v1 import AppTest
 
+from comlrl_lab.names import metric_names as mn
 from comlrl_lab.store.snapshots import pair_rows, round_metrics
 from comlrl_lab.ui import compare, services, state
 from comlrl_lab.ui.stats import ci95_half_width, t975
@@ -88,12 +89,42 @@ def test_curves_are_the_mean_over_seeds_with_a_student_t_band(runs):
     assert row["n"] == 3
     loss = stats.loc[("Loss", "preference_replay_mode=all_history", 3)]
     assert loss["mean"] == pytest.approx(1 / 3) and loss["low"] == pytest.approx(1 / 3)  # the same in every seed
-    assert set(data.stats["curve"]) == set(compare.CURVES)
+    assert set(data.stats["curve"]) == set(compare.CURVES) - set(CODE_CURVES)  # a word task's runs
 
     smoothed = compare.compare(entries, smoothing=2).stats.set_index(["curve", "group", "round"])
     # trailing mean of rounds 2 and 3 in each seed: 0.2 + 0.2 * 2.5 + offset; mean over seeds adds 0.1
     assert smoothed.loc[("Evaluation reward", "preference_replay_mode=all_history", 3), "mean"] == pytest.approx(0.8)
     assert smoothed.loc[("Evaluation reward", "preference_replay_mode=all_history", 1), "mean"] == pytest.approx(0.5)
+
+
+CODE_CURVES = ("Evaluation pass@1", "Evaluation level reward")
+
+
+def test_a_code_tasks_pass_at_1_and_level_reward_are_curves_over_seeds(tmp_path):
+    root = tmp_path / "runs"
+    passes = {0: (2, 4, 5), 1: (3, 5, 5), 2: (4, 6, 8)}  # programs of 32 passing, per seed and round
+    for seed, counts in passes.items():
+        write_run(
+            root,
+            f"code-s{seed}",
+            config={**BASE, "seed": seed},
+            rounds=3,
+            eval_reward=lambda r: 0.0,
+            task="humaneval",
+            eval_extra=lambda r, counts=counts, seed=seed: {
+                mn.EVAL_PASS_AT_1: counts[r - 1] / 32,
+                mn.EVAL_LEVEL_REWARD_MEAN: 1.0 + 0.5 * r + 0.1 * seed,
+            },
+        )
+    data = compare.compare(compare.catalogue(root))
+    stats = data.stats.set_index(["curve", "round"])
+    # round 1: 2, 3, 4 of 32 -> mean 3/32, sample std 1/32, half-width t(0.975, 2) * s / sqrt(3)
+    row = stats.loc[("Evaluation pass@1", 1)]
+    assert row["mean"] == pytest.approx(3 / 32) and row["n"] == 3
+    assert row["high"] - row["mean"] == pytest.approx(4.303 / 32 / math.sqrt(3))
+    assert stats.loc[("Evaluation level reward", 3), "mean"] == pytest.approx(2.5 + 0.1)
+    titles = [a["text"] for a in data.curves_figure.to_dict()["layout"]["annotations"]]
+    assert set(CODE_CURVES) <= set(titles)
 
 
 def test_pair_statistics_per_group(runs):

@@ -9,10 +9,10 @@ import re
 import subprocess
 import sys
 from dataclasses import fields
+from pathlib import Path
 
 import pytest
 
-from comlrl_lab.trainers.preference import config as config_module
 from comlrl_lab.trainers.preference.config import (
     CONFIG_CLASSES,
     DEFAULT_JUDGE_TEMPLATE,
@@ -233,13 +233,11 @@ def test_every_field_has_help(cls):
 
 
 def test_config_module_does_not_import_torch():
-    # Load config.py on its own: the package __init__ imports the trainers, which need torch.
+    # The config package on its own, in a fresh process: building and serialising a config needs no torch.
     code = (
-        "import importlib.util, sys\n"
-        f"spec = importlib.util.spec_from_file_location('cfg', {config_module.__file__!r})\n"
-        "module = importlib.util.module_from_spec(spec); sys.modules['cfg'] = module\n"
-        "spec.loader.exec_module(module)\n"
-        "module.MARLHFIterConfig().to_dict()\n"
+        "import sys\n"
+        "from comlrl_lab.trainers.preference.config import MARLHFIterConfig\n"
+        "MARLHFIterConfig().to_dict()\n"
         "print('torch' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -818,3 +816,59 @@ def test_judge_settings_resolve_aliases_and_mask_the_url():
     saved = config.to_dict()
     assert saved["judge_api_url"] == "https://***@judge.example/v1?api_key=***"
     assert "sk-secret" not in repr(config) and "sk-2" not in repr(config)
+
+
+def _bounded_fields():
+    from comlrl_lab.trainers.preference.config.validation import field_bound
+
+    for cls in CONFIG_CLASSES.values():
+        for f in fields(cls):
+            bound = field_bound(cls, f.name)
+            if bound is not None:
+                yield pytest.param(cls, f.name, bound, id=f"{cls.__name__}.{f.name}")
+
+
+#: What a bounded field needs around it to be checked on its own: a mode it applies under that requires nothing else,
+#: or the backend whose bound is the declared one (the MAGRPO family asks for >= 2 generations, in its own words).
+PREREQUISITES = {
+    "preference_replay_sample_size": {"preference_replay_mode": "all_history"},
+    "num_generations": {"rl_algorithm": "maac"},
+}
+
+
+def _where_it_applies(cls, name):
+    """The settings under which ``name`` means something: its controlling field's first value, or PREREQUISITES."""
+    settings = {
+        c: values[0] for c, values in (cls.__dataclass_fields__[name].metadata.get("applies_when") or {}).items()
+    }
+    settings |= PREREQUISITES.get(name, {})
+    if name.startswith("judge_") and "preference_source" in cls.__dataclass_fields__:
+        settings |= {"preference_source": "judge", "judge_api_url": "http://127.0.0.1:9/v1"}
+    if name.startswith("comparator_api_"):
+        settings |= {"comparator_policy": "api", "comparator_api_url": "http://127.0.0.1:9/v1"}
+    return settings
+
+
+@pytest.mark.parametrize(("cls", "name", "bound"), list(_bounded_fields()))
+def test_every_declared_bound_is_what_the_config_refuses(cls, name, bound):
+    # The bound lives in the field's metadata; the config's check reads it there: the bound itself is accepted,
+    # the value just past it refused in one line that names the field.
+    base = _where_it_applies(cls, name)
+    if "maximum" in bound:
+        edge, past, words = bound["maximum"], bound["maximum"] + 0.5, f"{name} must be in ["
+    elif "minimum" in bound:
+        edge, past, words = bound["minimum"], bound["minimum"] - 1, f"{name} must be >= {bound['minimum']}"
+    else:
+        edge, past, words = 0.5, 0, f"{name} must be > 0."
+    assert getattr(cls(**base, **{name: edge}), name) == edge
+    with pytest.raises(ConfigError) as refused:
+        cls(**base, **{name: past})
+    assert refused.value.field == name and str(refused.value).startswith(words)
+
+
+def test_no_config_writes_a_bound_by_hand():
+    # Bounds are declared once, in metadata: the configs' checks call check_bound(self, name), never a literal bound.
+    folder = Path(sys.modules[ConfigError.__module__].__file__).parent
+    for module in ("madpo.py", "marlhf.py", "iterative.py"):
+        text = (folder / module).read_text(encoding="utf-8")
+        assert not re.search(r'_check_(int_at_least|positive)\("\w+"', text), module

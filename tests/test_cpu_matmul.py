@@ -14,7 +14,7 @@ from comlrl_lab.models import cpu_matmul
 from comlrl_lab.models.cpu_matmul import OneDNNLinear, routes_to_onednn, use_onednn_linears
 from comlrl_lab.names import metric_names as M
 from comlrl_lab.trainers.preference import MADPOConfig
-from comlrl_lab.trainers.preference.sink import MemorySink
+from comlrl_lab.trainers.preference.runtime.sink import MemorySink
 
 pytestmark = pytest.mark.skipif(not cpu_matmul.onednn_available(), reason="this torch has no oneDNN linear")
 

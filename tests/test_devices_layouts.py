@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from comlrl_lab.trainers.preference import MADPOIterConfig, MARLHFIterConfig
-from comlrl_lab.trainers.preference.devices import ROLES, resolve_layout
-from comlrl_lab.trainers.preference.distributed import DistContext
+from comlrl_lab.trainers.preference.runtime.devices import ROLES, resolve_layout
+from comlrl_lab.trainers.preference.runtime.distributed import DistContext
 
 ONE_RANK = DistContext()
 #: Four ranks on two nodes of two GPUs each (a rank's local rank picks its slice), and three ranks on one node.

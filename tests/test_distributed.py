@@ -25,8 +25,8 @@ import torch
 
 from comlrl_lab.models.generation import SamplingSettings, sample_candidates
 from comlrl_lab.models.loading import load_model, load_tokenizer
-from comlrl_lab.trainers.preference.collection import map_agents
-from comlrl_lab.trainers.preference.distributed import DistContext, interleave
+from comlrl_lab.trainers.preference.runtime.concurrency import map_agents
+from comlrl_lab.trainers.preference.runtime.distributed import DistContext, interleave
 
 TESTS = Path(__file__).resolve().parent
 SCRIPT = TESTS / "dist_madpo_script.py"
@@ -106,9 +106,9 @@ def test_agents_on_distinct_gpus_run_concurrently_and_cpu_agents_in_order():
 
 
 def test_cpu_agents_run_concurrently_with_the_torch_threads_split_only_when_asked(monkeypatch):
-    from comlrl_lab.trainers.preference import collection
+    from comlrl_lab.trainers.preference.runtime import concurrency
 
-    monkeypatch.setattr(collection, "available_cores", lambda: 4)
+    monkeypatch.setattr(concurrency, "available_cores", lambda: 4)
     before = torch.get_num_threads()
     torch.set_num_threads(4)
     try:
@@ -124,7 +124,7 @@ def test_cpu_agents_run_concurrently_with_the_torch_threads_split_only_when_aske
         assert torch.get_num_threads() == 4  # and given back
         main = threading.current_thread().name
         assert map_agents(lambda i: threading.current_thread().name, ["cpu", "cpu"]) == [main, main]
-        monkeypatch.setattr(collection, "available_cores", lambda: 1)  # one core: nothing to overlap
+        monkeypatch.setattr(concurrency, "available_cores", lambda: 1)  # one core: nothing to overlap
         assert map_agents(lambda i: threading.current_thread().name, ["cpu"] * 2, concurrent_cpu=True) == [main] * 2
     finally:
         torch.set_num_threads(before)
@@ -156,8 +156,8 @@ class SecondRankAlone(DistContext):
 
 
 def test_ranks_other_than_zero_write_nothing(make_trainer, tmp_path, monkeypatch):
-    from comlrl_lab.trainers.preference import distributed
-    from comlrl_lab.trainers.preference.sink import MemorySink
+    from comlrl_lab.trainers.preference.runtime import distributed
+    from comlrl_lab.trainers.preference.runtime.sink import MemorySink
 
     monkeypatch.setattr(
         distributed.DistContext, "from_env", classmethod(lambda cls, env=None: SecondRankAlone(1, 2, 1, 2))

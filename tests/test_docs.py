@@ -5,7 +5,7 @@
 - the README's set-up, app and test commands are the ones CI runs; its Python example runs;
 - docs/cluster.md's "Beyond one machine" says how to start a torchrun run once the trainers and tests have one;
 - every relative link in the README and docs/*.md points at a file inside the repository;
-- examples/madpo_iter_tiny.yaml is a valid experiment spec;
+- every examples/*.yaml is a valid experiment spec;
 - the usage example in each public trainer's docstring runs and prints what it shows.
 """
 
@@ -141,6 +141,17 @@ def test_example_spec_file_is_a_valid_experiment():
     config = spec.build_config()
     assert spec.algorithm == "MADPOIter" and config.preference_replay_mode == "lambda_decay"
     assert len(resolve_task(spec).train_items()) >= spec.max_train_items
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_example_spec_is_a_valid_experiment(path):
+    from comlrl_lab.engine import ExperimentSpec
+    from comlrl_lab.engine.spec import resolve_task
+
+    spec = ExperimentSpec.load(path)  # reads and validates: a mistake is a SpecError naming file, line and field
+    spec.build_config()
+    task = resolve_task(spec)
+    assert len(task.train_items()) >= (spec.max_train_items or 1)
 
 
 @pytest.mark.slow

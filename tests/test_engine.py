@@ -19,7 +19,7 @@ from workbench_fixtures import custom_task_spec
 from comlrl_lab.engine import ExperimentSpec, InvalidTransition, RunManager
 from comlrl_lab.engine.manager import EngineControl
 from comlrl_lab.store import RunStore
-from comlrl_lab.trainers.preference.sink import PhaseCancelled
+from comlrl_lab.trainers.preference.runtime.sink import PhaseCancelled
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -294,3 +294,22 @@ def test_the_phase_eta_comes_from_the_same_phase_in_earlier_rounds():
     # The last train phases took 24 s: 19 s more, though the counts alone would say 5.
     history = {"train": (30.0, 24.0, 24.0, 24.0)}
     assert replace(running, history=history).eta(now=105.0) == pytest.approx(19.0)
+
+
+def test_a_spec_validates_its_config_once_and_every_reader_shares_it(monkeypatch):
+    from comlrl_lab.trainers.preference import MADPOIterConfig
+    from comlrl_lab.trainers.preference.config import ConfigError
+
+    built = []
+    validate = MADPOIterConfig.__post_init__
+    monkeypatch.setattr(MADPOIterConfig, "__post_init__", lambda self: built.append(self) or validate(self))
+    spec = ExperimentSpec(algorithm="MADPOIter", config={"num_iterations": 3, "preference_source": "human"})
+    assert spec.num_rounds() == 3 and spec.round_phases() == ("collect", "label", "select", "train", "evaluate")
+    assert spec.validated_config() is spec.validated_config() is built[0]
+    copy = spec.build_config()  # a trainer's own copy: changing it leaves the spec's config alone
+    copy.output_dir = "elsewhere"
+    assert copy is not built[0] and spec.validated_config().output_dir != "elsewhere" and len(built) == 1
+    spec.config["num_iterations"] = 2  # an override changed afterwards is validated again, once
+    assert spec.num_rounds() == 2 and spec.num_rounds() == 2 and len(built) == 2
+    with pytest.raises(ConfigError, match="num_iterations"):
+        ExperimentSpec(algorithm="MADPOIter", config={"num_iterations": 0}).num_rounds()

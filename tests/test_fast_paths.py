@@ -21,7 +21,7 @@ from comlrl_lab.models.generation import (
     top_k_then_top_p,
 )
 from comlrl_lab.trainers.preference import MADPOConfig
-from comlrl_lab.trainers.preference.optim import build_adamw
+from comlrl_lab.trainers.preference.learning.optim import build_adamw
 
 
 def _reward(completions1, completions2, **_):
@@ -472,7 +472,7 @@ def test_reward_model_fit_tokenises_each_text_once(side):
 
     from model_fixtures import build_model, build_tokenizer
 
-    from comlrl_lab.trainers.preference.reward_model import JointRewardModel, fit_bradley_terry
+    from comlrl_lab.trainers.preference.learning.reward_model import JointRewardModel, fit_bradley_terry
 
     tokenizer = build_tokenizer()
     tokenizer.padding_side = side
@@ -494,20 +494,20 @@ def test_reward_model_fit_tokenises_each_text_once(side):
 
 def _files(directory):
     """The files of the newest checkpoint under ``directory``."""
-    from comlrl_lab.trainers.preference import checkpoint as ckpt
+    from comlrl_lab.trainers.preference.runtime import checkpoint as ckpt
 
     newest = ckpt.latest_checkpoint(directory)
     return sorted(p.name for p in newest.iterdir()) if newest is not None else []
 
 
 def _count(directory):
-    from comlrl_lab.trainers.preference import checkpoint as ckpt
+    from comlrl_lab.trainers.preference.runtime import checkpoint as ckpt
 
     return len(ckpt.checkpoint_dirs(directory))
 
 
 def test_checkpoints_write_weights_only_after_training(make_trainer, tmp_path):
-    from comlrl_lab.trainers.preference import checkpoint as ckpt
+    from comlrl_lab.trainers.preference.runtime import checkpoint as ckpt
 
     trainer = make_trainer("MADPO", tmp_path, SETTINGS)
     trainer.checkpoint_dir = tmp_path / "ckpt"
@@ -537,7 +537,7 @@ def test_checkpoints_write_weights_only_after_training(make_trainer, tmp_path):
 
 
 def test_a_trained_trainer_refuses_the_initial_weights_checkpoint(make_trainer, tmp_path):
-    from comlrl_lab.trainers.preference import checkpoint as ckpt
+    from comlrl_lab.trainers.preference.runtime import checkpoint as ckpt
 
     trainer = make_trainer("MADPO", tmp_path, SETTINGS)
     trainer.checkpoint_dir = tmp_path / "ckpt"
@@ -569,7 +569,7 @@ def test_save_strategy_picks_the_phases_that_checkpoint(make_trainer, tmp_path, 
 def test_background_checkpoint_lands_after_step_returns_and_holds_that_phase(make_trainer, tmp_path, monkeypatch):
     import threading
 
-    from comlrl_lab.trainers.preference import checkpoint as ckpt
+    from comlrl_lab.trainers.preference.runtime import checkpoint as ckpt
 
     trainer = make_trainer("MADPO", tmp_path, SETTINGS, save_in_background=True, num_train_epochs=2)
     trainer.checkpoint_dir = tmp_path / "ckpt"
@@ -602,7 +602,7 @@ def test_background_checkpoint_lands_after_step_returns_and_holds_that_phase(mak
 
 
 def test_background_checkpoint_errors_surface_at_the_next_wait(make_trainer, tmp_path, monkeypatch):
-    from comlrl_lab.trainers.preference import checkpoint as ckpt
+    from comlrl_lab.trainers.preference.runtime import checkpoint as ckpt
 
     trainer = make_trainer("MADPO", tmp_path, SETTINGS, save_in_background=True)
     trainer.checkpoint_dir = tmp_path / "ckpt"
@@ -618,13 +618,13 @@ def test_background_checkpoint_errors_surface_at_the_next_wait(make_trainer, tmp
 
 
 def _names(directory):
-    from comlrl_lab.trainers.preference import checkpoint as ckpt
+    from comlrl_lab.trainers.preference.runtime import checkpoint as ckpt
 
     return [p.name for p in ckpt.checkpoint_dirs(directory)]
 
 
 def test_save_total_limit_keeps_the_newest_checkpoints_and_resumes_from_the_newest(make_trainer, tmp_path):
-    from comlrl_lab.trainers.preference import checkpoint as ckpt
+    from comlrl_lab.trainers.preference.runtime import checkpoint as ckpt
 
     trainer = make_trainer("MADPO", tmp_path, SETTINGS, save_total_limit=2)
     trainer.checkpoint_dir = tmp_path / "ckpt"
@@ -646,7 +646,7 @@ def test_save_total_limit_keeps_the_newest_checkpoints_and_resumes_from_the_newe
 
 
 def test_an_old_checkpoint_goes_only_after_its_successor_is_committed(make_trainer, tmp_path, monkeypatch):
-    from comlrl_lab.trainers.preference import checkpoint as ckpt
+    from comlrl_lab.trainers.preference.runtime import checkpoint as ckpt
 
     trainer = make_trainer("MADPO", tmp_path, SETTINGS, save_total_limit=1)
     trainer.checkpoint_dir = root = tmp_path / "ckpt"
@@ -672,7 +672,7 @@ def test_an_old_checkpoint_goes_only_after_its_successor_is_committed(make_train
 
 
 def test_a_resume_from_an_older_checkpoint_numbers_on_under_the_same_root(make_trainer, tmp_path):
-    from comlrl_lab.trainers.preference import checkpoint as ckpt
+    from comlrl_lab.trainers.preference.runtime import checkpoint as ckpt
 
     first = make_trainer("MADPO", tmp_path, SETTINGS)
     first.train(checkpoint_dir=tmp_path / "ckpt")
@@ -693,7 +693,7 @@ def test_a_resume_from_an_older_checkpoint_numbers_on_under_the_same_root(make_t
 def test_a_background_write_in_flight_is_never_pruned(make_trainer, tmp_path, monkeypatch):
     import threading
 
-    from comlrl_lab.trainers.preference import checkpoint as ckpt
+    from comlrl_lab.trainers.preference.runtime import checkpoint as ckpt
 
     trainer = make_trainer("MADPO", tmp_path, SETTINGS, save_in_background=True, save_total_limit=1)
     trainer.checkpoint_dir = root = tmp_path / "ckpt"
@@ -719,8 +719,8 @@ def test_a_background_write_in_flight_is_never_pruned(make_trainer, tmp_path, mo
 @pytest.mark.parametrize("background", [False, True])
 def test_each_checkpoint_adds_its_cost_to_its_phase(make_trainer, tmp_path, background):
     from comlrl_lab.names import metric_names as M
-    from comlrl_lab.trainers.preference import checkpoint as ckpt
-    from comlrl_lab.trainers.preference.sink import MemorySink
+    from comlrl_lab.trainers.preference.runtime import checkpoint as ckpt
+    from comlrl_lab.trainers.preference.runtime.sink import MemorySink
 
     trainer = make_trainer("MADPO", tmp_path, SETTINGS, save_in_background=background)
     trainer.sink = sink = MemorySink()
@@ -756,12 +756,12 @@ def test_each_checkpoint_adds_its_cost_to_its_phase(make_trainer, tmp_path, back
 
 @pytest.mark.parametrize("row_seeded", [True, False])
 def test_concurrent_cpu_agents_give_the_same_pairs_and_weights(make_trainer, tmp_path, monkeypatch, row_seeded):
-    from comlrl_lab.trainers.preference import collection
+    from comlrl_lab.trainers.preference.runtime import concurrency
 
-    monkeypatch.setattr(collection, "available_cores", lambda: 2)
+    monkeypatch.setattr(concurrency, "available_cores", lambda: 2)
     threaded = []
-    in_threads = collection._in_threads
-    monkeypatch.setattr(collection, "_in_threads", lambda fn, count: threaded.append(count) or in_threads(fn, count))
+    in_threads = concurrency._in_threads
+    monkeypatch.setattr(concurrency, "_in_threads", lambda fn, count: threaded.append(count) or in_threads(fn, count))
     before = torch.get_num_threads()
     torch.set_num_threads(1)  # one intra-op thread either way, so the sums are the same to the bit
     try:

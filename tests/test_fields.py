@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from comlrl_lab.trainers.preference import fields as F
 from comlrl_lab.trainers.preference.config import CONFIG_CLASSES, ConfigError, MADPOIterConfig, MARLHFIterConfig
+from comlrl_lab.trainers.preference.config import fields as F
 
 SAMPLES = {
     F.BOOL: [True, False],

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from comlrl_lab.trainers.preference.fingerprint import tensors_fingerprint
+from comlrl_lab.trainers.preference.runtime.fingerprint import tensors_fingerprint
 
 
 def test_a_tensor_past_float32s_exact_integers_is_sampled_up_to_its_last_value():

@@ -8,8 +8,8 @@ import weakref
 
 import pytest
 
-from comlrl_lab.trainers.preference import frozen_heap as module
-from comlrl_lab.trainers.preference.frozen_heap import frozen_heap, supported
+from comlrl_lab.trainers.preference.runtime import frozen_heap as module
+from comlrl_lab.trainers.preference.runtime.frozen_heap import frozen_heap, supported
 
 pytestmark = pytest.mark.skipif(not supported(), reason="the freeze is for CPython 3.10-3.13's generational collector")
 

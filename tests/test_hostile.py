@@ -51,11 +51,9 @@ from comlrl_lab.trainers.preference import (
     MARLHFConfig,
     MARLHFTrainer,
 )
-from comlrl_lab.trainers.preference import (
-    checkpoint as ckpt,
-)
 from comlrl_lab.trainers.preference.comparators import api
-from comlrl_lab.trainers.preference.fingerprint import ModelMismatch
+from comlrl_lab.trainers.preference.runtime import checkpoint as ckpt
+from comlrl_lab.trainers.preference.runtime.fingerprint import ModelMismatch
 from comlrl_lab.ui import compare, services, state
 
 ROOT = Path(__file__).resolve().parents[1]

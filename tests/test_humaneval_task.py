@@ -209,7 +209,9 @@ def test_cooperation_levels_on_humaneval_0(problem0):
         "reward": 4.0,
         "summary": "parses · 7/7 tests · uses aux",
         "error": "",
+        "program": details[0].program,
     }
+    assert "def aux(" in row["program"] and "gap = aux(numbers)" in row["program"]
 
 
 def test_a_batch_scores_as_one_by_one_and_needs_its_items(problem0):

@@ -9,8 +9,8 @@ from http_stub import HttpStub, RecordedRequest, Reply
 
 from comlrl_lab.data.labels import AwaitingLabels, Label, shown_sides
 from comlrl_lab.names import metric_names as M
-from comlrl_lab.trainers.preference.judge import parse_verdict
-from comlrl_lab.trainers.preference.sink import MemorySink
+from comlrl_lab.trainers.preference.rounds.judge import parse_verdict
+from comlrl_lab.trainers.preference.runtime.sink import MemorySink
 
 
 def test_a_human_round_waits_at_label_then_trains_exactly_the_labelled_winners(make_trainer, tmp_path):

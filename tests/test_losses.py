@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from comlrl_lab.trainers.preference.losses import (
+from comlrl_lab.trainers.preference.learning.losses import (
     NonFiniteLossError,
     actor_critic_advantages,
     bradley_terry_loss,

@@ -18,8 +18,8 @@ from comlrl_lab.data.records import PreferencePair
 from comlrl_lab.data.rewards import batched_reward
 from comlrl_lab.names.phases import InvalidTransition
 from comlrl_lab.trainers.preference import MADPOIterConfig
-from comlrl_lab.trainers.preference.losses import NonFiniteLossError
-from comlrl_lab.trainers.preference.sink import MemorySink
+from comlrl_lab.trainers.preference.learning.losses import NonFiniteLossError
+from comlrl_lab.trainers.preference.runtime.sink import MemorySink
 
 #: The MADPOIter runs here: three rounds of four candidates of six tokens, two pairs per item, three eval items.
 ITER = dict(
@@ -457,7 +457,7 @@ def test_evaluation_with_several_samples_per_item_keeps_the_first_and_reports_th
 
 
 def test_the_evaluate_phase_counts_its_samples_up_to_its_total(make_trainer, tmp_path):
-    from comlrl_lab.trainers.preference.sink import PhaseControl
+    from comlrl_lab.trainers.preference.runtime.sink import PhaseControl
 
     class Recording(PhaseControl):
         def __init__(self):

@@ -9,20 +9,20 @@ import torch
 from model_fixtures import build_model, build_tokenizer
 
 from comlrl_lab.data.rewards import batched_reward
-from comlrl_lab.trainers.preference import policy_learning
-from comlrl_lab.trainers.preference.policy_learning import (
+from comlrl_lab.trainers.preference.learning import policy_learning
+from comlrl_lab.trainers.preference.learning.policy_learning import (
     RL_BACKENDS,
     compute_advantages,
     resolve_backend,
 )
-from comlrl_lab.trainers.preference.reward_model import (
+from comlrl_lab.trainers.preference.learning.reward_model import (
     JointRewardModel,
     evaluate_bradley_terry,
     fit_bradley_terry,
     last_token_index,
     split_validation,
 )
-from comlrl_lab.trainers.preference.sink import MemorySink
+from comlrl_lab.trainers.preference.runtime.sink import MemorySink
 
 DTYPE = torch.float64
 RETURNS = [1.0, 2.0, 3.0, 4.0, 5.0, 9.0]  # mean 4, biased std sqrt(40/6)
@@ -233,7 +233,7 @@ def test_joint_text_layout():
 
 # ------------------------------------------------------------------------------------------ KL penalty
 def test_kl_penalty_arithmetic_by_hand():
-    from comlrl_lab.trainers.preference.losses import kl_k3, kl_penalized_returns
+    from comlrl_lab.trainers.preference.learning.losses import kl_k3, kl_penalized_returns
 
     policy = torch.tensor([[-1.0, -2.0, 0.0]], dtype=DTYPE)
     reference = torch.tensor([[-1.5, -1.0, float("inf")]], dtype=DTYPE)  # the padding slot holds junk

@@ -9,7 +9,7 @@ import torch
 from model_fixtures import embedded_tiny_model_dir
 
 from comlrl_lab.data.tasks import get_task
-from comlrl_lab.trainers.preference.sink import MemorySink
+from comlrl_lab.trainers.preference.runtime.sink import MemorySink
 
 pytestmark = pytest.mark.slow
 

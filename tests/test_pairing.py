@@ -9,8 +9,8 @@ import pytest
 
 from comlrl_lab.data.records import PARSE_UNPARSED, JointCandidate
 from comlrl_lab.seeding import RandomStreams
-from comlrl_lab.trainers.preference.collection import reward_summary
-from comlrl_lab.trainers.preference.pairing import base_pairs, iterative_pairs
+from comlrl_lab.trainers.preference.rounds.collection import reward_summary
+from comlrl_lab.trainers.preference.rounds.pairing import base_pairs, iterative_pairs
 
 
 def candidates(rewards, *, side="current", item=0, raw_offset=100.0, prompt_ids=None):

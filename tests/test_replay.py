@@ -12,7 +12,7 @@ from comlrl_lab.data.records import PreferencePair, round_file_payload
 from comlrl_lab.seeding import RandomStreams
 from comlrl_lab.store.importer import parse_pair_file
 from comlrl_lab.trainers.preference import MADPOIterConfig
-from comlrl_lab.trainers.preference.replay import (
+from comlrl_lab.trainers.preference.rounds.replay import (
     REPLAY_FIELDS,
     RUN_MARKER,
     ReplayBuffer,

@@ -14,7 +14,7 @@ from comlrl_lab.engine.run import STORE_FILE
 from comlrl_lab.names import metric_names as M
 from comlrl_lab.store import RunStore, export_reward_distribution_files
 from comlrl_lab.store.schema import SCHEMA_VERSION
-from comlrl_lab.trainers.preference.sink import MemorySink
+from comlrl_lab.trainers.preference.runtime.sink import MemorySink
 
 
 def unranged_reward(first, second):

@@ -3,6 +3,7 @@ threads, and the read-only SQL entry point."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -230,16 +231,24 @@ def test_a_phase_commit_sets_the_runs_status_in_the_same_transaction(store):
     assert store.run("r")["status"] == "finished"
 
 
+#: What version 5 added to the candidates' DDL.
+VERSION_5_DETAILS = schema.TABLES["candidates"][
+    schema.TABLES["candidates"].index(",\n            -- version 5") : schema.TABLES["candidates"].index("\n        )")
+]
+
+
 def test_a_version_2_store_is_migrated_and_keeps_its_events_as_the_log(tmp_path):
     path = tmp_path / "old.duckdb"
     with duckdb.connect(str(path)) as con:
         for name, ddl in schema.TABLES.items():
             if name != "labels":  # version 4's
                 con.execute(
-                    ddl.replace(",\n            logged BOOLEAN NOT NULL DEFAULT false", "").replace(
+                    ddl.replace(",\n            logged BOOLEAN NOT NULL DEFAULT false", "")
+                    .replace(
                         "            label_at TIMESTAMP,  -- version 4: the label phase of a run labelled by people or a judge\n",
                         "",
                     )
+                    .replace(VERSION_5_DETAILS, "")
                 )
         con.execute("INSERT INTO schema_version VALUES (2, now())")
         con.execute("INSERT INTO events VALUES ('r', now(), 1, 'collect', 'error', 'boom', NULL)")
@@ -602,6 +611,37 @@ def test_labels_survive_phase_commits_and_roll_backs_and_a_judge_relabels_its_ow
     assert store.committed_phases("r") == [(1, "collect"), (1, "label")]
 
 
+def test_a_version_4_store_gains_candidate_breakdowns_and_keeps_its_candidates(tmp_path):
+    path = tmp_path / "v4.duckdb"
+    with duckdb.connect(str(path)) as con:
+        for ddl in schema.TABLES.values():
+            con.execute(ddl.replace(VERSION_5_DETAILS, ""))
+        con.execute("INSERT INTO schema_version VALUES (4, now())")
+        con.execute(
+            "INSERT INTO candidates VALUES ('r', 1, 'collect', 0, 'current', 0, ['p'], ['c'], [1], [1], 1.0, 1.0, 'ok')"
+        )
+    with RunStore(path) as s:
+        assert s.readonly_sql("SELECT version FROM schema_version ORDER BY 1")["version"].tolist() == [4, 5]
+        old = s.candidates_for_item("r", 1, 0)
+        assert old["completions"].tolist() == [["c"]] and old["details_json"].isna().all()
+
+
+def test_candidate_breakdowns_are_stored_as_json_and_found_for_a_pairs_two_sides(store):
+    candidates = make_candidates(2)
+    for c in candidates:
+        c.details = {"summary": f"{c.side} {c.item_index}.{c.candidate_index}", "tests_passed": c.candidate_index}
+    candidates[-1].details = None  # a reward that explained nothing for this one
+    pairs = make_pairs(1, 2)  # item 0: current 0 beats comparator 0; item 1: comparator 1 beats current 1
+    store.commit_phase("r", 1, "collect", candidates=candidates, pairs=pairs)
+    first, second = store.pair_detail("r", 1, 0), store.pair_detail("r", 1, 1)
+    assert first["winner_details"] == {"summary": "current 0.0", "tests_passed": 0}
+    assert first["loser_details"] == {"summary": "comparator 0.0", "tests_passed": 0}
+    assert second["winner_details"] is None  # comparator 1.1 stored no breakdown
+    assert second["loser_details"] == {"summary": "current 1.1", "tests_passed": 1}
+    stored = store.candidates_for_item("r", 1, 0)["details_json"].map(json.loads).tolist()
+    assert [d["summary"] for d in stored] == ["current 0.0", "current 0.1", "comparator 0.0", "comparator 0.1"]
+
+
 def test_a_version_3_store_gains_the_labels_table(tmp_path):
     path = tmp_path / "v3.duckdb"
     with RunStore(path) as s:
@@ -609,9 +649,10 @@ def test_a_version_3_store_gains_the_labels_table(tmp_path):
     with duckdb.connect(str(path)) as con:
         con.execute("DROP TABLE labels")
         con.execute("ALTER TABLE rounds DROP COLUMN label_at")
+        con.execute("ALTER TABLE candidates DROP COLUMN details_json")
         con.execute("UPDATE schema_version SET version = 3")
     with RunStore(path) as s:
-        assert s.readonly_sql("SELECT version FROM schema_version ORDER BY 1")["version"].tolist() == [3, 4]
+        assert s.readonly_sql("SELECT version FROM schema_version ORDER BY 1")["version"].tolist() == [3, 4, 5]
         assert s.pairs_count("r") == 2 and s.labels("r") == []
         s.put_labels("r", [_label(1, "A")])
         s.commit_phase("r", 1, "label")

@@ -8,8 +8,9 @@ import pytest
 from trainer_fixtures import ITEMS
 
 from comlrl_lab.names import metric_names as M
-from comlrl_lab.trainers.preference import MADPOConfig, tracking
-from comlrl_lab.trainers.preference.sink import MemorySink
+from comlrl_lab.trainers.preference import MADPOConfig
+from comlrl_lab.trainers.preference.runtime import tracking
+from comlrl_lab.trainers.preference.runtime.sink import MemorySink
 
 #: One MADPOIter round on the six items prompted as they are, with its reward distributions logged.
 SETTINGS = dict(eval_dataset=ITEMS[:2], formatters=None, log_reward_distribution=True, seed=5)

@@ -8,10 +8,10 @@ from trainer_fixtures import ITEMS
 from comlrl_lab.names import metric_names
 from comlrl_lab.trainers.preference import MADPOIterTrainer, MADPOTrainer, MARLHFIterTrainer, MARLHFTrainer
 from comlrl_lab.trainers.preference.base import PreferenceTrainerBase
-from comlrl_lab.trainers.preference.collectors import ComparatorCollector, CurrentCollector
 from comlrl_lab.trainers.preference.madpo import DPOLearner
 from comlrl_lab.trainers.preference.marlhf import RLHFLearner
-from comlrl_lab.trainers.preference.sink import MemorySink
+from comlrl_lab.trainers.preference.rounds.collectors import ComparatorCollector, CurrentCollector
+from comlrl_lab.trainers.preference.runtime.sink import MemorySink
 
 TRAINERS = (MADPOTrainer, MADPOIterTrainer, MARLHFTrainer, MARLHFIterTrainer)
 #: Each algorithm's trainer and the two parts it is made of.

@@ -7,6 +7,7 @@ token ids are plain ``list[int]`` so records can be stored, exported and replaye
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -34,7 +35,8 @@ class JointCandidate:
     """One joint response: candidate ``candidate_index`` of every agent for one task item.
 
     ``completion_ids[i]`` are the tokens agent i sampled (no padding, EOS kept when the model emitted it),
-    so training and replay use exactly what was sampled.
+    so training and replay use exactly what was sampled. ``details`` is the task reward's breakdown of this
+    response (``reward_details``, a JSON-ready dict such as a code task's levels), None when the reward gives none.
     """
 
     item_index: int
@@ -47,6 +49,7 @@ class JointCandidate:
     raw_reward: float = math.nan
     reward: float = math.nan
     parse_status: str = PARSE_OK
+    details: dict[str, Any] | None = None
 
     @property
     def parsed(self) -> bool:
@@ -181,3 +184,29 @@ def _optional_record_float(record: dict[str, Any], name: str) -> float | None:
 
 def _optional_float(value: float | None) -> float | None:
     return None if value is None else float(value)
+
+
+def align_joint(
+    per_agent, prompts: list[list[str]], item_indices: Sequence[int], side: Side
+) -> list[list[JointCandidate]]:
+    """``per_agent[i][k][j]`` (a sample with ``text``, ``completion_ids`` and ``prompt_ids``) -> ``joint[k][j]``,
+    index-aligned across agents."""
+    joint: list[list[JointCandidate]] = []
+    for k, item_index in enumerate(item_indices):
+        count = min(len(per_agent[i][k]) for i in range(len(per_agent)))
+        row = []
+        for j in range(count):
+            samples = [per_agent[i][k][j] for i in range(len(per_agent))]
+            row.append(
+                JointCandidate(
+                    item_index=int(item_index),
+                    candidate_index=j,
+                    side=side,
+                    prompts=[prompts[i][k] for i in range(len(per_agent))],
+                    completions=[s.text for s in samples],
+                    completion_ids=[list(s.completion_ids) for s in samples],
+                    prompt_ids=[list(s.prompt_ids) for s in samples],
+                )
+            )
+        joint.append(row)
+    return joint

@@ -4,7 +4,7 @@ A joint reward function scores joint responses: ``completions[i][j]`` is agent i
 Functions written for CoMLRL are called once per joint response, exactly as CoMLRL calls them
 (reference section 2.5); functions marked with :func:`batched_reward` are called once for the whole batch.
 This module also applies ``reward_processor`` and holds CoMLRL's small helpers (``set_reward_range``,
-``RewardProcessors``) and ours (``set_reward_details``).
+``RewardProcessors``) and ours (``set_reward_details``, ``set_sandbox_limits``).
 
 It does not pair, sort or drop anything: NaN rewards are returned as NaN, and the pairing skips them.
 It does not import torch; tensor return values are read through their ``tolist()`` method.
@@ -28,10 +28,11 @@ prompts, ``agent_prompts[i]`` aligned with ``C_i`` (CoMLRL's ``P`` holds agent 0
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import math
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,10 +41,13 @@ __all__ = [
     "RewardProcessors",
     "apply_reward_processor",
     "batched_reward",
+    "breakdown_dict",
     "call_reward_function",
+    "call_reward_with_details",
     "reward_function_name",
     "set_reward_details",
     "set_reward_range",
+    "set_sandbox_limits",
 ]
 
 
@@ -65,12 +69,22 @@ def set_reward_range(fn: Callable[..., Any], low: float, high: float) -> Callabl
 def set_reward_details(fn: Callable[..., Any], details: Callable[..., list[Any]]) -> Callable[..., Any]:
     """Attach ``reward_details``: called like ``fn``, it returns one breakdown per joint response (why it scored so).
 
-    comlrl-lab extension; ``Task.reward_details`` calls it. The breakdowns are dataclasses that
-    ``dataclasses.asdict`` turns into JSON-ready dicts.
+    comlrl-lab extension; ``Task.reward_details`` calls it, and the trainers (``call_reward_with_details``) store
+    each candidate's breakdown beside its reward. The breakdowns are dataclasses that ``dataclasses.asdict`` turns
+    into JSON-ready dicts (or such dicts). A breakdown's ``reward`` field, when it has one, must be the joint reward
+    ``fn`` gives: the trainers then take the reward from it and call ``fn`` no more.
     """
     if not callable(details):
         raise ValueError("reward_details must be a callable.")
     fn.reward_details = details  # type: ignore[attr-defined]
+    return fn
+
+
+def set_sandbox_limits(fn: Callable[..., Any], limits: Any) -> Callable[..., Any]:
+    """Mark ``fn`` as a reward that runs model-written programs in ``comlrl_lab.sandbox`` under ``limits`` (a
+    ``SandboxLimits``), so a run logs once what this host's sandbox enforces and what it cannot (comlrl-lab
+    extension; the engine reads ``fn.sandbox_limits``)."""
+    fn.sandbox_limits = limits  # type: ignore[attr-defined]
     return fn
 
 
@@ -398,6 +412,58 @@ def _check_inputs(
     return k
 
 
+def _call_each(
+    fn: Callable[..., Any],
+    completions: Sequence[Sequence[str]],
+    prompts: Sequence[Sequence[str]] | None,
+    batch_items: Sequence[dict[str, Any]] | None,
+    *,
+    batched: bool,
+    what: str,
+) -> list[Any]:
+    """``fn``'s return values: one batched call's (a list of one), or one call's per joint response.
+
+    ``what`` names the function in the ``RewardFunctionError`` an exception inside it becomes.
+    """
+    k = len(completions[0])
+    plan = _call_plan(fn, len(completions), prompts is not None, batch_items is not None)
+    if batched:
+        columns = [list(column) for column in completions]
+        agent_prompts = [list(column) for column in prompts] if prompts is not None else None
+        try:
+            value = _invoke(
+                fn,
+                plan,
+                columns,
+                agent_prompts[0] if agent_prompts is not None else None,
+                agent_prompts,
+                list(batch_items) if batch_items is not None else None,
+            )
+        except Exception as exc:
+            raise RewardFunctionError(
+                f"{what} raised {type(exc).__name__} in a batched call over joint responses 0..{k - 1}: {exc}"
+            ) from exc
+        return [value]
+    values: list[Any] = []
+    for j in range(k):
+        columns = [[column[j]] for column in completions]
+        agent_prompts = [[column[j]] for column in prompts] if prompts is not None else None
+        try:
+            values.append(
+                _invoke(
+                    fn,
+                    plan,
+                    columns,
+                    agent_prompts[0] if agent_prompts is not None else None,
+                    agent_prompts,
+                    [batch_items[j]] if batch_items is not None else None,
+                )
+            )
+        except Exception as exc:
+            raise RewardFunctionError(f"{what} raised {type(exc).__name__} at joint response {j}: {exc}") from exc
+    return values
+
+
 def call_reward_function(
     reward_func: Callable[..., Any],
     completions: Sequence[Sequence[str]],
@@ -417,48 +483,69 @@ def call_reward_function(
     k = _check_inputs(completions, prompts, batch_items)
     if k == 0:
         return []
-    num_agents = len(completions)
     name = reward_function_name(reward_func)
     batched = bool(getattr(reward_func, "supports_batch", False))
-    plan = _call_plan(reward_func, num_agents, prompts is not None, batch_items is not None)
-
+    values = _call_each(reward_func, completions, prompts, batch_items, batched=batched, what=f"reward_func {name}")
     if batched:
-        columns = [list(column) for column in completions]
-        agent_prompts = [list(column) for column in prompts] if prompts is not None else None
-        try:
-            value = _invoke(
-                reward_func,
-                plan,
-                columns,
-                agent_prompts[0] if agent_prompts is not None else None,
-                agent_prompts,
-                list(batch_items) if batch_items is not None else None,
-            )
-        except Exception as exc:
-            raise RewardFunctionError(
-                f"reward_func {name} raised {type(exc).__name__} in a batched call over joint responses 0..{k - 1}: {exc}"
-            ) from exc
-        return _batch_floats(value, k, name, batch_items)
+        return _batch_floats(values[0], k, name, batch_items)
+    return [
+        _first_float(value, f"reward_func {name} (joint response {j}{_item_label(batch_items, j)})")
+        for j, value in enumerate(values)
+    ]
 
-    rewards: list[float] = []
-    for j in range(k):
-        columns = [[column[j]] for column in completions]
-        agent_prompts = [[column[j]] for column in prompts] if prompts is not None else None
-        try:
-            value = _invoke(
-                reward_func,
-                plan,
-                columns,
-                agent_prompts[0] if agent_prompts is not None else None,
-                agent_prompts,
-                [batch_items[j]] if batch_items is not None else None,
-            )
-        except Exception as exc:
-            raise RewardFunctionError(
-                f"reward_func {name} raised {type(exc).__name__} at joint response {j}: {exc}"
-            ) from exc
-        rewards.append(_first_float(value, f"reward_func {name} (joint response {j}{_item_label(batch_items, j)})"))
-    return rewards
+
+def call_reward_with_details(
+    reward_func: Callable[..., Any],
+    completions: Sequence[Sequence[str]],
+    *,
+    prompts: Sequence[Sequence[str]] | None = None,
+    batch_items: Sequence[dict[str, Any]] | None = None,
+) -> tuple[list[float], list[dict[str, Any]] | None]:
+    """``call_reward_function``'s rewards, and each joint response's breakdown as a JSON-ready dict (None when the
+    function has no ``reward_details``).
+
+    ``reward_details`` is called as the reward would be (once when the reward is marked ``supports_batch``, else
+    once per joint response). When every breakdown holds a number ``reward``, that is the joint reward and the
+    reward function itself is not called, so a reward that runs programs runs them once; otherwise the reward
+    function is called as well.
+    """
+    details_fn = getattr(reward_func, "reward_details", None)
+    if details_fn is None:
+        return call_reward_function(reward_func, completions, prompts=prompts, batch_items=batch_items), None
+    k = _check_inputs(completions, prompts, batch_items)
+    if k == 0:
+        return [], []
+    name = reward_function_name(reward_func)
+    batched = bool(getattr(reward_func, "supports_batch", False))
+    what = f"reward_details of reward_func {name}"
+    values = _call_each(details_fn, completions, prompts, batch_items, batched=batched, what=what)
+    if batched:
+        found = list(_as_list(values[0]))
+    else:  # one breakdown per call, alone or as element 0 of a list
+        found = [v[0] if isinstance(v, (list, tuple)) and len(v) == 1 else v for v in values]
+    if len(found) != k:
+        raise ValueError(f"{what} returned {len(found)} breakdowns for {k} joint responses; it must return one each.")
+    details = [breakdown_dict(d, what) for d in found]
+    if all(_is_number(d.get("reward")) for d in details):
+        rewards = []
+        for j, d in enumerate(details):
+            rewards.append(float(d["reward"]))
+            _check_not_infinite(rewards[-1], f"{what} (joint response {j}{_item_label(batch_items, j)})")
+        return rewards, details
+    return call_reward_function(reward_func, completions, prompts=prompts, batch_items=batch_items), details
+
+
+def breakdown_dict(breakdown: Any, what: str = "reward_details") -> dict[str, Any]:
+    """One breakdown as a plain dict: a dataclass through ``dataclasses.asdict``, a mapping as it is."""
+    if dataclasses.is_dataclass(breakdown) and not isinstance(breakdown, type):
+        return dataclasses.asdict(breakdown)
+    if isinstance(breakdown, Mapping):
+        return {str(key): value for key, value in breakdown.items()}
+    raise ValueError(f"{what} returned a {type(breakdown).__name__}; a breakdown is a dataclass or a mapping.")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def apply_reward_processor(processor: Callable[[float], float] | None, raw: Sequence[float]) -> list[float]:

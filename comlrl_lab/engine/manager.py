@@ -24,7 +24,7 @@ from comlrl_lab.engine.run import Run
 from comlrl_lab.engine.spec import ExperimentSpec
 from comlrl_lab.names import metric_names
 from comlrl_lab.names.phases import ALL_PHASES, PHASES, InvalidTransition, check_next_phase
-from comlrl_lab.trainers.preference.sink import PhaseCancelled, PhaseControl
+from comlrl_lab.trainers.preference.runtime.sink import PhaseCancelled, PhaseControl
 
 #: The ``Progress.history`` entry of building a run's trainer (loading its models, resuming its checkpoint).
 LOAD = "load"

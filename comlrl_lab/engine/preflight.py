@@ -1,7 +1,7 @@
 """What a spec names, checked on this machine before a run directory exists: the task with its module and data
 files, model paths and whether their files are whole, the judge's key, and every device field (`preflight`), and whether the agents fit in memory (`memory_warning`). A mistake costs no run directory and no model load.
 
-The config itself has been validated by then (``ExperimentSpec.build_config``); this module does not build
+The config itself was validated when the spec was made (``ExperimentSpec.validated_config``); this module does not build
 trainers or load model weights.
 """
 
@@ -14,15 +14,15 @@ from typing import Any
 from comlrl_lab.engine.spec import ExperimentSpec, inside_run_dir, resolve_task
 
 
-def preflight(spec: ExperimentSpec, config: Any) -> None:
+def preflight(spec: ExperimentSpec, config: Any) -> Any:
     """Check what ``spec`` (with its validated ``config``) names here: the run folders, the task, model paths,
-    devices."""
+    devices; return the task."""
     # torch comes in with these two: the workbench imports the engine without it.
     from comlrl_lab.models.loading import ModelLoadError, check_available, check_model_whole, resolve_model_source
-    from comlrl_lab.trainers.preference.devices import resolve_layout
+    from comlrl_lab.trainers.preference.runtime.devices import resolve_layout
 
     inside_run_dir(config)
-    resolve_task(spec)
+    task = resolve_task(spec)
     for model in spec.agent_models:
         if not isinstance(model, str):
             continue
@@ -46,9 +46,10 @@ def preflight(spec: ExperimentSpec, config: Any) -> None:
     count = 1 if config.collaboration_mode == "centralized" else int(config.num_agents)
     resolve_layout(config, count, model_config=spec.model_config)
     if config.preference_source == "judge":
-        from comlrl_lab.trainers.preference.judge import Judge
+        from comlrl_lab.trainers.preference.rounds.judge import Judge
 
         Judge(config)  # reads the judge's key: one that is not set is refused here, not after the first collect
+    return task
 
 
 def memory_warning(spec: Any, describe: Callable[..., Any] | None = None) -> str | None:
@@ -60,7 +61,7 @@ def memory_warning(spec: Any, describe: Callable[..., Any] | None = None) -> str
     from comlrl_lab.models.footprint import describe_model, memory_check
 
     describe = describe or describe_model
-    config = spec.build_config()
+    config = spec.validated_config()
     models = list(spec.agent_models)
     if len(models) == 1:
         models = models * int(config.num_agents)

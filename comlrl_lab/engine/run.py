@@ -37,14 +37,15 @@ from comlrl_lab.engine.preflight import preflight
 from comlrl_lab.engine.spec import ExperimentSpec, build_trainer
 from comlrl_lab.names.phases import InvalidTransition
 from comlrl_lab.names.run_ids import new_run_id
+from comlrl_lab.sandbox import SandboxError, sandbox_capabilities
 from comlrl_lab.store import RunStore, snapshot_parquet
-from comlrl_lab.trainers.preference.replay import drop_round_files
-from comlrl_lab.trainers.preference.sink import PhaseCancelled, PhaseControl, PhaseRecords
+from comlrl_lab.trainers.preference.rounds.replay import drop_round_files
+from comlrl_lab.trainers.preference.runtime.sink import PhaseCancelled, PhaseControl, PhaseRecords
 
 
 def _ckpt():
     """The checkpoint module, imported on first use: it imports torch, which opening the workbench must not."""
-    from comlrl_lab.trainers.preference import checkpoint
+    from comlrl_lab.trainers.preference.runtime import checkpoint
 
     return checkpoint
 
@@ -187,15 +188,30 @@ class Run:
     # Construction ------------------------------------------------------------------------------------------
     @classmethod
     def create(cls, spec: ExperimentSpec, runs_root: str | Path) -> Run:
-        config = spec.build_config()  # the one validation of the config on the way to a run
-        preflight(spec, config)  # task, data files, models and devices, before anything is written
+        config = spec.validated_config()  # validated when the spec was made
+        task = preflight(spec, config)  # task, data files, models and devices, before anything is written
         run_id = new_run_id(spec.name or spec.algorithm)
         run_dir = Path(runs_root) / run_id
         run_dir.mkdir(parents=True, exist_ok=False)  # a new run never reuses another run's directory
         spec.save(run_dir / SPEC_FILE)
         store = RunStore(run_dir / STORE_FILE)
         store.create_run(run_id, trainer=spec.algorithm, config=config.to_dict(), num_agents=config.num_agents)
-        return cls(run_dir, spec, run_id, store)
+        run = cls(run_dir, spec, run_id, store)
+        run.log_sandbox(task.reward_func)
+        return run
+
+    def log_sandbox(self, reward_func: Any) -> None:
+        """Once per run, when its reward runs programs in the sandbox: what this host's sandbox enforces and what
+        it cannot (a warning when something is not enforced, so the run's log says so before any program runs)."""
+        limits = getattr(reward_func, "sandbox_limits", None)
+        if limits is None:
+            return
+        try:
+            capabilities = sandbox_capabilities(limits)
+        except SandboxError as error:  # the reward raises the same at its first program, failing that phase
+            self.log("error", f"sandbox: no program can run here: {error}")
+            return
+        self.log("warning" if capabilities.not_enforced else "info", capabilities.summary())
 
     @classmethod
     def open(cls, run_dir: str | Path, secrets: dict[str, Any] | None = None, *, trust_checkpoint: bool = False) -> Run:
@@ -211,7 +227,7 @@ class Run:
         try:
             # The settings pages read (every config value, defaults filled in) as this code resumes the run; a run
             # stored before the store kept them gets them now.
-            settings = spec.build_config().to_dict()
+            settings = spec.validated_config().to_dict()
             info = store.run(run_id)
             if info is not None and json.loads(info["config_json"] or "null") != settings:
                 store.create_run(run_id, config=settings, status=info["status"], source=info["source"])

@@ -12,6 +12,7 @@ their own names everywhere, and the config built from it is what checks them.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 from collections.abc import Iterator, Mapping
@@ -27,8 +28,8 @@ from comlrl_lab.names.phases import round_phases
 from comlrl_lab.trainers import preference
 from comlrl_lab.trainers.preference.algorithms import ALGORITHM_TABLE, algorithm
 from comlrl_lab.trainers.preference.config import SECRET_FIELDS, ConfigError, check_field_names
-from comlrl_lab.trainers.preference.credentials import public_config
-from comlrl_lab.trainers.preference.fields import decode_strings
+from comlrl_lab.trainers.preference.config.credentials import public_config
+from comlrl_lab.trainers.preference.config.fields import decode_strings
 
 
 class _AlgorithmClasses(Mapping):
@@ -92,26 +93,39 @@ class ExperimentSpec:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ConfigError(f"{name} must be an integer >= 1 or null, got {value!r}.", field=name, value=value)
+        self._validated: tuple[str, Any] | None = None  # (the overrides it was built from, the config)
 
     @property
     def config_class(self) -> type:
         return algorithm(self.algorithm).config_class
 
+    def validated_config(self) -> Any:
+        """The spec's one validated config, built the first time it is asked for (``read`` asks at once) and again
+        only if the spec's algorithm, agents or overrides change: unknown fields refused with the closest name, then
+        the config's own checks. Read it; ``build_config`` gives a copy to change."""
+        key = self._config_key()
+        if self._validated is None or self._validated[0] != key:
+            try:
+                check_field_names(self.config_class, self.config)
+            except ConfigError as error:
+                raise ConfigError(f"config: {error}", field=error.field, suggestion=error.suggestion) from None
+            self._validated = (key, self.config_class(**{"num_agents": len(self.agent_models), **self.config}))
+        return self._validated[1]
+
+    def _config_key(self) -> str:
+        return json.dumps([self.algorithm, len(self.agent_models), self.config], sort_keys=True, default=repr)
+
     def build_config(self) -> Any:
-        """The validated config: unknown fields refused with the closest name, then the config's own checks."""
-        try:
-            check_field_names(self.config_class, self.config)
-        except ConfigError as error:
-            raise ConfigError(f"config: {error}", field=error.field, suggestion=error.suggestion) from None
-        return self.config_class(**{"num_agents": len(self.agent_models), **self.config})
+        """A copy of the validated config, for a trainer to own (it sets ``output_dir``, say)."""
+        return copy.deepcopy(self.validated_config())
 
     def num_rounds(self) -> int:
         """Rounds the run makes: ``num_iterations`` for the iterative trainers, one for the others."""
-        return int(self.build_config().num_iterations) if algorithm(self.algorithm).iterative else 1
+        return int(self.validated_config().num_iterations) if algorithm(self.algorithm).iterative else 1
 
     def round_phases(self) -> tuple[str, ...]:
         """The phases of one round: with a label phase when people or a judge label the comparisons."""
-        return round_phases(self.build_config().preference_source)
+        return round_phases(self.validated_config().preference_source)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -153,7 +167,7 @@ class ExperimentSpec:
             data = {"algorithm": bare_config_of, "config": data}
         try:
             spec = cls.from_dict(data)
-            spec.build_config()
+            spec.validated_config()
         except ConfigError as error:
             raise located(source, text, error, fallback_key="config") from None
         return spec

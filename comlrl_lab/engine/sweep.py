@@ -44,7 +44,7 @@ from comlrl_lab.names.run_ids import new_run_id
 from comlrl_lab.store.snapshots import round_metrics, run_statuses
 from comlrl_lab.trainers.preference.algorithms import algorithm
 from comlrl_lab.trainers.preference.config import ConfigError, check_field_names
-from comlrl_lab.trainers.preference.fields import (
+from comlrl_lab.trainers.preference.config.fields import (
     JSON,
     FieldSpec,
     applies,
@@ -423,7 +423,7 @@ class Sweep:
         local = sweep.launcher.get("kind", "local") == "local"
         for cell in sweep.cells:
             cell_spec = sweep.cell_spec(cell)
-            config = cell_spec.build_config()
+            config = cell_spec.validated_config()
             if local:  # what `run` checks before a run folder exists (devices, models, task), for every cell now
                 try:
                     preflight(cell_spec, config)
@@ -555,7 +555,7 @@ def _finished_base(spec: ExperimentSpec, base_run: str | Path | None) -> tuple[s
     run_dir = Path(base_run)
     if run_statuses([run_dir / SNAPSHOT_MANIFEST.parent]).get(run_dir.name) != "finished":
         return None
-    return run_dir.name, spec.build_config().to_dict()
+    return run_dir.name, spec.validated_config().to_dict()
 
 
 def sweep_memberships(runs_root: str | Path) -> dict[str, tuple[str, ...]]:

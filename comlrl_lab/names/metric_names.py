@@ -134,6 +134,14 @@ EVAL_EXPECTED_RETURN = EVAL_PREFIX + EXPECTED_RETURN
 EVAL_REWARD_SEM = EVAL_PREFIX + "turn_1/reward_sem"
 EVAL_NUM_SAMPLES = EVAL_PREFIX + "num_samples"
 EVAL_AGGREGATED = EVAL_PREFIX + "{key}"
+# A code task (a reward whose breakdowns count tests: humaneval): what a coder reports of the evaluation.
+EVAL_CODE_PREFIX = EVAL_PREFIX + "code/"
+EVAL_PASS_AT_1 = EVAL_CODE_PREFIX + "pass_at_1"
+EVAL_PASS_AT_1_LOW = EVAL_CODE_PREFIX + "pass_at_1_ci_low"
+EVAL_PASS_AT_1_HIGH = EVAL_CODE_PREFIX + "pass_at_1_ci_high"
+EVAL_LEVEL_REWARD_MEAN = EVAL_CODE_PREFIX + "level_reward_mean"
+EVAL_LEVEL_REWARD_LOW = EVAL_CODE_PREFIX + "level_reward_ci_low"
+EVAL_LEVEL_REWARD_HIGH = EVAL_CODE_PREFIX + "level_reward_ci_high"
 PHASE_SECONDS = "time/{phase}_seconds"
 # Named after the phase, as the phase times are: train and evaluate share a step, and a name is one per step.
 CHECKPOINT_PREFIX = "checkpoint/"
@@ -347,6 +355,35 @@ METRICS: tuple[Metric, ...] = (
         "n: how many evaluation samples were scored, eval items times eval_samples_per_item (unparsed ones are left out).",
     ),
     Metric(EVAL_AGGREGATED, "other", "A value returned by the user's eval_aggregator, under its own key."),
+    Metric(
+        EVAL_PASS_AT_1,
+        "share",
+        "Code tasks (humaneval): pass@1, the share of the evaluation's programs that pass every test of their problem "
+        "(one sample per item by default; with eval_samples_per_item = k, the share of all n = items x k samples, "
+        "which is the mean over items of c_i / k, the unbiased pass@1 estimate). From the breakdowns the task "
+        "reward stored.",
+    ),
+    Metric(
+        EVAL_PASS_AT_1_LOW,
+        "share",
+        "Lower end of pass@1's 95% confidence interval: Wilson's score interval over the n programs, which stays "
+        "inside [0, 1] and keeps a width at 0 or n passes (0 of 32: 0 to 0.107). With k >= 2 samples per item it "
+        "takes the n samples as independent draws, wider than the sampling error on the fixed items alone.",
+    ),
+    Metric(EVAL_PASS_AT_1_HIGH, "share", "Upper end of pass@1's 95% confidence interval (Wilson)."),
+    Metric(
+        EVAL_LEVEL_REWARD_MEAN,
+        "reward",
+        "Code tasks (humaneval): mean level reward of the evaluation's programs, 0 to 4, before the reward_processor "
+        "(the anchor's shift -4 is not applied here, so it reads as in the anchor's tables).",
+    ),
+    Metric(
+        EVAL_LEVEL_REWARD_LOW,
+        "reward",
+        "Lower end of the mean level reward's 95% confidence interval: mean - t_{0.975, n-1} SE, with the standard "
+        "error computed as eval/turn_1/reward_sem's (stratified by item with k >= 2 samples per item).",
+    ),
+    Metric(EVAL_LEVEL_REWARD_HIGH, "reward", "Upper end of the mean level reward's 95% confidence interval."),
     Metric(PHASE_SECONDS, "time", "Wall-clock seconds of one phase (collect, select, train, evaluate)."),
     Metric(
         CHECKPOINT_SECONDS,

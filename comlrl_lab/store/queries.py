@@ -181,7 +181,8 @@ def pairs_count(cur: duckdb.DuckDBPyConnection, run_id: str, flt: PairFilter) ->
 
 
 def pair_detail(cur: duckdb.DuckDBPyConnection, run_id: str, round: int, pair_index: int) -> dict[str, Any] | None:
-    """Every stored field of one pair, plus ``record`` (the seed JSON record) and the item's candidate rewards."""
+    """Every stored field of one pair, plus ``record`` (the seed JSON record) and ``winner_details`` and
+    ``loser_details``: the breakdowns the task reward gave the two candidates (None where it gave none)."""
     result = cur.execute(
         "SELECT * EXCLUDE (run_id) FROM pairs WHERE run_id = ? AND round = ? AND pair_index = ?",
         [run_id, int(round), int(pair_index)],
@@ -191,7 +192,38 @@ def pair_detail(cur: duckdb.DuckDBPyConnection, run_id: str, round: int, pair_in
         return None
     row = dict(zip([d[0] for d in result.description], values))
     row["record"] = _row_to_pair(row).to_record()
+    row["winner_details"], row["loser_details"] = _pair_breakdowns(cur, run_id, row)
     return row
+
+
+#: The side the loser of a pair was sampled on, by its winner's side; pairs of the base trainers (winner_side None)
+#: are between two current candidates.
+_LOSER_SIDE = {"current": "comparator", "comparator": "current", None: "current"}
+
+
+def _pair_breakdowns(
+    cur: duckdb.DuckDBPyConnection, run_id: str, row: dict[str, Any]
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The stored breakdowns of a pair's winner and loser candidates (collect phase), found by item, side and index."""
+    item, winner_side = row.get("item_index"), row.get("winner_side")
+    if item is None or winner_side not in _LOSER_SIDE:
+        return None, None
+    found = {
+        (str(side), int(index)): json.loads(text)
+        for side, index, text in cur.execute(
+            "SELECT side, candidate_index, details_json FROM candidates WHERE run_id = ? AND round = ? "
+            "AND phase = 'collect' AND item_index = ? AND details_json IS NOT NULL",
+            [run_id, int(row["round"]), int(item)],
+        ).fetchall()
+    }
+
+    def lookup(side: str, index: Any) -> dict[str, Any] | None:
+        return None if index is None else found.get((side, int(index)))
+
+    return (
+        lookup(winner_side or "current", row.get("winner_candidate_index")),
+        lookup(_LOSER_SIDE[winner_side], row.get("loser_candidate_index")),
+    )
 
 
 def candidates_for_item(cur: duckdb.DuckDBPyConnection, run_id: str, round: int, item: int) -> pd.DataFrame:

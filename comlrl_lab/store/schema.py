@@ -18,7 +18,7 @@ from comlrl_lab.names.phases import ALL_PHASES as ALL_PHASES
 from comlrl_lab.names.phases import PHASES as PHASES
 
 #: Bump when the DDL changes, and add a step to ``MIGRATIONS`` that brings version - 1 up to it.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 #: Tables whose rows belong to one committed (run, round, phase) and are replaced when it is committed again. Of
@@ -85,7 +85,9 @@ TABLES: dict[str, str] = {
             token_counts INTEGER[],
             raw_reward DOUBLE,
             reward DOUBLE,
-            parse_status VARCHAR NOT NULL
+            parse_status VARCHAR NOT NULL,
+            -- version 5: the task reward's breakdown of the candidate as JSON (a code task's levels and program)
+            details_json VARCHAR
         )""",
     "pairs": """
         CREATE TABLE IF NOT EXISTS pairs (
@@ -208,11 +210,17 @@ def _add_labels(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("ALTER TABLE rounds ADD COLUMN label_at TIMESTAMP")
 
 
+def _add_candidate_details(con: duckdb.DuckDBPyConnection) -> None:
+    # Candidates stored before version 5 were scored without a breakdown: NULL.
+    con.execute("ALTER TABLE candidates ADD COLUMN details_json VARCHAR")
+
+
 #: version -> step that upgrades a store from ``version - 1`` to ``version``.
 MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {
     2: _add_reward_distributions,  # 1 -> 2: the reward_distributions table (log_reward_distribution)
     3: _add_event_origin,  # 2 -> 3: events.logged, so a phase committed again keeps the log about it
     4: _add_labels,  # 3 -> 4: the labels table and rounds.label_at (preference_source human or judge)
+    5: _add_candidate_details,  # 4 -> 5: candidates.details_json (the reward's breakdown, reward_details)
 }
 
 

@@ -44,6 +44,7 @@ CANDIDATE_SCHEMA = pa.schema(
         ("raw_reward", pa.float64()),
         ("reward", pa.float64()),
         ("parse_status", pa.string()),
+        ("details_json", pa.string()),
     ]
 )
 PAIR_SCHEMA = pa.schema(
@@ -485,6 +486,7 @@ def _candidate_columns(rows: list[JointCandidate]) -> dict[str, list[Any]]:
         "raw_reward": [_float_or_none(c.raw_reward) for c in rows],
         "reward": [_float_or_none(c.reward) for c in rows],
         "parse_status": [c.parse_status for c in rows],
+        "details_json": [_json_or_none(c.details) for c in rows],
     }
 
 
@@ -579,6 +581,10 @@ def _event_columns(rows: Iterable[Any]) -> dict[str, list[Any]]:
         messages.append(str(r["message"]))
         tracebacks.append(r.get("traceback"))
     return {"ts": ts, "level": levels, "message": messages, "traceback": tracebacks}
+
+
+def _json_or_none(value: dict[str, Any] | None) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False, default=str)
 
 
 def _float_or_none(x: Any) -> float | None:

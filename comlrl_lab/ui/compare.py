@@ -46,6 +46,9 @@ CURVES: dict[str, tuple[tuple[str, str], ...]] = {
     "Loss": ((mn.ROUND_PREFIX + mn.MADPO_LOSS, "train"), (mn.ROUND_PREFIX + mn.RL_LOSS, "train")),
     "Joint margin": ((mn.ROUND_PREFIX + mn.MADPO_JOINT_MARGIN, "train"),),
     "Current agents' win share": ((mn.CURRENT_WIN_SHARE, "collect"),),
+    # A code task's evaluation (humaneval); runs of other tasks have no such curves.
+    "Evaluation pass@1": ((mn.EVAL_PASS_AT_1, "evaluate"),),
+    "Evaluation level reward": ((mn.EVAL_LEVEL_REWARD_MEAN, "evaluate"),),
 }
 #: Settings that never make two runs different experiments: the seed (the group's samples), bookkeeping, and the
 #: number of rounds (round r does not depend on how many follow it; a 3-round run is the start of a 5-round one).
@@ -116,7 +119,7 @@ class Comparison:
 def _settings(spec: ExperimentSpec) -> tuple[dict[str, Any], int | None]:
     """(every setting that defines the experiment, the seed): spec fields and the config with its defaults."""
     try:
-        config = spec.build_config().to_dict()
+        config = spec.validated_config().to_dict()
     except (ValueError, TypeError):  # a spec from another version: compare what it says
         config = dict(spec.config)
     data = spec.to_dict()

@@ -17,7 +17,7 @@ import streamlit as st
 
 from comlrl_lab.engine import eta
 from comlrl_lab.engine.manager import PHASE_UNITS, Progress
-from comlrl_lab.ui import diff, figures, services, state
+from comlrl_lab.ui import diff, figures, frames, services, state
 from comlrl_lab.ui.frames import PHASE_LABELS
 from comlrl_lab.ui.navigation import DATA_PAGE, SETUP_PAGE
 from comlrl_lab.ui.url_state import UrlKey
@@ -353,6 +353,39 @@ def pair_view(view: services.RunView, detail: dict[str, Any]) -> None:
     st.caption("Green: words only in the winner. Red, struck through: words only in the loser.")
 
 
+def pair_breakdowns(detail: dict[str, Any]) -> None:
+    """Why the winner won, where the task reward explains itself (``reward_details``, a code task's levels): each
+    side's summary, reward and, for a program, the joined program the reward ran. Nothing for other rewards."""
+    sides = (("winner", detail.get("winner_details")), ("loser", detail.get("loser_details")))
+    if all(details is None for _, details in sides):
+        return
+    st.markdown(
+        "**Why the winner won**",
+        help="The task reward's breakdown of each candidate, stored beside its reward when it was scored.",
+    )
+    for col, (part, details) in zip(st.columns(2), sides):
+        with col, st.container(border=True, key=state.pair_breakdown_key(part)):
+            if details is None:
+                st.markdown(f"**{part.capitalize()}**")
+                st.caption("No breakdown was stored for this candidate.")
+                continue
+            st.markdown(f"**{part.capitalize()}** · {frames.breakdown_summary(details)}")
+            notes = [f"level reward {float(details['reward']):.4g}"] if _number(details.get("reward")) else []
+            if details.get("error"):
+                notes.append(f"stopped: {details['error']}")
+            if notes:
+                st.caption(" · ".join(notes))
+            if details.get("program"):
+                st.code(details["program"], language="python")
+            elif details.get("summary"):  # the other fields are behind the summary; show them as they are
+                rest = {k: v for k, v in details.items() if k not in frames.BREAKDOWN_SHOWN}
+                st.code(json.dumps(rest, ensure_ascii=False, indent=2), language="json")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _fmt_opt(value: Any) -> str:
     if value is None or (isinstance(value, float) and pd.isna(value)):
         return "null"
@@ -390,6 +423,11 @@ def candidates_view(view: services.RunView, detail: dict[str, Any], version: str
             "reward": frame["reward"],
             "raw reward": frame["raw_reward"],
             "parse": frame["parse_status"],
+            **(
+                {"why": frames.breakdown_column(frame["details_json"])}
+                if "details_json" in frame and frame["details_json"].notna().any()
+                else {}
+            ),
             **{
                 f"agent {i + 1}": [c[i] if i < len(c) else "" for c in frame["completions"]]
                 for i in range(_agents(frame))

@@ -16,10 +16,9 @@ import streamlit as st
 
 from comlrl_lab.data.tasks import list_tasks
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
-from comlrl_lab.trainers.preference import fields
 from comlrl_lab.trainers.preference.algorithms import FAMILIES
-from comlrl_lab.trainers.preference.config import CONFIG_CLASSES, ConfigError
-from comlrl_lab.trainers.preference.fields import FieldSpec, field_specs
+from comlrl_lab.trainers.preference.config import CONFIG_CLASSES, ConfigError, fields
+from comlrl_lab.trainers.preference.config.fields import FieldSpec, field_specs
 from comlrl_lab.ui import forms, model_picker, state
 
 

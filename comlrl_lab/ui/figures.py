@@ -116,6 +116,25 @@ def training_panels(metrics: pd.DataFrame) -> dict[str, go.Figure]:
     return out
 
 
+def code_eval_panels(metrics: pd.DataFrame) -> dict[str, go.Figure]:
+    """A code task's evaluation per round (``frames.CODE_EVAL_PANELS``: pass@1, mean level reward), each line over
+    the 95% CI the evaluation recorded; {} for other tasks."""
+    out = {}
+    for name, (label, y_title, mean, low, high, (bottom, top)) in frames.CODE_EVAL_PANELS.items():
+        frame = frames.per_round(metrics, {label: (mean, None)})
+        if len(frame):
+            fig = charts.round_curves(
+                frame, title=f"Evaluation: {label} per round", y_title=y_title, colors={label: charts.EVAL}
+            )
+            charts.add_interval_band(
+                fig, frames.recorded_interval(metrics, low, high), color=charts.EVAL, name=f"{label}: 95% CI"
+            )
+            # The values' own bounds: a t interval of few programs can reach past them, the axis need not.
+            pad = (top - bottom) * 0.03
+            out[name] = fig.update_yaxes(range=[bottom - pad, top + pad])
+    return out
+
+
 #: The loss a Learning tile shows, in order of preference: the MADPO loss, else the reward model's Bradley-Terry fit.
 HEADLINE_LOSSES = (metric_names.MADPO_LOSS, metric_names.BT_LOSS)
 
@@ -128,6 +147,7 @@ def learning_tiles(metrics: pd.DataFrame) -> list[Tile]:
     win_share = frames.per_round(
         metrics, {"current agents' share of wins": (metric_names.CURRENT_WIN_SHARE, "collect")}
     )
+    code = frames.per_round(metrics, {"pass@1": (metric_names.EVAL_PASS_AT_1, None)})
     recorded = set(losses["series"])
     loss = next((name for name in HEADLINE_LOSSES if name in recorded), "")
     tiles = []
@@ -137,6 +157,7 @@ def learning_tiles(metrics: pd.DataFrame) -> list[Tile]:
         ("DPO / BT loss", losses, loss, "{:.4f}"),
         ("pair accuracy", accuracy, accuracy["series"].iloc[0] if len(accuracy) else "", "{:.1%}"),
         ("current wins", win_share, "current agents' share of wins", "{:.1%}"),
+        *((("eval pass@1", code, "pass@1", "{:.1%}"),) if len(code) else ()),
     ):
         latest, delta = frames.latest_and_delta(frame, series)
         tiles.append(
@@ -173,6 +194,7 @@ def learning(run_id: str, version: str) -> LearningData | None:
         charts.add_interval_band(
             figures["rewards"], frames.eval_interval(metrics), color=charts.EVAL, name=EVAL_BAND_NAME
         )
+    figures.update(code_eval_panels(metrics))
     panels = training_panels(metrics)
     figures.update(panels)
     if len(accuracy) or len(win_share):

@@ -1,7 +1,7 @@
 """The Setup form's widgets: one per config field, drawn from its field spec, plus the agents, task and algorithm.
 
 What a field is (its kind, choices, group, when it applies, its per-choice notes) and how its text reads
-(``encode``/``decode``) come from ``trainers/preference/fields.py``; this module only turns that into widgets and
+(``encode``/``decode``) come from ``trainers/preference/config/fields.py``; this module only turns that into widgets and
 session state. A widget for a number, a toggle or a choice holds the value itself; a text box holds the codec's
 text. A config is checked the one way the Python API checks it, by constructing it (``fields.collect_errors``):
 each ``ConfigError`` names its field, and the form shows it under that field's widget. Widget values persist for
@@ -24,11 +24,10 @@ from comlrl_lab.engine.presets import preset_config, quickstart_spec, smollm2_sp
 from comlrl_lab.engine.spec import resolve_task
 from comlrl_lab.engine.spec_file import parse_spec_text
 from comlrl_lab.models.registry import RegistryError, check_model_name
-from comlrl_lab.trainers.preference import fields
 from comlrl_lab.trainers.preference.algorithms import FAMILIES, algorithm_name
 from comlrl_lab.trainers.preference.algorithms import algorithm as algorithm_row
-from comlrl_lab.trainers.preference.config import SECRET_FIELDS, ConfigError, resolve
-from comlrl_lab.trainers.preference.fields import FieldSpec, field_specs
+from comlrl_lab.trainers.preference.config import SECRET_FIELDS, ConfigError, fields, resolve
+from comlrl_lab.trainers.preference.config.fields import FieldSpec, field_specs
 from comlrl_lab.ui import model_picker, state
 
 #: Every Setup widget keeps its value for the session: leaving the page and coming back loses nothing.

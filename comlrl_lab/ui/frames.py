@@ -1,12 +1,13 @@
 """Shapes the store's DataFrames into what the pages draw: timelines, per-round curves, replay tables.
 
 Pure pandas on frames the store's named queries returned, plus the replay weights of
-``comlrl_lab.trainers.preference.replay`` (the trainer's own formula, so the page and the run never disagree).
+``comlrl_lab.trainers.preference.rounds.replay`` (the trainer's own formula, so the page and the run never disagree).
 No Streamlit, no SQL.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -16,8 +17,13 @@ import pandas as pd
 from comlrl_lab.names import metric_names
 from comlrl_lab.names.phases import ALL_PHASES, PHASES
 from comlrl_lab.trainers.preference.config import MADPOIterConfig
-from comlrl_lab.trainers.preference.fields import FLOAT, applies, field_specs
-from comlrl_lab.trainers.preference.replay import REPLAY_FIELDS, REPLAY_MODES, lambda_decay_weights, replay_weights
+from comlrl_lab.trainers.preference.config.fields import FLOAT, applies, field_specs
+from comlrl_lab.trainers.preference.rounds.replay import (
+    REPLAY_FIELDS,
+    REPLAY_MODES,
+    lambda_decay_weights,
+    replay_weights,
+)
 from comlrl_lab.ui.stats import t975
 
 PHASE_LABELS = {
@@ -236,6 +242,64 @@ def eval_interval(metrics: pd.DataFrame) -> pd.DataFrame:
     mean = wide[metric_names.EVAL_REWARD_MEAN]
     out = pd.DataFrame({"round": wide.index.astype(int), "low": (mean - half).values, "high": (mean + half).values})
     return out.dropna().reset_index(drop=True)
+
+
+# -- reward breakdowns (a task whose reward explains itself: reward_details) ------------------------------------
+
+#: Keys of a breakdown the Pairs page shows on their own: the headline, the reward, the program and why it stopped.
+BREAKDOWN_SHOWN = ("summary", "reward", "program", "error")
+
+
+def breakdown_summary(details: Mapping[str, Any] | None) -> str:
+    """One line on why a candidate scored as it did: the breakdown's own ``summary`` ("parses · 5/7 tests · uses
+    aux"), else its other fields as ``name: value``; "" without a breakdown."""
+    if not details:
+        return ""
+    if details.get("summary"):
+        return str(details["summary"])
+    return " · ".join(f"{k}: {v}" for k, v in details.items() if k not in BREAKDOWN_SHOWN)
+
+
+def breakdown_column(details_json: Sequence[Any]) -> list[str]:
+    """``breakdown_summary`` of each stored ``details_json`` (NULL: "")."""
+    return [breakdown_summary(json.loads(text)) if isinstance(text, str) and text else "" for text in details_json]
+
+
+#: A code task's evaluation (``eval/code/*``, recorded with its 95% CI): panel -> (series label, y-axis title, mean,
+#: CI low, CI high, the values' bounds, which the y axis shows).
+CODE_EVAL_PANELS: dict[str, tuple[str, str, str, str, str, tuple[float, float]]] = {
+    "pass_at_1": (
+        "pass@1",
+        "share passing every test",
+        metric_names.EVAL_PASS_AT_1,
+        metric_names.EVAL_PASS_AT_1_LOW,
+        metric_names.EVAL_PASS_AT_1_HIGH,
+        (0.0, 1.0),
+    ),
+    "level_reward": (
+        "mean level reward",
+        "level reward, raw (0 to 4)",
+        metric_names.EVAL_LEVEL_REWARD_MEAN,
+        metric_names.EVAL_LEVEL_REWARD_LOW,
+        metric_names.EVAL_LEVEL_REWARD_HIGH,
+        (0.0, 4.0),
+    ),
+}
+
+
+def recorded_interval(metrics: pd.DataFrame, low: str, high: str) -> pd.DataFrame:
+    """Per round, a 95% CI the evaluation recorded as two metrics: columns round, low, high (rounds lacking either
+    end left out)."""
+    ends = per_round(metrics, {"low": (low, None), "high": (high, None)})
+    if ends.empty:
+        return pd.DataFrame(columns=["round", "low", "high"])
+    wide = ends.pivot_table(index="round", columns="series", values="value")
+    if not {"low", "high"} <= set(wide.columns):
+        return pd.DataFrame(columns=["round", "low", "high"])
+    out = wide[["low", "high"]].dropna().reset_index()
+    out["round"] = out["round"].astype(int)
+    out.columns.name = None
+    return out[["round", "low", "high"]]
 
 
 def latest_and_delta(frame: pd.DataFrame, series: str) -> tuple[float | None, float | None]:

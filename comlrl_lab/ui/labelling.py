@@ -109,7 +109,7 @@ def _other(side: str | None) -> str | None:
 
 def label_tab(view: services.RunView, progress: Progress | None) -> None:
     """The Label tab of a run whose preferences come from people or a judge."""
-    config = view.spec.build_config()
+    config = view.spec.validated_config()
     store, run_id = view.store, view.run_id
     if config.preference_source == "human":
         if progress is not None and progress.next_phase == "label" and not progress.busy:

@@ -268,6 +268,11 @@ def pair_agent_key(i: int, part: str | None = None) -> str:
     return f"pairs.agent.{i}" if part is None else f"pairs.agent.{i}.{part}"
 
 
+def pair_breakdown_key(part: str) -> str:
+    """The box of the winner's or the loser's reward breakdown (``part`` "winner" or "loser") in the pair view."""
+    return f"pairs.breakdown.{part}"
+
+
 # -- the open run ---------------------------------------------------------------------------------------------
 
 

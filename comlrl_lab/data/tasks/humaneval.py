@@ -30,7 +30,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from comlrl_lab.data.rewards import batched_reward, set_reward_details, set_reward_range
+from comlrl_lab.data.rewards import batched_reward, set_reward_details, set_reward_range, set_sandbox_limits
 from comlrl_lab.data.tasks.base import Task, align_completions
 from comlrl_lab.data.tasks.code_program import AUX_NAME, join_program
 from comlrl_lab.sandbox import SandboxJob, SandboxLimits, run_programs, split_check
@@ -117,6 +117,7 @@ class CodeLevels:
     reward: float
     summary: str  # one line, e.g. "parses · 5/7 tests · uses aux"
     error: str = ""  # why the program stopped early: "timed out", "killed by signal 11", "NameError", ...
+    program: str = ""  # the joined program the levels were read from (and the sandbox ran, when it got that far)
 
 
 def level_reward(
@@ -235,6 +236,7 @@ def humaneval_reward_details(
                 reward=level_reward(**facts),
                 summary=level_summary({**facts, "timed_out": timed_out}),
                 error=_stop_reason(result) if result else "",
+                program=program.source,
             )
         )
     return out
@@ -251,6 +253,7 @@ def humaneval_reward(completions_agent1, completions_agent2, *, batch_items=None
 
 set_reward_range(humaneval_reward, *REWARD_RANGE)
 set_reward_details(humaneval_reward, humaneval_reward_details)
+set_sandbox_limits(humaneval_reward, SANDBOX_LIMITS)
 reward_func = humaneval_reward
 
 TASK = CodeTask(

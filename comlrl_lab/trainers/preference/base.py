@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from comlrl_lab.data.code_eval import code_eval_metrics
 from comlrl_lab.data.datasets import load_items
 from comlrl_lab.data.formatters import resolve_formatters
 from comlrl_lab.data.labels import Label
@@ -37,17 +38,20 @@ from comlrl_lab.models.lora import (
 )
 from comlrl_lab.models.scoring import disable_dropout
 from comlrl_lab.names import metric_names as M
-from comlrl_lab.names.phases import LABEL_PHASE, check_next_phase, round_phases
+from comlrl_lab.names.phases import check_next_phase, round_phases
 from comlrl_lab.names.run_ids import new_run_id
 from comlrl_lab.seeding import RandomStreams
-from comlrl_lab.trainers.preference import checkpoint as ckpt
-from comlrl_lab.trainers.preference.collection import agent_prompts, reward_summary, sample_joint_candidates
+from comlrl_lab.trainers.preference import round as round_plan
 from comlrl_lab.trainers.preference.comparators.centralized import TaggedCentralizedComparatorAdapter, validate_adapter
 from comlrl_lab.trainers.preference.comparators.local import ModelComparator
-from comlrl_lab.trainers.preference.context import CentralizedRoles, PartContext, Trained
-from comlrl_lab.trainers.preference.devices import DeviceLayout, resolve_layout
-from comlrl_lab.trainers.preference.distributed import DistContext
-from comlrl_lab.trainers.preference.fingerprint import (
+from comlrl_lab.trainers.preference.learning.optim import build_adamw
+from comlrl_lab.trainers.preference.rounds.collection import agent_prompts, reward_summary, sample_joint_candidates
+from comlrl_lab.trainers.preference.rounds.context import CentralizedRoles, PartContext, Trained
+from comlrl_lab.trainers.preference.rounds.labelling import Labeller
+from comlrl_lab.trainers.preference.runtime import checkpoint as ckpt
+from comlrl_lab.trainers.preference.runtime.devices import DeviceLayout, resolve_layout
+from comlrl_lab.trainers.preference.runtime.distributed import DistContext
+from comlrl_lab.trainers.preference.runtime.fingerprint import (
     ModelMismatch,
     differences,
     model_fingerprint,
@@ -55,11 +59,9 @@ from comlrl_lab.trainers.preference.fingerprint import (
     tensors_fingerprint,
     tokenizer_fingerprint,
 )
-from comlrl_lab.trainers.preference.frozen_heap import frozen_heap
-from comlrl_lab.trainers.preference.labelling import Labeller
-from comlrl_lab.trainers.preference.optim import build_adamw
-from comlrl_lab.trainers.preference.sink import NullSink, PhaseControl, PhaseRecords, RecordSink
-from comlrl_lab.trainers.preference.tracking import Trackers
+from comlrl_lab.trainers.preference.runtime.frozen_heap import frozen_heap
+from comlrl_lab.trainers.preference.runtime.sink import NullSink, PhaseControl, PhaseRecords, RecordSink
+from comlrl_lab.trainers.preference.runtime.tracking import Trackers
 
 logger = logging.getLogger(__name__)
 
@@ -400,29 +402,17 @@ class PreferenceTrainerBase:
     def _run_phase(self, phase: str, records: PhaseRecords) -> None:
         if phase == "collect":
             self._log_sampling_paths(records)
-            self.collector.collect(records, self.updates_seen)
-            if self.labeller is None:
-                self.learner.on_pairs_collected(self.collector.round_pairs)
-        elif phase == LABEL_PHASE:
-            self.collector.round_labels = self.labeller.label(self.collector.round_pairs, records, self.updates_seen)
-        elif phase == "select":
-            self.collector.select(records, self.updates_seen)
-            if self.labeller is not None:  # the round's pairs exist now: the labels chose their winners
-                self.learner.on_pairs_collected(self.collector.labelled_pairs)
-        elif phase == "train":
-            self.initial_fingerprints()  # the last moment the weights are still the initial ones
-            self._weights_touched = True
-            trained = self.learner.train(self.collector.train_pairs, records, self.updates_seen)
-            self.updates_seen += trained.updates
-            self.env_step += trained.env_steps
-            # The agents were updated: the next checkpoint writes their weights again.
-            self._weights_dirty = self._weights_dirty or trained.weights_changed
-            self.collector.after_train(self.round_index)
-        else:
-            self._phase_evaluate(records)
-            return
-        if records.events:  # what the collector or learner said last (a warning, "no update"): the progress line
-            self.last_message = records.events[-1]["message"]
+        round_plan.run_phase(self, phase, records)
+
+    def mark_weights_touched(self) -> None:
+        """The agents are about to be trained: a resume can no longer start from the initial weights."""
+        self._weights_touched = True
+
+    def count_training(self, trained: Trained) -> None:
+        """Add a train phase's updates and environment steps; its weights need saving at the next checkpoint."""
+        self.updates_seen += trained.updates
+        self.env_step += trained.env_steps
+        self._weights_dirty = self._weights_dirty or trained.weights_changed
 
     def _log_sampling_paths(self, records: PhaseRecords) -> None:
         """Once per trainer, at its first collect: which path samples each agent and model comparator."""
@@ -459,7 +449,7 @@ class PreferenceTrainerBase:
     ) -> None:
         """Run every remaining phase. CoMLRL's signature; checkpoints are written after each phase when a
         ``checkpoint_dir`` is given (or resumed from). ``trust_checkpoint`` (ours) lets a resume read a checkpoint
-        of format 1, whose state file is a pickle (``checkpoint.py``)."""
+        of format 1, whose state file is a pickle (``runtime/checkpoint.py``)."""
         if isinstance(checkpoint_interval, bool) or not isinstance(checkpoint_interval, int) or checkpoint_interval < 1:
             raise ValueError("checkpoint_interval must be a positive integer.")
         if checkpoint_total_limit is not None:
@@ -523,6 +513,8 @@ class PreferenceTrainerBase:
             M.EVAL_EXPECTED_RETURN: reward,
             M.EVAL_REWARD_SEM: sem,
             M.EVAL_NUM_SAMPLES: count,
+            # A code task's reward counts tests: pass@1 and the mean level reward, with their 95% CIs.
+            **code_eval_metrics(flat, stratified=per_item > 1),
         }
         if self.eval_logger is not None and self.eval_aggregator is not None:
             # CoMLRL's shapes: completions per agent (per role when centralized, parsed from the joint text), per
@@ -539,7 +531,7 @@ class PreferenceTrainerBase:
         self.last_eval_candidates = flat
         return metrics
 
-    def _phase_evaluate(self, records: PhaseRecords) -> None:
+    def evaluate_phase(self, records: PhaseRecords) -> None:
         count = min(len(self.eval_items), max(0, int(self.args.eval_num_samples)))
         self.control.begin(self.round_index, "evaluate", count * self.num_agents * int(self.args.eval_samples_per_item))
         if count == 0 or self.args.eval_interval == 0:

@@ -34,11 +34,8 @@ from comlrl_lab.models.reference import frozen_references
 from comlrl_lab.models.scoring import pair_logps, scored_token_counts, set_mode
 from comlrl_lab.names import metric_names as M
 from comlrl_lab.trainers.preference.base import PreferenceTrainerBase, finite_mean
-from comlrl_lab.trainers.preference.collection import map_agents
-from comlrl_lab.trainers.preference.collectors import ComparatorCollector, CurrentCollector
 from comlrl_lab.trainers.preference.config import MADPOConfig, MADPOIterConfig
-from comlrl_lab.trainers.preference.context import PartContext, Trained
-from comlrl_lab.trainers.preference.losses import (
+from comlrl_lab.trainers.preference.learning.losses import (
     NonFiniteLossError,
     check_finite,
     madpo_losses,
@@ -46,7 +43,10 @@ from comlrl_lab.trainers.preference.losses import (
     madpo_pair_losses,
     winner_nll,
 )
-from comlrl_lab.trainers.preference.sink import PhaseRecords
+from comlrl_lab.trainers.preference.rounds.collectors import ComparatorCollector, CurrentCollector
+from comlrl_lab.trainers.preference.rounds.context import PartContext, Trained
+from comlrl_lab.trainers.preference.runtime.concurrency import map_agents
+from comlrl_lab.trainers.preference.runtime.sink import PhaseRecords
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -361,7 +361,7 @@ class MADPOIterTrainer(PreferenceTrainerBase):
         >>> import tempfile
         >>> from comlrl_lab.data.tasks import get_task
         >>> from comlrl_lab.trainers.preference import MADPOIterConfig, MADPOIterTrainer
-        >>> from comlrl_lab.trainers.preference.sink import MemorySink
+        >>> from comlrl_lab.trainers.preference.runtime.sink import MemorySink
         >>> task = get_task("length_ratio")
         >>> sink = MemorySink()  # keeps every phase's records; the workbench passes a store instead
         >>> trainer = MADPOIterTrainer(

@@ -28,17 +28,17 @@ from comlrl_lab.data.records import JointCandidate, PreferencePair
 from comlrl_lab.models.loading import load_model, load_tokenizer
 from comlrl_lab.names import metric_names as M
 from comlrl_lab.trainers.preference.base import PreferenceTrainerBase, finite_mean
-from comlrl_lab.trainers.preference.collection import ScoreFn
-from comlrl_lab.trainers.preference.collectors import ComparatorCollector, CurrentCollector
 from comlrl_lab.trainers.preference.config import MARLHFConfig, MARLHFIterConfig
-from comlrl_lab.trainers.preference.context import PartContext, Trained
-from comlrl_lab.trainers.preference.policy_learning import (
+from comlrl_lab.trainers.preference.learning.policy_learning import (
     PolicyLearner,
     resolve_backend,
     resolve_critic_sources,
 )
-from comlrl_lab.trainers.preference.reward_model import JointRewardModel, fit_bradley_terry, split_validation
-from comlrl_lab.trainers.preference.sink import PhaseRecords
+from comlrl_lab.trainers.preference.learning.reward_model import JointRewardModel, fit_bradley_terry, split_validation
+from comlrl_lab.trainers.preference.rounds.collection import ScoreFn
+from comlrl_lab.trainers.preference.rounds.collectors import ComparatorCollector, CurrentCollector
+from comlrl_lab.trainers.preference.rounds.context import PartContext, Trained
+from comlrl_lab.trainers.preference.runtime.sink import PhaseRecords
 
 REWARD_INIT_STREAM = "reward_model_init"
 BT_SPLIT_STREAM = "bt_split"

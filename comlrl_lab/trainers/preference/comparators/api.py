@@ -38,7 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from comlrl_lab.trainers.preference import credentials
+from comlrl_lab.trainers.preference.config import credentials
 
 logger = logging.getLogger(__name__)
 

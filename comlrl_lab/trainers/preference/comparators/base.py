@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from comlrl_lab.data.records import PARSE_UNPARSED, JointCandidate
+from comlrl_lab.data.records import PARSE_UNPARSED, JointCandidate, align_joint
 from comlrl_lab.models.generation import SamplingSettings, sample_candidates
 from comlrl_lab.seeding import RandomStreams
-from comlrl_lab.trainers.preference.collection import align_joint, map_agents
 from comlrl_lab.trainers.preference.comparators.centralized import split_completion
+from comlrl_lab.trainers.preference.runtime.concurrency import map_agents
 
 COMPARATOR_STREAM = "comparator"
 

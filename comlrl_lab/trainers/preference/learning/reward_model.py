@@ -31,9 +31,9 @@ from torch import Tensor, nn
 from comlrl_lab.models.reward_oracle import joint_reward_text
 from comlrl_lab.models.scoring import base_model
 from comlrl_lab.names import metric_names as M
-from comlrl_lab.trainers.preference.distributed import DistContext
-from comlrl_lab.trainers.preference.losses import NonFiniteLossError, bradley_terry_loss, check_finite
-from comlrl_lab.trainers.preference.optim import build_adamw
+from comlrl_lab.trainers.preference.learning.losses import NonFiniteLossError, bradley_terry_loss, check_finite
+from comlrl_lab.trainers.preference.learning.optim import build_adamw
+from comlrl_lab.trainers.preference.runtime.distributed import DistContext
 
 
 # ------------------------------------------------------------------------------------------------ pooling

@@ -9,19 +9,14 @@ or any callable that maps joint candidates to scores (the MARLHF reward model). 
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-import torch
-
-from comlrl_lab.data.records import PARSE_OK, JointCandidate, Side
-from comlrl_lab.data.rewards import apply_reward_processor, call_reward_function
+from comlrl_lab.data.records import PARSE_OK, JointCandidate, Side, align_joint
+from comlrl_lab.data.rewards import apply_reward_processor, call_reward_with_details
 from comlrl_lab.models.generation import SamplingSettings, sample_candidates, sample_sides
-from comlrl_lab.trainers.preference.devices import concurrent_devices
+from comlrl_lab.trainers.preference.runtime.concurrency import map_agents
 
 T = TypeVar("T")
 
@@ -32,53 +27,6 @@ ScoreFn = Callable[[list[JointCandidate]], list[float]]
 def agent_prompts(formatters: Sequence[Callable[[dict], str]], items: Sequence[dict]) -> list[list[str]]:
     """``prompts[i][k]`` = agent i's prompt for item k."""
     return [[fmt(item) for item in items] for fmt in formatters]
-
-
-def available_cores() -> int:
-    """The CPU cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-@contextlib.contextmanager
-def _torch_threads(count: int) -> Iterator[None]:
-    """torch's intra-op thread count set to ``count`` meanwhile (process-wide), then put back."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def map_agents(fn: Callable[[int], T], devices: Sequence[Any], *, concurrent_cpu: bool = False) -> list[T]:
-    """``[fn(0), ..., fn(A-1)]``, one agent per device; concurrent (one thread per agent) when the agents sit on
-    two or more distinct CUDA devices, in order otherwise.
-
-    ``concurrent_cpu`` (the ``concurrent_cpu_agents`` field) also runs agents that all sit on the CPU in one
-    thread each, when the process has at least two cores, with torch's intra-op threads split between them
-    (torch's count is process-wide: it reads threads / agents, at least 1, until they have all finished).
-    """
-    count = len(devices)
-    if count < 2:
-        return [fn(i) for i in range(count)]
-    if concurrent_devices(list(devices)):
-        return _in_threads(fn, count)
-    on_cpu = all(torch.device(d).type == "cpu" for d in devices)
-    # Differs from CoMLRL: its agents always run one after the other; here CPU agents may overlap (opt-in).
-    if concurrent_cpu and on_cpu and available_cores() >= 2:
-        per_agent = max(1, torch.get_num_threads() // count)
-        with _torch_threads(per_agent):
-            return _in_threads(fn, count)
-    return [fn(i) for i in range(count)]
-
-
-def _in_threads(fn: Callable[[int], T], count: int) -> list[T]:
-    with ThreadPoolExecutor(max_workers=count, thread_name_prefix="comlrl-lab-agent") as pool:
-        futures = [pool.submit(fn, i) for i in range(count)]
-        return [f.result() for f in futures]
 
 
 def sample_joint_candidates(
@@ -165,38 +113,14 @@ def sample_joint_sides(
     ]
 
 
-def align_joint(
-    per_agent, prompts: list[list[str]], item_indices: Sequence[int], side: Side
-) -> list[list[JointCandidate]]:
-    """``per_agent[i][k][j]`` (SampledText) -> ``joint[k][j]`` index-aligned across agents."""
-    joint: list[list[JointCandidate]] = []
-    for k, item_index in enumerate(item_indices):
-        count = min(len(per_agent[i][k]) for i in range(len(per_agent)))
-        row = []
-        for j in range(count):
-            samples = [per_agent[i][k][j] for i in range(len(per_agent))]
-            row.append(
-                JointCandidate(
-                    item_index=int(item_index),
-                    candidate_index=j,
-                    side=side,
-                    prompts=[prompts[i][k] for i in range(len(per_agent))],
-                    completions=[s.text for s in samples],
-                    completion_ids=[list(s.completion_ids) for s in samples],
-                    prompt_ids=[list(s.prompt_ids) for s in samples],
-                )
-            )
-        joint.append(row)
-    return joint
-
-
 def score_with_task_reward(
     candidates: list[JointCandidate],
     items: dict[int, dict],
     reward_func: Callable[..., Any],
     reward_processor: Callable[[float], float] | None,
 ) -> None:
-    """Fill ``raw_reward`` and ``reward`` in place with one batched call over all parsed candidates."""
+    """Fill ``raw_reward``, ``reward`` and (when the reward explains itself) ``details`` in place, with one batched
+    call over all parsed candidates; a reward with ``reward_details`` is asked for both at once."""
     scored = [c for c in candidates if c.parse_status == PARSE_OK]
     if not scored:
         return
@@ -204,11 +128,12 @@ def score_with_task_reward(
     completions = [[c.completions[i] for c in scored] for i in range(num_agents)]
     prompts = [[c.prompts[i] for c in scored] for i in range(num_agents)]
     batch_items = [items[c.item_index] for c in scored]
-    raw = call_reward_function(reward_func, completions, prompts=prompts, batch_items=batch_items)
+    raw, details = call_reward_with_details(reward_func, completions, prompts=prompts, batch_items=batch_items)
     processed = apply_reward_processor(reward_processor, raw)
-    for candidate, r, p in zip(scored, raw, processed):
+    for j, (candidate, r, p) in enumerate(zip(scored, raw, processed)):
         candidate.raw_reward = float(r)
         candidate.reward = float(p)
+        candidate.details = None if details is None else details[j]
 
 
 def score_with(candidates: list[JointCandidate], score_fn: ScoreFn) -> None:

@@ -40,9 +40,7 @@ from comlrl_lab.models.reference import frozen_references
 from comlrl_lab.models.scoring import set_mode, token_logps_and_mask
 from comlrl_lab.names import metric_names as M
 from comlrl_lab.seeding import RandomStreams
-from comlrl_lab.trainers.preference.collection import agent_prompts, sample_joint_candidates
-from comlrl_lab.trainers.preference.distributed import DistContext
-from comlrl_lab.trainers.preference.losses import (
+from comlrl_lab.trainers.preference.learning.losses import (
     NonFiniteLossError,
     actor_critic_advantages,
     check_finite,
@@ -52,8 +50,10 @@ from comlrl_lab.trainers.preference.losses import (
     policy_gradient_loss,
     value_loss,
 )
-from comlrl_lab.trainers.preference.optim import build_adamw
-from comlrl_lab.trainers.preference.reward_model import ScalarHeadLM, hidden_size, pooled_hidden, scalar_head
+from comlrl_lab.trainers.preference.learning.optim import build_adamw
+from comlrl_lab.trainers.preference.learning.reward_model import ScalarHeadLM, hidden_size, pooled_hidden, scalar_head
+from comlrl_lab.trainers.preference.rounds.collection import agent_prompts, sample_joint_candidates
+from comlrl_lab.trainers.preference.runtime.distributed import DistContext
 
 RL_GENERATION_STREAM = "rl_generation"
 RL_SHUFFLE_STREAM = "rl_shuffle"

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from comlrl_lab.models.devices import resolve_devices, resolve_dtype
-from comlrl_lab.trainers.preference.distributed import DistContext
+from comlrl_lab.trainers.preference.runtime.distributed import DistContext
 
 ROLES = ("agents", "comparator", "current_copy", "reference", "reward_model", "critics")
 

@@ -47,7 +47,7 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
 from comlrl_lab.data.no_space import NoSpaceLeft, is_no_space
-from comlrl_lab.trainers.preference import state_codec
+from comlrl_lab.trainers.preference.runtime import state_codec
 
 STATE_FILE = "state.json"
 TENSORS_FILE = "state.safetensors"

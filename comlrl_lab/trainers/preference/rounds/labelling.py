@@ -31,9 +31,9 @@ from comlrl_lab.data.labels import (
 )
 from comlrl_lab.data.records import PreferencePair
 from comlrl_lab.names import metric_names as M
-from comlrl_lab.trainers.preference.context import PartContext
-from comlrl_lab.trainers.preference.judge import Judge
-from comlrl_lab.trainers.preference.sink import PhaseRecords
+from comlrl_lab.trainers.preference.rounds.context import PartContext
+from comlrl_lab.trainers.preference.rounds.judge import Judge
+from comlrl_lab.trainers.preference.runtime.sink import PhaseRecords
 
 BLIND_STREAM = "blind"
 

@@ -35,25 +35,25 @@ from comlrl_lab.data.reward_distribution import (
 )
 from comlrl_lab.models.chat import raw_formatter
 from comlrl_lab.names import metric_names as M
-from comlrl_lab.trainers.preference.collection import (
-    ScoreFn,
-    agent_prompts,
-    mean_reward,
-    sample_joint_sides,
-    score_with,
-)
 from comlrl_lab.trainers.preference.comparators import ComparatorContext, build_comparator
 from comlrl_lab.trainers.preference.comparators.centralized import (
     TaggedCentralizedComparatorAdapter,
     validate_adapter,
 )
 from comlrl_lab.trainers.preference.comparators.local import INITIAL_SNAPSHOT, snapshot_name
-from comlrl_lab.trainers.preference.context import PartContext
-from comlrl_lab.trainers.preference.devices import model_dtype_spec
-from comlrl_lab.trainers.preference.labelling import blind
-from comlrl_lab.trainers.preference.pairing import base_pairs, iterative_pairs
-from comlrl_lab.trainers.preference.replay import ReplayBuffer
-from comlrl_lab.trainers.preference.sink import PhaseRecords
+from comlrl_lab.trainers.preference.rounds.collection import (
+    ScoreFn,
+    agent_prompts,
+    mean_reward,
+    sample_joint_sides,
+    score_with,
+)
+from comlrl_lab.trainers.preference.rounds.context import PartContext
+from comlrl_lab.trainers.preference.rounds.labelling import blind
+from comlrl_lab.trainers.preference.rounds.pairing import base_pairs, iterative_pairs
+from comlrl_lab.trainers.preference.rounds.replay import ReplayBuffer
+from comlrl_lab.trainers.preference.runtime.devices import model_dtype_spec
+from comlrl_lab.trainers.preference.runtime.sink import PhaseRecords
 
 PAIRS_STREAM = "pairs"
 REPLAY_STREAM = "replay"

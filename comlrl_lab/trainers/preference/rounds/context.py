@@ -18,12 +18,16 @@ from typing import Any
 from comlrl_lab.data.records import JointCandidate, PreferencePair
 from comlrl_lab.models.generation import SamplingSettings
 from comlrl_lab.seeding import RandomStreams
-from comlrl_lab.trainers.preference.collection import agent_prompts, sample_joint_candidates, score_with_task_reward
 from comlrl_lab.trainers.preference.comparators.base import encode_text
 from comlrl_lab.trainers.preference.comparators.centralized import split_completion
-from comlrl_lab.trainers.preference.devices import DeviceLayout
-from comlrl_lab.trainers.preference.distributed import DistContext
-from comlrl_lab.trainers.preference.sink import PhaseControl
+from comlrl_lab.trainers.preference.rounds.collection import (
+    agent_prompts,
+    sample_joint_candidates,
+    score_with_task_reward,
+)
+from comlrl_lab.trainers.preference.runtime.devices import DeviceLayout
+from comlrl_lab.trainers.preference.runtime.distributed import DistContext
+from comlrl_lab.trainers.preference.runtime.sink import PhaseControl
 
 GENERATION_STREAM = "generation"
 
@@ -180,7 +184,7 @@ class PartContext:
         views = [self.roles.view(c, items_by_index[c.item_index]) for c in candidates]
         score_with_task_reward(views, items_by_index, self.reward_func, self.reward_processor)
         for candidate, view in zip(candidates, views):
-            candidate.raw_reward, candidate.reward = view.raw_reward, view.reward
+            candidate.raw_reward, candidate.reward, candidate.details = view.raw_reward, view.reward, view.details
 
     def ensure_token_ids(self, pair: PreferencePair) -> PreferencePair:
         """Pairs imported from text get token ids from each agent's tokenizer (sampled pairs already have them)."""

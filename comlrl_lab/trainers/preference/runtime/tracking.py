@@ -17,7 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from comlrl_lab.trainers.preference.sink import PhaseRecords
+from comlrl_lab.trainers.preference.runtime.sink import PhaseRecords
 
 #: The pairs of a collect phase shown in the tracker's sample table.
 PAIR_SAMPLE_SIZE = 16
