@@ -33,7 +33,7 @@ from comlrl_lab.data.labels import A_SIDE_KEY, Label, NoUsableLabels
 from comlrl_lab.models.generation import SamplingSettings, sample_candidates
 from comlrl_lab.store import RunStore
 from comlrl_lab.trainers.preference.comparators.api import ComparatorApiError
-from comlrl_lab.trainers.preference.sink import MemorySink
+from comlrl_lab.trainers.preference.runtime.sink import MemorySink
 
 # -- 2. CoMLRL's contract: errors of the constructor ----------------------------------------------------------------
 
