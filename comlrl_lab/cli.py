@@ -25,6 +25,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Iterator
@@ -139,12 +140,70 @@ def _run(args: argparse.Namespace) -> int:
         if warning:
             print(f"warning: {warning}", file=sys.stderr)
     run = manager.run(run_id)
-    print(f"run {run_id} in {run.run_dir}")
-    manager.start(run_id, rounds=10**6)
+    with StopSignals() as signals:
+        print(f"run {run_id} in {run.run_dir}", flush=True)
+        return _drive(args, manager, run, signals, tqdm, empty_round_notes)
+
+
+class StopSignals:
+    """SIGINT (Ctrl-C) and SIGTERM as a stop request, while a run is driven in the foreground.
+
+    The handlers only record the signal; the loop that polls the run asks the engine to stop, which cancels the
+    current phase at its next check (it is rolled back to the last finished phase) and lets the worker thread end
+    before the process exits. A ``KeyboardInterrupt`` raised in the main thread instead can cut a ``Thread.join``
+    short, so the process left while the worker was inside torch or DuckDB ("terminate called without an active
+    exception", SIGABRT). Outside the main thread (a test's worker) nothing is installed.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._saved: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for number in self.SIGNALS:
+                self._saved[number] = signal.signal(number, self._record)
+        return self
+
+    def _record(self, number: int, frame: Any) -> None:
+        self.received.append(number)  # list.append is atomic; nothing here may take a lock the main thread holds
+
+    def __exit__(self, *exc: Any) -> None:
+        # After a stop signal the process is on its way out: a repeated Ctrl-C must not turn that into a
+        # KeyboardInterrupt (or a death by signal) while it prints how to resume and closes the store.
+        for number, handler in self._saved.items():
+            signal.signal(number, signal.SIG_IGN if self.received else handler)
+
+    @property
+    def first(self) -> int | None:
+        return self.received[0] if self.received else None
+
+
+def _drive(args: argparse.Namespace, manager: Any, run: Any, signals: StopSignals, tqdm: Any, notes_of: Any) -> int:
+    """Step the run to its end, showing progress; a stop signal ends it at a safe point (exit 128 + signal)."""
+    run_id = run.run_id
+    if signals.first is None:
+        manager.start(run_id, rounds=10**6)
     bar = tqdm(total=0, unit="step", dynamic_ncols=True, disable=args.quiet)
     shown: tuple | None = None
+    asked = 0  # signals acted on
     try:
         while True:
+            if len(signals.received) > asked:
+                if asked == 0:
+                    name = signal.Signals(signals.first).name
+                    print(
+                        f"\ncomlrl-lab run: {name}: stopping at the next safe point (the phase in progress is "
+                        "abandoned and nothing committed is lost)...",
+                        file=sys.stderr,
+                    )
+                    if manager.progress(run_id).busy:
+                        manager.stop(run_id)
+                elif asked == 1:
+                    print("comlrl-lab run: still stopping; waiting for the phase to reach its check", file=sys.stderr)
+                asked = len(signals.received)
             progress = manager.wait(run_id, timeout=0.5)
             where = (progress.status == "loading", progress.round_index, progress.phase)
             if where != shown:  # a new phase: its own bar, so the rate and elapsed time are the phase's
@@ -158,20 +217,24 @@ def _run(args: argparse.Namespace) -> int:
                 postfix["all_eta"] = queue_eta
             bar.set_postfix(postfix)
             bar.refresh()
-            if not progress.busy:
+            if not progress.busy and len(signals.received) == asked:
                 break
-    except KeyboardInterrupt:
-        manager.stop(run_id)
-        progress = manager.wait(run_id)
     finally:
         bar.close()
     progress = manager.progress(run_id)
-    notes = empty_round_notes(run.store, run_id)
+    if signals.first is not None and progress.status != "finished":  # a signal after the last phase changes nothing
+        name = signal.Signals(signals.first).name
+        line = run.mark_interrupted(name)
+        manager.close()
+        print(f"{line}; results in {run.run_dir}", file=sys.stderr)
+        print(f"resume with: comlrl-lab run --resume {run.run_dir}")
+        return 128 + int(signals.first)
+    notes = notes_of(run.store, run_id)
     manager.close()
     for note in notes:
         print(f"warning: {note}", file=sys.stderr)
     if progress.status == "error":
-        print(f"error: {progress.last_error}", file=sys.stderr)
+        print(f"error: {printable(' '.join(str(progress.last_error).split()))}", file=sys.stderr)
         if args.verbose and progress.last_traceback:
             print(progress.last_traceback, file=sys.stderr)
         return 1
@@ -211,18 +274,25 @@ def _labels_export(args: argparse.Namespace) -> int:
 
 
 def _labels_import(args: argparse.Namespace) -> int:
-    """``labels import RUN_DIR FILE``: verdicts checked against the run's comparisons; bad rows named and skipped."""
+    """``labels import RUN_DIR FILE``: verdicts checked against the run's comparisons; bad rows named and skipped,
+    a file that would mix labels up refused whole. Exit 1 when no label was imported."""
     from comlrl_lab.store.labels_io import import_labels
 
     run_dir = Path(args.run_dir)
     with _labels_store(run_dir) as store:
-        report = import_labels(store, store.first_run_id() or run_dir.name, args.file)
+        report = import_labels(store, store.first_run_id() or run_dir.name, args.file, strict=args.strict)
     for line in report.skipped:
         print(f"skipped {line}", file=sys.stderr)
+    if report.skipped_count > len(report.skipped):
+        print(f"... and {report.skipped_count - len(report.skipped)} more rows skipped", file=sys.stderr)
     print(
         f"imported {report.written} labels; {report.kept} already labelled by the same labeller kept as they were; "
-        f"{len(report.skipped)} rows skipped"
+        f"{report.unlabelled} rows not labelled yet; {report.skipped_count} rows skipped"
+        + (f" ({report.conflicts} comparisons with disagreeing rows of one labeller)" if report.conflicts else "")
     )
+    if report.written == 0:
+        print(f"comlrl-lab labels: no label was imported from {args.file}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -693,6 +763,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     back.add_argument("run_dir")
     back.add_argument("file")
+    back.add_argument(
+        "--strict", action="store_true", help="refuse the whole file when any row would be skipped (nothing imported)"
+    )
     back.add_argument("--verbose", action="store_true", help="print the traceback on error")
     back.set_defaults(func=_labels_import)
 
@@ -727,7 +800,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command. A mistake is one line on stderr, with exit status 2; ``--verbose`` adds the traceback."""
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args))
+        with _pipe_safe_stdout():
+            return int(args.func(args))
     except KeyboardInterrupt:
         print(f"comlrl-lab {args.command}: interrupted", file=sys.stderr)
         return 128 + int(signal.SIGINT)
@@ -745,10 +819,64 @@ def describe_error(error: BaseException) -> str:
         return f"{_lock_holder(str(error))}; stop it, or wait for it to finish, then try again"
     if isinstance(error, OSError) and error.filename is not None and error.strerror:
         return f"{error.filename}: {error.strerror}"
-    text = " ".join(str(error).split()) or type(error).__name__
+    text = printable(" ".join(str(error).split())) or type(error).__name__
     export = sys.modules.get("comlrl_lab.store.export")
     plain = (ValueError, LookupError, FileNotFoundError, InvalidTransition) + ((export.ExportError,) if export else ())
     return text if isinstance(error, plain) else f"{type(error).__name__}: {text}"
+
+
+class _PipeSafeStdout:
+    """stdout that outlives its reader: once ``| head`` has closed the pipe, what is still written goes nowhere, so
+    the command finishes its work (a run its phases and store) and exits with its own status, instead of dying in a
+    ``BrokenPipeError`` (and Python's "Exception ignored" when it flushes at exit)."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+        self._closed = False
+
+    def write(self, text: str) -> int:
+        if not self._closed:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._reader_gone()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._closed:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._reader_gone()
+
+    def _reader_gone(self) -> None:
+        self._closed = True
+        with contextlib.suppress(OSError, ValueError):
+            # The interpreter flushes the real stdout at exit: give its descriptor somewhere to write.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _pipe_safe_stdout() -> Iterator[None]:
+    previous = sys.stdout
+    sys.stdout = _PipeSafeStdout(previous)
+    try:
+        yield
+    finally:
+        sys.stdout = previous
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (a terminal's escape codes, from a server's body or a file) as ``\\xNN``."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def _lock_holder(message: str) -> str:

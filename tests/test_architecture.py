@@ -368,6 +368,7 @@ RUNTIME_CHECKS = {
     "comlrl_lab/models/cpu_matmul.py": "cpu_matmul='onednn' with a torch built without oneDNN",
     "comlrl_lab/trainers/preference/comparators/api.py": "an API key missing from the environment",
     "comlrl_lab/engine/sweep.py": "the grid: seed is swept with --seeds",
+    "comlrl_lab/engine/preflight.py": "comparator_model_name's files on this machine, deleted or damaged",
 }
 
 

@@ -98,7 +98,9 @@ def app(tmp_path_factory):
 
 def test_a_human_round_is_labelled_by_keyboard_and_trains_on_exactly_the_labelled_winners(app):
     server, page, run_id, run_dir = app
-    rounds_url = f"{server.url}/rounds?run.open={run_id}"  # lowercase: a fresh server's first visit (test_browser_addresses)
+    rounds_url = (
+        f"{server.url}/rounds?run.open={run_id}"  # lowercase: a fresh server's first visit (test_browser_addresses)
+    )
     page.goto(rounds_url)
     page.locator("h1").filter(has_text="Rounds").wait_for()
     driver.wait_idle(page)

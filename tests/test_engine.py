@@ -195,6 +195,11 @@ def test_the_event_log_keeps_starts_phases_pauses_stops_and_resumes(model_dir, t
     manager.pause(run_id)  # asked while select runs (or before it starts): the run stops after one phase
     assert manager.wait(run_id, timeout=300).status == "paused"
     messages = run.store.events(run_id)["message"].tolist()[::-1]  # oldest first
+    # The first collect also says which path samples each agent (test_replaced_generate.py); the rest in order.
+    assert [m for m in messages if m.startswith("sampling: ")] == [
+        f"sampling: agent {i} (LlamaForCausalLM) samples through comlrl-lab's decode loop (row-seeded)" for i in (0, 1)
+    ]
+    messages = [m for m in messages if not m.startswith("sampling: ")]
     assert messages[0] == "started: collect of round 1"
     assert messages[1].startswith("models loaded in ") and messages[2].startswith("collect of round 1 done in ")
     assert messages[3] == "resumed: 3 phases from select of round 1"

@@ -179,21 +179,23 @@ def test_a_human_cli_run_waits_says_how_to_label_and_trains_on_imported_labels(m
     # Fill in: A for every row; then a row for a comparison that does not exist and one with a bad verdict.
     filled = [{**r, "labeller": "ann", "verdict": "A"} for r in rows]
     filled += [
-        {"round": 1, "pair_index": 999, "labeller": "ann", "verdict": "A"},
+        {**rows[0], "pair_index": 999, "labeller": "ann", "verdict": "A"},
         {**rows[0], "labeller": "bob", "verdict": "C"},
     ]
     answers = tmp_path / "answers.jsonl"
     answers.write_text("".join(json.dumps(r) + "\n" for r in filled) + "not json\n")
     assert cli.main(["labels", "import", str(run_dir), str(answers)]) == 0
     captured = capsys.readouterr()
-    assert f"imported {len(rows)} labels; 0 already labelled" in captured.out
+    assert f"imported {len(rows)} labels; 0 already labelled" in captured.out and "3 rows skipped" in captured.out
     assert "line " + str(len(rows) + 1) + ": no comparison round 1 pair 999" in captured.err
     assert "verdict must be one of A, B, tie, both_bad, got 'C'" in captured.err and "not JSON" in captured.err
     # Importing again changes nothing that was labelled.
     changed = [{**r, "verdict": "B"} for r in filled[: len(rows)]]
     answers.write_text("".join(json.dumps(r) + "\n" for r in changed))
-    assert cli.main(["labels", "import", str(run_dir), str(answers)]) == 0
-    assert f"imported 0 labels; {len(rows)} already labelled" in capsys.readouterr().out
+    assert cli.main(["labels", "import", str(run_dir), str(answers)]) == 1  # nothing imported
+    captured = capsys.readouterr()
+    assert f"imported 0 labels; {len(rows)} already labelled" in captured.out
+    assert "no label was imported" in captured.err
 
     assert cli.main(["run", "--resume", str(run_dir), "--quiet"]) == 0
     assert "finished" in capsys.readouterr().out

@@ -15,6 +15,8 @@ This module does no I/O and imports no torch.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -46,6 +48,23 @@ class AwaitingLabels(RuntimeError):
         super().__init__(
             f"round {round_index} waits for labels: {missing} of {total} comparisons still need {each}; {HOW_TO_LABEL}"
         )
+
+
+class NoUsableLabels(RuntimeError):
+    """A round's label phase ended with no verdict that prefers a side: select would train on nothing, so the run
+    stops (nothing of the phase committed) with one line naming who labelled, the counts and the likely cause."""
+
+
+def people_left_nothing(round_index: int, comparisons: int, labels: Sequence[Label]) -> str:
+    """The ``NoUsableLabels`` line of a round whose people's labels all say tie or both bad."""
+    names = sorted({label.labeller for label in labels})
+    ties = sum(label.verdict == "tie" for label in labels)
+    return (
+        f"round {round_index}: the labels of {', '.join(repr(n) for n in names) or 'nobody'} leave no usable label: "
+        f"{len(labels)} labels on {comparisons} comparisons, {ties} tie and {len(labels) - ties} both bad, none "
+        "prefers a side, so select would train on nothing; relabel some comparisons (Pairs page, Label tab, or "
+        "`comlrl-lab labels import`), then resume the run"
+    )
 
 
 @dataclass(frozen=True)
@@ -114,6 +133,19 @@ def joint_text(parts: list[str]) -> str:
     if len(parts) == 1:
         return parts[0]
     return "\n".join(f"[Agent {i + 1}]\n{text}" for i, text in enumerate(parts))
+
+
+def comparison_texts(pair: PreferencePair) -> tuple[str, str, str]:
+    """The comparison as people see it: (prompt, response A, response B), each joint text as ``joint_text`` makes it."""
+    a, b = shown_sides(pair)
+    return joint_text(list(dict.fromkeys(pair.prompts))), joint_text(a), joint_text(b)
+
+
+def comparison_fingerprint(pair: PreferencePair) -> str:
+    """A short fingerprint of the comparison's texts as shown (prompt, A, B): a label carries it, so a label can only
+    land on the comparison it was given for. ``fp-`` and 16 hex digits, never read as a number by a spreadsheet."""
+    digest = hashlib.sha256(json.dumps(comparison_texts(pair), ensure_ascii=False).encode("utf-8")).hexdigest()
+    return f"fp-{digest[:16]}"
 
 
 def reward_preference(pair: PreferencePair) -> str | None:

@@ -58,6 +58,25 @@ class _BoundedLoader(yaml.SafeLoader):
         self._sizes[id(node)] = self._total - before
         return node
 
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        # PyYAML keeps the last of a key given twice; a spec refuses it (which one did the author mean?). Keys a
+        # merge (<<) brings in may be overridden, as YAML intends: only the keys written in the mapping count.
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, Any] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                if isinstance(key, (str, int, float, bool)) or key is None:
+                    if key in seen:
+                        first = seen[key].line + 1
+                        raise self._refuse(
+                            f"the key {key!r} is given twice in one mapping (first at line {first}); give it once",
+                            key_node.start_mark,
+                        )
+                    seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
     def _count(self, values: int, mark: Any) -> None:
         self._total += values
         if self._total > MAX_VALUES:
@@ -74,6 +93,25 @@ def load_yaml(text: str, path: str | Path) -> Any:
         return loader.get_single_data()
     finally:
         loader.dispose()
+
+
+def refuse_duplicate_keys(text: str, path: str | Path) -> Any:
+    """``json.loads`` hook (``object_pairs_hook``) that refuses a key given twice in one object, naming the file and
+    the lines where the key is written."""
+    import re
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                pattern = re.compile(rf'"{re.escape(key)}"\s*:')
+                lines = [str(text.count("\n", 0, m.start()) + 1) for m in pattern.finditer(text)]
+                where = f" (written at lines {', '.join(lines)})" if lines else ""
+                raise SpecBoundError(f"{path}: the key {key!r} is given twice in one object{where}; give it once")
+            out[key] = value
+        return out
+
+    return hook
 
 
 def check_depth(data: Any, path: str | Path) -> None:

@@ -265,7 +265,12 @@ def cell_states(sweep: Sweep, *, strict: bool = True) -> list[str]:
     kind = sweep.launcher.get("kind", LOCAL)
     states = [cell.status for cell in sweep.cells]
     if kind == LOCAL:
-        return states
+        # The local runner holds a running cell's lock; a cell still "running" in the manifest whose lock is free
+        # was running in a process that is gone (killed): lost, as a dead job's cell.
+        return [
+            "lost" if state == "running" and not _held(sweep.sweep_dir, cell.index) else state
+            for cell, state in zip(sweep.cells, states, strict=True)
+        ]
     waiting = [c.job_id for c in sweep.cells if c.status in ("submitted", "requeued") and c.job_id]
     try:
         queued = queued_jobs(kind, waiting)

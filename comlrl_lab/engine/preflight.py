@@ -1,5 +1,5 @@
 """What a spec names, checked on this machine before a run directory exists: the task with its module and data
-files, model paths, and every device field (`preflight`), and whether the agents fit in memory (`memory_warning`). A mistake costs no run directory and no model load.
+files, model paths and whether their files are whole, the judge's key, and every device field (`preflight`), and whether the agents fit in memory (`memory_warning`). A mistake costs no run directory and no model load.
 
 The config itself was validated when the spec was made (``ExperimentSpec.validated_config``); this module does not build
 trainers or load model weights.
@@ -18,7 +18,7 @@ def preflight(spec: ExperimentSpec, config: Any) -> Any:
     """Check what ``spec`` (with its validated ``config``) names here: the run folders, the task, model paths,
     devices; return the task."""
     # torch comes in with these two: the workbench imports the engine without it.
-    from comlrl_lab.models.loading import ModelLoadError, check_available, resolve_model_source
+    from comlrl_lab.models.loading import ModelLoadError, check_available, check_model_whole, resolve_model_source
     from comlrl_lab.trainers.preference.runtime.devices import resolve_layout
 
     inside_run_dir(config)
@@ -33,8 +33,22 @@ def preflight(spec: ExperimentSpec, config: Any) -> Any:
         if source.startswith((".", "~", "/")) and not Path(source).exists():
             raise ValueError(f"agent_models: {model!r} is not a folder or .gguf file on this machine (no such path)")
         check_available(model, "agent_models:")
+        try:
+            check_model_whole(model)
+        except ModelLoadError as exc:  # files deleted, truncated or damaged since the model was added
+            raise ValueError(f"agent_models: {exc}") from None
+    comparator = getattr(config, "comparator_model_name", None)
+    if isinstance(comparator, str) and comparator.strip():
+        try:
+            check_model_whole(comparator)
+        except ModelLoadError as exc:
+            raise ValueError(f"comparator_model_name: {exc}") from None
     count = 1 if config.collaboration_mode == "centralized" else int(config.num_agents)
     resolve_layout(config, count, model_config=spec.model_config)
+    if config.preference_source == "judge":
+        from comlrl_lab.trainers.preference.rounds.judge import Judge
+
+        Judge(config)  # reads the judge's key: one that is not set is refused here, not after the first collect
     return task
 
 
@@ -58,7 +72,7 @@ def memory_warning(spec: Any, describe: Callable[..., Any] | None = None) -> str
             m: describe(m, dtype=dtype, lora_r=config.lora_r or 8, lora_target_modules=config.lora_target_modules)
             for m in set(models)
         }
-    except (OSError, ValueError):  # a config that cannot be read now: loading the model reports why, in the run
+    except Exception:  # a config that cannot be read now (a cut GGUF gives struct.error): loading reports why
         return None
     if any(f is None for f in footprints.values()):
         return None

@@ -450,6 +450,19 @@ class Run:
                 self.store.create_run(self.run_id, status="failed")
                 snapshot_parquet(self.store, self.run_id, self.run_dir / SNAPSHOT_DIR)
 
+    def mark_interrupted(self, signal_name: str) -> str:
+        """Set ``runs.status`` to interrupted (a signal stopped the run between phases or abandoned one) and log where
+        it stands; returns that line. The next finished phase sets the status back, as after a failure."""
+        round_index, next_phase = self.cursor()
+        where = "with every round done" if next_phase is None else f"before {next_phase} of round {round_index}"
+        line = f"interrupted by {signal_name}: stopped {where}; every finished phase is kept"
+        if self.store is not None:
+            with contextlib.suppress(Exception):  # a store that fails now must not hide how to resume
+                self.store.create_run(self.run_id, status="interrupted")
+                self.store.log_event(self.run_id, "warning", line, round=round_index, phase=next_phase)
+                snapshot_parquet(self.store, self.run_id, self.run_dir / SNAPSHOT_DIR)
+        return line
+
     def restore_last_good(self) -> None:
         if self.trainer is None:
             return

@@ -32,7 +32,13 @@ def _at(source: str, line: int | None) -> str:
 def parse_spec_text(text: str, source: str) -> dict:
     """The mapping a spec file holds (YAML for a ``.yaml``/``.yml`` source, else JSON); ``SpecError`` naming
     ``source`` and, for a syntax error, its line and column."""
-    from comlrl_lab.engine.bounded_yaml import MAX_DEPTH, SpecBoundError, check_depth, load_yaml
+    from comlrl_lab.engine.bounded_yaml import (
+        MAX_DEPTH,
+        SpecBoundError,
+        check_depth,
+        load_yaml,
+        refuse_duplicate_keys,
+    )
 
     if source.lower().endswith((".yaml", ".yml")):
         import yaml
@@ -49,7 +55,7 @@ def parse_spec_text(text: str, source: str) -> dict:
             raise SpecError(f"{source}: YAML error: {error}") from None
     else:
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=refuse_duplicate_keys(text, source))
             check_depth(data, source)
         except json.JSONDecodeError as error:
             raise SpecError(f"{source}:{error.lineno}:{error.colno}: JSON syntax error: {error.msg}") from None

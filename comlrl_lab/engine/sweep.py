@@ -36,6 +36,7 @@ from filelock import FileLock
 
 from comlrl_lab.engine import eta
 from comlrl_lab.engine.manager import Progress, RunManager
+from comlrl_lab.engine.preflight import preflight
 from comlrl_lab.engine.spec import ExperimentSpec
 from comlrl_lab.names import metric_names as M
 from comlrl_lab.names.phases import PHASES
@@ -419,8 +420,18 @@ class Sweep:
         for index, (overrides, seed) in enumerate(itertools.product(grid_cells(spec, grid), seed_values)):
             sweep.cells.append(SweepCell(index, {**overrides, "seed": seed}))
         base = _finished_base(spec, base_run)
+        local = sweep.launcher.get("kind", "local") == "local"
         for cell in sweep.cells:
-            config = sweep.cell_spec(cell).validated_config()
+            cell_spec = sweep.cell_spec(cell)
+            config = cell_spec.validated_config()
+            if local:  # what `run` checks before a run folder exists (devices, models, task), for every cell now
+                try:
+                    preflight(cell_spec, config)
+                except (ValueError, FileNotFoundError) as error:
+                    settings = ", ".join(f"{k}={v}" for k, v in cell.overrides.items())
+                    raise ValueError(
+                        f"cell {cell.index} ({settings}): {str(error).rstrip('.')}; no cell was started"
+                    ) from None
             if base is not None and config.to_dict() == base[1]:
                 cell.run_id, cell.status = base[0], "finished"
         if base_run is not None and not sweep.unfinished:
@@ -597,6 +608,9 @@ class SweepRunner:
         self._done: dict[int, int] = {c.index: self._phases[c.index] for c in sweep.cells if c.status == "finished"}
         self._busy = False
         self._started: dict[int, float] = {}  # cell index -> monotonic time its run started here
+        # The lock of each cell this runner runs (``cluster.cell_lock``), held while it runs and freed by the operating
+        # system when the process dies: what tells ``sweep status`` a running cell from a killed one.
+        self._locks: dict[int, Any] = {}
         self._cell_seconds: list[float] = []  # how long each cell that finished here took
 
     # Commands ------------------------------------------------------------------------------------------------
@@ -668,6 +682,17 @@ class SweepRunner:
 
     def _launch(self, cell: SweepCell) -> str | None:
         """Create (or reopen, to resume from its checkpoint) the cell's run and start it; None when nothing to do."""
+        from filelock import Timeout
+
+        from comlrl_lab.engine.cluster import cell_lock
+
+        lock = cell_lock(self.sweep.sweep_dir, cell.index)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:  # another process runs this cell now (a second `sweep --resume`)
+            self._set(cell, error=f"cell {cell.index} is run by another process; not started here")
+            return None
+        self._locks[cell.index] = lock
         try:
             if cell.run_id is not None and (self.sweep.runs_root / cell.run_id).is_dir():
                 run_id = self.manager.open(self.sweep.runs_root / cell.run_id)
@@ -683,7 +708,13 @@ class SweepRunner:
             return run_id
         except Exception as error:  # a cell that cannot start must not stop the others
             self._set(cell, status="error", error=f"{type(error).__name__}: {error}")
+            self._unlock(cell)
             return None
+
+    def _unlock(self, cell: SweepCell) -> None:
+        lock = self._locks.pop(cell.index, None)
+        if lock is not None:
+            lock.release()
 
     def _count(self, cell: SweepCell, progress: Progress) -> None:
         order, next_phase = progress.phases, progress.next_phase
@@ -703,6 +734,7 @@ class SweepRunner:
                 if cell.index in self._started:
                     self._cell_seconds.append(time.monotonic() - self._started[cell.index])
         self._set(cell, status=state, error=error if state == "error" else None)
+        self._unlock(cell)
         # A finished or stopped cell gives back its models and its DuckDB file; the next cell needs the memory.
         self.manager.release(run_id)
 

@@ -16,6 +16,11 @@ Two ways to draw the randomness:
   ``generate`` then runs greedily and takes that token. A row's tokens no longer depend on batch size, batch
   composition, sort order or which process sampled it, so sharding items across ranks changes nothing.
 
+A model whose ``generate`` is replaced (its class's or instance's is not transformers' ``GenerationMixin.generate``,
+``replaced_generate``) is sampled through it, as CoMLRL samples every candidate: with CoMLRL's sampling arguments,
+one call per prompt with ``num_return_sequences`` when row-seeded (the device RNG seeded from the prompt's seed),
+batched from the stream otherwise; none of our caches, processors or decode loop reach it (``_sample_custom``).
+
 Within a generate call, each distinct prompt's KV cache (all its tokens but the last) is computed once and
 shared by its candidates' rows (``SamplingSettings.prefill_once``); models without a ``logits_to_keep``/cache
 forward are prefilled per row as before.
@@ -38,7 +43,7 @@ import torch
 
 from comlrl_lab.models.decode_loop import decode_rows
 from comlrl_lab.models.devices import model_device
-from comlrl_lab.models.scoring import forward_parameters, set_mode
+from comlrl_lab.models.scoring import base_model, forward_parameters, set_mode
 
 # Keys the sampler owns; extra generate kwargs may not override them.
 _RESERVED_KWARGS = {"input_ids", "attention_mask", "num_return_sequences", "generator"}
@@ -545,9 +550,18 @@ def _sample(
 
     device = model_device(model)
     prompt_ids = [list(ids) for ids in tokenizer(prompts, truncation=True)["input_ids"]]
+    empty = next((k for k, ids in enumerate(prompt_ids) if not ids), None)
+    if empty is not None:  # else torch's "cannot reshape tensor of 0 elements" deep inside generate
+        raise ValueError(
+            f"prompt {empty} of {len(prompts)} ({prompts[empty]!r}) has no tokens (the tokenizer adds none of its "
+            "own); a model needs at least one prompt token to sample from."
+        )
     eos_ids = eos_token_ids(model, tokenizer)
     eos_set = set(eos_ids)
     kwargs = _generate_kwargs(settings, pad_id, eos_ids, extra_generate_kwargs)
+    if replaced_generate(model) is not None:
+        # Differs from our own paths, as CoMLRL does: a model whose generate is replaced samples through it.
+        return _sample_custom(model, prompt_ids, counts, settings, generator, side_seeds, kwargs, tokenizer, eos_set)
     if side_seeds is not None:
         unsupported = sorted(_ROW_SEEDED_UNSUPPORTED & set(kwargs))
         if unsupported:
@@ -623,3 +637,113 @@ def _sample(
     finally:
         set_mode(model, was_training)
     return results
+
+
+# A replaced generate ---------------------------------------------------------------------------------------
+
+
+def replaced_generate(model: Any) -> str | None:
+    """The qualified name of the ``generate`` that replaces transformers' ``GenerationMixin.generate`` on ``model``
+    (set on its instance, or defined by its class or a base between it and ``GenerationMixin``), or None.
+
+    A peft wrapper is looked through (its ``generate`` forwards to the wrapped model's), so a LoRA agent is judged by
+    the model it wraps. A model without ``generate`` is not replaced. transformers' own classes that define their
+    own ``generate`` count as replaced: our decode loop would not be theirs either.
+    """
+    from transformers import GenerationMixin
+
+    inner = base_model(model)
+    for candidate in dict.fromkeys((model, inner), None):
+        own = vars(candidate).get("generate") if hasattr(candidate, "__dict__") else None
+        if own is not None:
+            return f"{type(candidate).__name__} instance's {getattr(own, '__qualname__', 'generate')}"
+    method = getattr(type(inner), "generate", None)
+    if method is None or method is GenerationMixin.generate:
+        return None
+    return getattr(method, "__qualname__", "generate")
+
+
+def sampling_path(model: Any, settings: SamplingSettings, row_seeded: bool) -> str:
+    """In words, the path by which ``sample_candidates`` samples ``model`` with ``settings`` (for the run's log):
+    through the model's replaced ``generate``, our own decode loop, or transformers' ``generate``."""
+    custom = replaced_generate(model)
+    if custom is not None:
+        how = "one call per prompt, seeded from the prompt's row seed" if row_seeded else "batched, from the stream"
+        return f"its own generate ({custom}; {how})"
+    if row_seeded and settings.own_decode_loop and _decode_loop_cache_name(model) is not None:
+        return "comlrl-lab's decode loop (row-seeded)"
+    how = "row-seeded logits processor" if row_seeded else "from the stream"
+    return f"transformers' generate ({how})"
+
+
+def sampling_path_lines(models: Mapping[str, Any], settings: SamplingSettings, row_seeded: bool) -> list[str]:
+    """One log line per named model ("agent 0", "comparator 1", ...): its class and the path that samples it."""
+    return [
+        f"sampling: {name} ({type(base_model(model)).__name__}) samples through {sampling_path(model, settings, row_seeded)}"
+        for name, model in models.items()
+    ]
+
+
+def _sample_custom(
+    model: Any,
+    prompt_ids: list[list[int]],
+    counts: list[int],
+    settings: SamplingSettings,
+    generator: torch.Generator | None,
+    side_seeds: Sequence[Sequence[int]] | None,
+    kwargs: dict[str, Any],
+    tokenizer: Any,
+    eos_set: set[int],
+) -> list[list[list[SampledText]]]:
+    """Sampling through a replaced ``generate``, with CoMLRL's keyword arguments (sampling, one beam, temperature,
+    top-p, top-k) and no KV cache or logits processor of ours, which the replacement may not expect.
+
+    Row-seeded: one call per (prompt, side) with ``num_return_sequences`` = the side's count, as CoMLRL calls it,
+    the device RNG seeded from the prompt's row seed, so a prompt's candidates depend on its seed alone, not on the
+    batching or the ranks (but on the count: candidate j is not drawn from a seed of its own).
+    From a stream: the batched calls of transformers' path, the generator driving the device RNG.
+    """
+    device = model_device(model)
+    results: list[list[list[Any]]] = [[[None] * count for _ in prompt_ids] for count in counts]
+    # Each call: its (prompt k, side s, candidate j) rows, its random stream, the rows it asks for per prompt.
+    if side_seeds is not None:
+        calls = [
+            ([(k, s, j) for j in range(count)], _seeded_generator(side_seeds[s][k]), count)
+            for k in range(len(prompt_ids))
+            for s, count in enumerate(counts)
+            if count
+        ]
+    else:
+        order = sorted(range(len(prompt_ids)), key=lambda k: len(prompt_ids[k]))
+        jobs = [(k, s, j) for k in order for s, count in enumerate(counts) for j in range(count)]
+        size = settings.batch_size or DEFAULT_ROWS_PER_CALL
+        calls = [(jobs[start : start + size], generator, 1) for start in range(0, len(jobs), size)]
+    was_training = model.training
+    set_mode(model, False)
+    try:
+        with torch.inference_mode():
+            for rows, rng, per_prompt in calls:
+                prompts = [prompt_ids[k] for k, _, _ in rows[::per_prompt]]
+                input_ids, attention_mask = _left_pad(prompts, kwargs["pad_token_id"], device)
+                extra = {"return_dict_in_generate": True}  # CoMLRL's call; a tensor back is taken too
+                if per_prompt > 1:
+                    extra["num_return_sequences"] = per_prompt
+                with generator_as_device_rng(rng, device):
+                    output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs, **extra)
+                sequences = output if isinstance(output, torch.Tensor) else output.sequences  # (rows, T + new)
+                cut = [_cut_at_eos(row, eos_set) for row in sequences[:, input_ids.shape[1] :].tolist()]
+                texts = tokenizer.batch_decode([ids for ids, _ in cut], skip_special_tokens=True)
+                for (k, s, j), (ids, finished), text in zip(rows, cut, texts):
+                    results[s][k][j] = SampledText(
+                        text=text, completion_ids=ids, prompt_ids=list(prompt_ids[k]), finished=finished
+                    )
+    finally:
+        set_mode(model, was_training)
+    return results
+
+
+def _seeded_generator(seed: int) -> torch.Generator:
+    """A CPU generator seeded from a row seed (folded into torch's 64-bit seed range)."""
+    generator = torch.Generator()
+    generator.manual_seed(int(seed) % (1 << 63))
+    return generator

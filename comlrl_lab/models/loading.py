@@ -26,6 +26,7 @@ import torch
 
 from comlrl_lab.models.devices import resolve_devices, resolve_dtype
 from comlrl_lab.models.gguf import is_gguf_file, load_gguf
+from comlrl_lab.models.model_files import DamagedModel, check_model_files
 from comlrl_lab.models.registry import RegistryError, check_model_name, registered_path
 from comlrl_lab.models.tiny_model import is_tiny_model_name, tiny_model_path
 
@@ -226,6 +227,21 @@ def _offline_problem(source: str, what: str) -> str | None:
     return None
 
 
+def check_model_whole(source: str) -> None:
+    """``ModelLoadError`` in one line, before any work, when the folder or ``.gguf`` file ``source`` names here is
+    missing files, truncated or damaged (``model_files``); a hub id not on this machine passes."""
+    name = source.strip()
+    path = resolve_model_source(name)
+    try:
+        check_model_files(path)
+    except DamagedModel as damaged:
+        if registered_path(name) is not None:
+            remedy = f"register it again: comlrl-lab models add {name} --force"
+        else:
+            remedy = "copy or download the model again"
+        raise ModelLoadError(f"model {name!r}: {damaged}; {remedy}") from None
+
+
 def check_available(source: str, what: str = "model") -> None:
     """``ModelLoadError`` now, before any work, for a hub id that is neither a folder nor in the Hugging Face cache
     while the hub is offline or out of reach; loading would fail the same way later."""
@@ -299,6 +315,8 @@ def load_model(
     from transformers import AutoModelForCausalLM
 
     device = torch.device(device)
+    if isinstance(source, str) and source.strip():
+        check_model_whole(source)  # one line for a damaged folder or file, not the libraries' pages
     kwargs: dict[str, Any] = {dtype_keyword(): resolve_dtype(dtype, device)}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation

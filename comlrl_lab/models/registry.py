@@ -19,6 +19,7 @@ import difflib
 import errno
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -29,6 +30,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 ENV_MODELS_DIR = "COMLRL_LAB_MODELS_DIR"
 #: Each registered folder's record of what it is and where it came from.
@@ -118,19 +121,41 @@ def _folder_size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
+#: Manifests already said to be skipped in this process: each gets its warning line once.
+_WARNED: set[Path] = set()
+
+
 def _read_entry(path: Path) -> RegisteredModel | None:
+    """The folder's model, or None when it has no manifest; a malformed manifest is skipped with one warning line
+    (once per process), so one damaged folder breaks neither ``models list`` nor the runs that name other models."""
+    file = path / MANIFEST
     try:
-        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        manifest = json.loads(file.read_text(encoding="utf-8"))
+        if not isinstance(manifest, dict):
+            raise ValueError(f"a JSON {type(manifest).__name__}, not an object")
+        return RegisteredModel(
+            name=path.name,
+            path=path,
+            architecture=str(manifest.get("architecture", "?")),
+            parameters=int(manifest.get("parameters", 0)),
+            dtype=str(manifest.get("dtype", "?")),
+            size_bytes=_folder_size(path),
+        )
+    except FileNotFoundError:
         return None
-    return RegisteredModel(
-        name=path.name,
-        path=path,
-        architecture=str(manifest.get("architecture", "?")),
-        parameters=int(manifest.get("parameters", 0)),
-        dtype=str(manifest.get("dtype", "?")),
-        size_bytes=_folder_size(path),
-    )
+    except (OSError, ValueError, TypeError) as error:
+        if file not in _WARNED:
+            _WARNED.add(file)
+            reason = " ".join(str(error).split())[:120] or type(error).__name__
+            logger.warning(
+                "warning: skipping %s: its manifest %s is malformed (%s); remove the folder or register the model "
+                "again with `comlrl-lab models add %s --force`",
+                path,
+                MANIFEST,
+                ascii(reason)[1:-1],
+                path.name,
+            )
+        return None
 
 
 def registered_models(root: str | os.PathLike | None = None) -> list[RegisteredModel]:
@@ -143,11 +168,11 @@ def registered_models(root: str | os.PathLike | None = None) -> list[RegisteredM
 
 
 def registered_path(name: str, root: str | os.PathLike | None = None) -> Path | None:
-    """The folder of the model registered as ``name``, or None."""
+    """The folder of the model registered as ``name`` (its manifest readable), or None."""
     if not isinstance(name, str) or not _NAME.match(name.strip()):
         return None
     path = models_dir(root) / name.strip()
-    return path if (path / MANIFEST).is_file() else None
+    return path if (path / MANIFEST).is_file() and _read_entry(path) is not None else None
 
 
 def check_model_name(source: str, root: str | os.PathLike | None = None) -> None:

@@ -32,6 +32,7 @@ STATUS_BADGES = {
     "error": ("error", "red", ":material/error:"),
     "finished": ("finished", "green", ":material/check_circle:"),
     "awaiting labels": ("awaiting labels", "violet", ":material/how_to_vote:"),
+    "interrupted": ("interrupted (resume it)", "orange", ":material/stop_circle:"),
 }
 
 

@@ -413,7 +413,13 @@ def run_label(row: Any) -> str:
 
 #: What a run's stored status (``runs.status``, as its snapshot has it) reads as in the run list when this server
 #: has not opened the run: a run with rounds left is idle whether or not a phase of it ever ran.
-STORED_STATUS = {"finished": "finished", "failed": "error", "running": "idle", "created": "idle"}
+STORED_STATUS = {
+    "finished": "finished",
+    "failed": "error",
+    "interrupted": "interrupted",
+    "running": "idle",
+    "created": "idle",
+}
 
 
 @st.cache_data(show_spinner=False, max_entries=8)

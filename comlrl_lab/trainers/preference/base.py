@@ -26,6 +26,7 @@ from comlrl_lab.data.labels import Label
 from comlrl_lab.data.records import JointCandidate, PreferencePair
 from comlrl_lab.models.chat import chat_formatters
 from comlrl_lab.models.cpu_matmul import use_onednn_linears
+from comlrl_lab.models.generation import sampling_path_lines
 from comlrl_lab.models.host_memory import keep_freed_host_memory, release_freed_host_memory
 from comlrl_lab.models.loading import load_agents
 from comlrl_lab.models.lora import (
@@ -42,6 +43,7 @@ from comlrl_lab.names.run_ids import new_run_id
 from comlrl_lab.seeding import RandomStreams
 from comlrl_lab.trainers.preference import round as round_plan
 from comlrl_lab.trainers.preference.comparators.centralized import TaggedCentralizedComparatorAdapter, validate_adapter
+from comlrl_lab.trainers.preference.comparators.local import ModelComparator
 from comlrl_lab.trainers.preference.learning.optim import build_adamw
 from comlrl_lab.trainers.preference.rounds.collection import agent_prompts, reward_summary, sample_joint_candidates
 from comlrl_lab.trainers.preference.rounds.context import CentralizedRoles, PartContext, Trained
@@ -163,9 +165,9 @@ class PreferenceTrainerBase:
         run_id: str | None = None,
     ):
         self.args = args if args is not None else self.config_class()
+        tokenizer = self._actor_tokenizer(agents, tokenizer, num_agents)  # CoMLRL's order: the actor count first
         if not callable(reward_func):
             raise ValueError("reward_func must be a callable.")
-        tokenizer = self._actor_tokenizer(agents, tokenizer, num_agents)
         self.wandb_config = wandb_config
         self.eval_logger = eval_logger
         self.eval_aggregator = eval_aggregator
@@ -173,6 +175,10 @@ class PreferenceTrainerBase:
         self.centralized_comparator_adapter = centralized_comparator_adapter
         model_config = dict(model_config or {})
         count = 1 if self.centralized else (len(agents) if agents is not None else int(num_agents))
+        roles, formatters = self._prompt_formatters(formatters, centralized_comparator_adapter, count)
+        train_items, self.eval_items = _task_items(train_dataset, eval_dataset)
+        if roles is not None:
+            _refuse_empty_joint_prompts(roles, train_items, self.eval_items)
         dist, devices = self._place(count, model_config)
         bundle = load_agents(
             agent_model=agent_model,
@@ -182,13 +188,11 @@ class PreferenceTrainerBase:
             model_config=model_config,
             devices=devices.agents,
         )
-        roles, formatters = self._prompt_formatters(formatters, centralized_comparator_adapter, len(bundle.models))
         # Differs from CoMLRL: raw prompts there; use_chat_template (ours, default auto) renders them through an
         # instruction-tuned model's chat template, and that agent's responses end at its end-of-turn token.
         formatters = chat_formatters(
             formatters, list(bundle.models), list(bundle.tokenizers), self.args.use_chat_template, list(bundle.sources)
         )
-        train_items, self.eval_items = _task_items(train_dataset, eval_dataset)
         streams = RandomStreams(self.args.seed, cuda_offset=devices.cuda_offset)
         models = self._prepare_agents(list(bundle.models), streams, dist, devices.agents)
         # Differs from CoMLRL: a fused AdamW by default (adamw_implementation), the same update rounded differently.
@@ -321,6 +325,7 @@ class PreferenceTrainerBase:
         self.weights_version = ckpt.INITIAL_WEIGHTS
         self._weights_dirty = False
         self._weights_touched = False  # a train phase has started, so the weights may differ from version 0
+        self._sampling_paths_logged = False  # the first collect says which path samples each model
         self._writer = ckpt.BackgroundWriter()
         self._weights_from: Path | None = None  # the checkpoint last loaded, until the next save
         self._fingerprints: dict[str, Any] | None = None  # of the run's initial models; see initial_fingerprints()
@@ -395,6 +400,8 @@ class PreferenceTrainerBase:
         return strategy == "phase" or (strategy == "round" and (phase == self.phases[-1] or self.finished))
 
     def _run_phase(self, phase: str, records: PhaseRecords) -> None:
+        if phase == "collect":
+            self._log_sampling_paths(records)
         round_plan.run_phase(self, phase, records)
 
     def mark_weights_touched(self) -> None:
@@ -406,6 +413,20 @@ class PreferenceTrainerBase:
         self.updates_seen += trained.updates
         self.env_step += trained.env_steps
         self._weights_dirty = self._weights_dirty or trained.weights_changed
+
+    def _log_sampling_paths(self, records: PhaseRecords) -> None:
+        """Once per trainer, at its first collect: which path samples each agent and model comparator."""
+        if self._sampling_paths_logged:
+            return
+        self._sampling_paths_logged = True
+        models = {f"agent {i}": model for i, model in enumerate(self.agents)}
+        comparator = getattr(self.collector, "comparator", None)
+        if isinstance(comparator, ModelComparator):  # loaded once per run, here a little earlier
+            models.update({f"comparator {i}": model for i, model in enumerate(comparator.models_for_round())})
+        row_seeded = bool(self.args.batch_invariant_sampling)
+        for line in sampling_path_lines(models, self.context.sampling_settings(), row_seeded):
+            logger.info(line)
+            records.add_event("info", line)
 
     def _advance_cursor(self) -> None:
         self.phase_index += 1
@@ -711,6 +732,21 @@ def _task_items(train_dataset: Any, eval_dataset: Any) -> tuple[list[dict], list
     # An empty eval set means "no evaluation" (CoMLRL returns {}), not an error.
     has_eval = eval_dataset is not None and not (hasattr(eval_dataset, "__len__") and len(eval_dataset) == 0)
     return train_items, load_items(eval_dataset) if has_eval else []
+
+
+def _refuse_empty_joint_prompts(roles: CentralizedRoles, train_items: list[dict], eval_items: list[dict]) -> None:
+    """Refuse, in one line and before any model is loaded, an item whose centralized joint prompt is empty: the actor
+    would have no prompt token to start from (torch's "cannot reshape tensor of 0 elements" deep in sampling)."""
+    for name, items in (("train", train_items), ("eval", eval_items)):
+        for k, item in enumerate(items):
+            prompt = roles.prompt(item)
+            if not isinstance(prompt, str) or not prompt.strip():
+                shown = repr(item)
+                shown = shown if len(shown) <= 80 else shown[:77] + "..."
+                raise ValueError(
+                    f"collaboration_mode='centralized': the joint prompt of {name} item {k} {shown} is "
+                    f"{prompt!r}; centralized_comparator_adapter.build_prompt must return the text the actor answers."
+                )
 
 
 def finite_mean(values: Sequence[float]) -> float:

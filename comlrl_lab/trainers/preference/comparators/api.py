@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import random
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -628,8 +629,12 @@ def _retryable(status: int) -> bool:
     return status in (408, 429) or status >= 500
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
 def _excerpt(raw: str) -> str:
-    return (raw or "")[:BODY_EXCERPT_CHARS]
+    """The first characters of a body, control characters (a terminal's escape codes) written as ``\\xNN``."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", (raw or "")[:BODY_EXCERPT_CHARS])
 
 
 def _endpoint_of(url: str) -> str:

@@ -22,7 +22,12 @@ from typing import Any
 
 from comlrl_lab.data.labels import Label, other_side, preferred_side, shown_sides
 from comlrl_lab.data.records import PreferencePair
-from comlrl_lab.trainers.preference.comparators.api import ApiComparatorClient, ApiRequest, ComparatorApiKeyError
+from comlrl_lab.trainers.preference.comparators.api import (
+    ApiComparatorClient,
+    ApiRequest,
+    ComparatorApiError,
+    ComparatorApiKeyError,
+)
 
 _FIRST_WORD = re.compile(r"^[\s\"'*_`(\[]*(both[\s_-]+bad|tie|a|b)(?![a-z0-9])", re.IGNORECASE)
 
@@ -95,6 +100,41 @@ def render(template: str, prompts: list[str], response_a: list[str], response_b:
     return out
 
 
+#: The api comparator's fields in its client's messages -> what they are for the judge.
+_JUDGE_FIELDS = {
+    "comparator_api_url": "judge_api_url",
+    "comparator_api_format": "judge_api_format",
+    "comparator_api_model": "judge_api_model",
+    "comparator_api_key_env": "judge_api_key_env",
+    "comparator_api_key": "judge_api_key_env",
+    "comparator_api_timeout": "judge_api_timeout",
+    "comparator_api_max_retries": "judge_api_max_retries",
+    "comparator_api_max_concurrency": "judge_api_max_concurrency",
+}
+_FIXED_BOUNDS = {
+    "comparator_api_max_response_bytes": "the judge's fixed bound on a response body",
+    "comparator_api_retry_after_max": "the judge's fixed cap on Retry-After",
+}
+_FIELD = re.compile(r"\bcomparator_api_[a-z_]+")
+
+
+def judge_wording(message: str) -> str:
+    """An API client message as the judge's: "Judge API", the judge's field names, and the bounds that are no field
+    of the judge's said to be fixed (their values stay)."""
+
+    def field(match: re.Match[str]) -> str:
+        name = match.group(0)
+        return _JUDGE_FIELDS.get(name) or _FIXED_BOUNDS.get(name) or name
+
+    message = message.replace("Comparator API", "Judge API").replace("for agent 0 (format", "for the judge (format")
+    return _FIELD.sub(field, message)
+
+
+def printable(text: str | None, limit: int = 80) -> str:
+    """An answer as a message shows it: its repr (control characters and escape codes escaped), cut to ``limit``."""
+    return repr(text if text is None else text[:limit])
+
+
 def parse_verdict(answer: str) -> str | None:
     """A, B, tie or both_bad from the answer's first word (quotes, markdown and case aside), else None."""
     match = _FIRST_WORD.match(answer or "")
@@ -111,6 +151,7 @@ class JudgeRound:
     labels: list[Label]
     inconsistent: int = 0
     unparseable: int = 0
+    first_unparseable: str | None = None  # the first answer that did not begin with a verdict, as it came back
 
 
 class Judge:
@@ -130,6 +171,41 @@ class Judge:
             ) from None
 
     def ask(self, round_index: int, comparisons: list[PreferencePair], progress: Any = None) -> JudgeRound:
+        try:
+            return self._ask(round_index, comparisons, progress)
+        except ComparatorApiError as error:
+            # The client words its errors for the api comparator's fields; the judge has fields of its own.
+            raise ComparatorApiError(
+                judge_wording(str(error)),
+                endpoint=error.endpoint,
+                status=error.status,
+                body_excerpt=error.body_excerpt,
+            ) from None
+
+    def nothing_usable(self, round_index: int, asked: JudgeRound, comparisons: int) -> str:
+        """The ``NoUsableLabels`` line of a round whose judge left no verdict that prefers a side: the judge, the
+        counts and the likely cause."""
+        ties = sum(label.verdict == "tie" for label in asked.labels)
+        both_bad = len(asked.labels) - ties
+        if asked.unparseable == comparisons:
+            cause = (
+                f"no answer began with A, B, tie or both bad (the first: {printable(asked.first_unparseable)}); "
+                "judge_template must ask for one of them first, and the endpoint must send the answer as text where "
+                "judge_api_format reads it"
+            )
+        elif asked.inconsistent == comparisons:
+            cause = "every comparison was answered differently in the two orders: a judge that prefers a position"
+        elif asked.labels and asked.unparseable + asked.inconsistent == 0:
+            cause = "the judge called every comparison a tie or both bad"
+        else:
+            cause = "no comparison got the same side in both orders"
+        return (
+            f"round {round_index}: the judge {self.name!r} at {self.client.endpoint} left no usable label: of "
+            f"{comparisons} comparisons (each asked in both orders) {asked.unparseable} got an unparseable answer, "
+            f"{asked.inconsistent} inconsistent answers, {ties} tie and {both_bad} both bad; likely cause: {cause}"
+        )
+
+    def _ask(self, round_index: int, comparisons: list[PreferencePair], progress: Any = None) -> JudgeRound:
         template = self.config.judge_template
         requests = []
         for pair in comparisons:
@@ -143,6 +219,9 @@ class Judge:
             first, second = (parse_verdict(texts[0] if texts else "") for texts in answers[2 * index : 2 * index + 2])
             if first is None or second is None:
                 out.unparseable += 1
+                if out.first_unparseable is None:
+                    texts = answers[2 * index] if first is None else answers[2 * index + 1]
+                    out.first_unparseable = texts[0] if texts else ""
                 continue
             same = preferred_side(first, a_side) == preferred_side(second, other_side(a_side))
             if not same or (first in ("tie", "both_bad") and first != second):

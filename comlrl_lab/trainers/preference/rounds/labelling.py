@@ -19,7 +19,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from comlrl_lab.data.labels import A_SIDE_KEY, AwaitingLabels, Label, agreement, blind_order, waiting
+from comlrl_lab.data.labels import (
+    A_SIDE_KEY,
+    AwaitingLabels,
+    Label,
+    NoUsableLabels,
+    agreement,
+    blind_order,
+    people_left_nothing,
+    waiting,
+)
 from comlrl_lab.data.records import PreferencePair
 from comlrl_lab.names import metric_names as M
 from comlrl_lab.trainers.preference.rounds.context import PartContext
@@ -42,7 +51,8 @@ class Labeller:
         self.context = context
         self.given = given
         self.source = context.config.preference_source
-        self._judge: Judge | None = None
+        # Built now, so a judge key that is not set is refused before any work, not after the first collect.
+        self._judge: Judge | None = Judge(context.config) if self.source == "judge" else None
 
     def label(self, comparisons: Sequence[PreferencePair], records: PhaseRecords, step: int) -> list[Label]:
         round_index = records.round_index
@@ -58,6 +68,8 @@ class Labeller:
             if missing:
                 raise AwaitingLabels(round_index, len(missing), len(keys), needed)
             self.context.control.advance(len(comparisons))
+            if comparisons and not any(label.preferred for label in labels):
+                raise NoUsableLabels(people_left_nothing(round_index, len(comparisons), labels))
         else:
             self.context.control.begin(round_index, "label", 2 * len(comparisons))
             asked = self.judge().ask(
@@ -71,6 +83,8 @@ class Labeller:
                     M.JUDGE_UNPARSEABLE: asked.unparseable,
                 }
             )
+            if comparisons and not any(label.preferred for label in labels):
+                raise NoUsableLabels(self.judge().nothing_usable(round_index, asked, len(comparisons)))
             dropped = asked.inconsistent + asked.unparseable
             if dropped:
                 records.add_event(
@@ -100,7 +114,7 @@ class Labeller:
         return labels
 
     def judge(self) -> Judge:
-        """The judge's client, built at its first label phase (it reads the key from the environment then)."""
+        """The judge's client (it reads the key from the environment when it is built, with the trainer)."""
         if self._judge is None:
             self._judge = Judge(self.context.config)
         return self._judge
