@@ -404,12 +404,18 @@ def test_rounds_creates_a_run_from_setup_then_runs_one_phase(open_app, seeded, t
 
 
 def test_rounds_shows_a_failed_phase_with_its_cause_and_a_retry(open_app, seeded, tmp_path):
+    import shutil
+
     from workbench_fixtures import seed_spec
 
+    from comlrl_lab.models.tiny_model import tiny_model_path
+
     at = open_app(root=tmp_path, run_id=None)
-    # A folder that exists passes the checks made before the run directory; loading it as a model fails later.
-    (tmp_path / "no-such-model").mkdir()
-    run_id = services.workspace().create_run(seed_spec(str(tmp_path / "no-such-model")))
+    # A whole model passes the checks made before the run directory; its tokenizer is gone by the time collect loads it.
+    model = shutil.copytree(tiny_model_path(), tmp_path / "vanishing-model")
+    run_id = services.workspace().create_run(seed_spec(str(model)))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (model / name).unlink()
     at.session_state[state.RUN_ID] = run_id
     at.switch_page("pages/rounds.py").run()
     at.button(key=state.phase_button_key("collect")).click().run()
