@@ -310,6 +310,15 @@ def _cut_at_eos(ids: list[int], eos_ids: set[int]) -> tuple[list[int], bool]:
     return ids, False
 
 
+def _store_samples(results, rows, generated, tokenizer, prompt_ids, eos_set: set[int]) -> None:
+    """Cut each generated row after its first EOS, decode the rows in one call and file them as
+    ``results[side][prompt][candidate]`` by ``rows``' (prompt, side, candidate) indices."""
+    cut = [_cut_at_eos(row, eos_set) for row in generated]
+    texts = tokenizer.batch_decode([ids for ids, _ in cut], skip_special_tokens=True)
+    for (k, s, j), (ids, finished), text in zip(rows, cut, texts):
+        results[s][k][j] = SampledText(text=text, completion_ids=ids, prompt_ids=list(prompt_ids[k]), finished=finished)
+
+
 def _generate_kwargs(settings: SamplingSettings, pad_id: int, eos_ids: list[int], extra: Mapping[str, Any] | None):
     kwargs: dict[str, Any] = {
         "do_sample": True,
@@ -628,12 +637,7 @@ def _sample(
                     output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs, **shared)
                     sequences = output if isinstance(output, torch.Tensor) else output.sequences  # (B, T + new)
                     generated = sequences[:, input_ids.shape[1] :].tolist()
-                cut = [_cut_at_eos(row, eos_set) for row in generated]
-                texts = tokenizer.batch_decode([ids for ids, _ in cut], skip_special_tokens=True)
-                for (k, s, j), (ids, finished), text in zip(batch, cut, texts):
-                    results[s][k][j] = SampledText(
-                        text=text, completion_ids=ids, prompt_ids=list(prompt_ids[k]), finished=finished
-                    )
+                _store_samples(results, batch, generated, tokenizer, prompt_ids, eos_set)
     finally:
         set_mode(model, was_training)
     return results
@@ -731,12 +735,8 @@ def _sample_custom(
                 with generator_as_device_rng(rng, device):
                     output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs, **extra)
                 sequences = output if isinstance(output, torch.Tensor) else output.sequences  # (rows, T + new)
-                cut = [_cut_at_eos(row, eos_set) for row in sequences[:, input_ids.shape[1] :].tolist()]
-                texts = tokenizer.batch_decode([ids for ids, _ in cut], skip_special_tokens=True)
-                for (k, s, j), (ids, finished), text in zip(rows, cut, texts):
-                    results[s][k][j] = SampledText(
-                        text=text, completion_ids=ids, prompt_ids=list(prompt_ids[k]), finished=finished
-                    )
+                generated = sequences[:, input_ids.shape[1] :].tolist()
+                _store_samples(results, rows, generated, tokenizer, prompt_ids, eos_set)
     finally:
         set_mode(model, was_training)
     return results
