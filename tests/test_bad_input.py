@@ -8,20 +8,18 @@ that run a process of their own and send it signals have test functions of their
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
+from case_tables import Case, case_params, check_table, run_case
 from http_stub import HttpStub, Reply
 from store_fixtures import make_pairs
 from tokenizers import processors
@@ -647,19 +645,6 @@ def test_comlrl_lab_run_into_a_closed_pipe_finishes_its_run(model_dir, tmp_path)
 # -- the table ------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Case:
-    """One finding: the issue's item and a few words, and the function that checks it."""
-
-    issue: str
-    check: Callable[..., None]
-    marks: tuple = ()
-
-    @property
-    def name(self) -> str:
-        return self.check.__name__.removeprefix("case_")
-
-
 CASES = [
     Case("2 centralized: actor count before reward_func", case_centralized_actor_count_before_reward_func),
     Case("2 centralized: empty joint prompt", case_empty_joint_prompt_is_refused_before_loading),
@@ -699,18 +684,13 @@ SEPARATE: dict[str, str] = {
 }
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, marks=c.marks, id=c.name) for c in CASES])
+@pytest.mark.parametrize("case", case_params(CASES))
 def test_bad_input(case: Case, request):
-    fixtures = {name: request.getfixturevalue(name) for name in inspect.signature(case.check).parameters}
-    case.check(**fixtures)
+    run_case(case, request)
 
 
 def test_the_table_lists_every_case_once():
-    names = [c.name for c in CASES]
-    assert len(names) == len(set(names))
-    defined = {name for name in globals() if name.startswith("case_")}
-    assert defined == {c.check.__name__ for c in CASES}
-    assert all(name in globals() for name in SEPARATE.values())
+    check_table(CASES, globals(), SEPARATE)
 
 
 def test_items_are_the_fixtures():  # the empty-prompt case relies on item 2's topic

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import inspect
 import json
 import logging
 import os
@@ -21,7 +20,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -29,6 +27,7 @@ import httpx
 import pytest
 import streamlit as st
 import torch
+from case_tables import Case, case_params, check_table, run_case
 from http_stub import HttpStub, Reply
 from model_fixtures import build_tiny_model_dir
 from store_fixtures import make_pairs
@@ -661,19 +660,6 @@ def case_marlhf_before_reward_phase(model_dir, tmp_path):
 # -- the table ------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Case:
-    """One hostile case: the finding it covers (issue 25's numbering) and the function that checks it."""
-
-    issue: str
-    check: Callable[..., None]
-    marks: tuple = ()
-
-    @property
-    def name(self) -> str:
-        return self.check.__name__.removeprefix("case_")
-
-
 CASES = [
     Case("1 export over the store", case_export_over_the_store),
     Case("1 export over the spec", case_export_over_the_spec),
@@ -707,18 +693,13 @@ SEPARATE = {
 }
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, marks=c.marks, id=c.name) for c in CASES])
+@pytest.mark.parametrize("case", case_params(CASES))
 def test_hostile(case: Case, request):
-    fixtures = {name: request.getfixturevalue(name) for name in inspect.signature(case.check).parameters}
-    case.check(**fixtures)
+    run_case(case, request)
 
 
 def test_the_table_lists_every_case_once():
-    names = [c.name for c in CASES]
-    assert len(names) == len(set(names))
-    defined = {name for name in globals() if name.startswith("case_")}
-    assert defined == {c.check.__name__ for c in CASES}
-    assert all(name in globals() for name in SEPARATE.values())
+    check_table(CASES, globals(), SEPARATE)
 
 
 # -- cases with a process of their own ------------------------------------------------------------------------------
