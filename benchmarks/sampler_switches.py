@@ -15,6 +15,7 @@ SAMPLER_SAVINGS = {
     "own_decode_loop": "row-seeded sampler: transformers' generate, which feeds every row until the last one ends",
     "single_query_attention": "own decode loop: torch's CPU flash attention for its one-token steps",
     "shared_prefix_attention": "own decode loop: copy each prompt's KV cache into every candidate's row",
+    "preallocated_cache": "own decode loop: grow each KV cache layer by concatenation, copying it every step",
 }
 
 

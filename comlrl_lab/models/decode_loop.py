@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from comlrl_lab.models.preallocated_cache import preallocate
 from comlrl_lab.models.scoring import base_model
 from comlrl_lab.models.shared_prefix_cache import shared_prefix_cache
 from comlrl_lab.models.single_query_attention import SERVED_DTYPES, single_query_attention_for
@@ -39,6 +40,7 @@ def decode_rows(
     single_query_attention: bool = True,
     prompt_of_row: torch.Tensor | None = None,
     shared_prefix_attention: bool = True,
+    preallocated_cache: bool = True,
 ) -> list[list[int]]:
     """Sample up to ``max_new_tokens`` tokens for each left-padded row of ``input_ids`` (B, T).
 
@@ -52,6 +54,9 @@ def decode_rows(
     With ``prompt_of_row`` (B,), ``cache`` holds one row per distinct prompt instead, and row b continues prompt
     ``prompt_of_row[b]``. Where that attention runs and ``shared_prefix_attention`` is on, the prompts stay one
     row each (``SharedPrefixCache``); otherwise the cache is expanded to the B rows first.
+
+    ``preallocated_cache`` sizes every layer's keys and values for the whole call before the first step, so that a
+    step writes its position in place instead of copying the cache to append it (``preallocated_cache``).
     """
     from transformers import DynamicCache
 
@@ -80,6 +85,8 @@ def decode_rows(
                 cache.batch_select_indices(prompt_of_row)
         attention_kwargs = {} if shared is None else {"shared_prefix": shared}
         past = cache.get_seq_length()
+        if preallocated_cache:
+            preallocate(cache, input_ids.shape[1] - past + max_new_tokens)
         step_ids, step_positions = input_ids[:, past:], positions[:, past:]
         for step in range(max_new_tokens):
             output = model(

@@ -81,6 +81,9 @@ class SamplingSettings:
     # every candidate's row (``SharedPrefixCache``), so a step concatenates only the tokens fed since. The same
     # tokens up to the float rounding of the logits.
     shared_prefix_attention: bool = True
+    # The own decode loop sizes each KV cache layer for the whole call up front and writes each step's position into
+    # it, instead of transformers' growth by concatenation, which copies the whole cache every step. The same tokens.
+    preallocated_cache: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
@@ -626,6 +629,7 @@ def _sample(
                         single_query_attention=settings.single_query_attention,
                         prompt_of_row=prompt_of_row,
                         shared_prefix_attention=settings.shared_prefix_attention,
+                        preallocated_cache=settings.preallocated_cache,
                     )
                 else:
                     shared = {}
