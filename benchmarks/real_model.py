@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 from collection import ours_row_seeded, raw_generate
+from machine import load_line, machine_description, machine_line
 from madpo_round import raw_batches
 
 from comlrl_lab.models.registry import SMOLLM2_135M_INSTRUCT, registered_path
@@ -182,6 +183,11 @@ def gib(count: float) -> str:
     return f"{count / 2**30:.2f} GiB"
 
 
+def figure(line: str, **print_options) -> None:
+    """Print one figure with the load average at the time it was taken."""
+    print(f"{line}  [{load_line()}]", **print_options)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=SMOLLM2_135M_INSTRUCT.name)
@@ -217,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(memory_child(args)))
         return 0
     parts = args.parts.split(",")
+    print(machine_line(machine_description()))
     print(
         f"model {args.model}, task {args.task}, {args.items} items x {args.candidates} candidates, "
         f"{args.max_new_tokens} tokens, batch {args.batch_size} (scoring micro-batch "
@@ -224,13 +231,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     if "collection" in parts:
         raw, ours = collection(args)
-        print(
+        figure(
             f"collection: raw generate {raw:.1f} tok/s, ours {ours:.1f} tok/s: ratio {ours / raw:.2f} (target >= 0.9)"
         )
     if "step" in parts:
         ours, raw, pairs = train_step(args)
         kind = "LoRA r=8" if args.lora else "full"
-        print(
+        figure(
             f"train step ({kind}, {pairs} pairs, batch {args.batch_size}): DPOLearner.update {ours:.2f} s, "
             f"raw fwd+bwd+AdamW {raw:.2f} s: ratio {ours / raw:.2f} (target <= 1.1)"
         )
@@ -241,13 +248,13 @@ def main(argv: list[str] | None = None) -> int:
             full, lora = memory(sized, lora=False), memory(sized, lora=True)
             state = full["agents"] * full["parameters"] * FULL_FINE_TUNING_BYTES_PER_PARAMETER
             used = full["peak"] - full["before"]
-            print(
+            figure(
                 f"memory, scoring micro-batch {size} pairs, full fine-tuning of {full['agents']} agents x "
                 f"{full['parameters'] / 1e6:.1f}M: peak RSS {gib(full['peak'])} ({gib(used)} above the "
                 f"{gib(full['before'])} before loading) against weights + grads + AdamW {gib(state)}: ratio "
                 f"{used / state:.2f} (target <= 1.3; whole process {full['peak'] / state:.2f})"
             )
-            print(
+            figure(
                 f"memory, scoring micro-batch {size} pairs, LoRA r=8 ({lora['trainable'] / 1e6:.2f}M trainable per "
                 f"agent): peak RSS {gib(lora['peak'])} ({gib(lora['peak'] - lora['before'])} above the start), "
                 f"{lora['peak'] / full['peak']:.2f} of full's",
@@ -258,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         raw16, ours16 = collection(args, dtype="bfloat16")
         step32, _, _ = train_step(args)
         step16, _, _ = train_step(args, dtype="bfloat16")
-        print(
+        figure(
             f"bf16 against fp32: collection {ours16:.1f} vs {ours32:.1f} tok/s ({ours16 / ours32:.2f}x; raw generate "
             f"{raw16 / raw32:.2f}x), train step {step16:.2f} vs {step32:.2f} s ({step32 / step16:.2f}x the speed)"
         )

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import tempfile
 
 import torch
@@ -55,3 +56,13 @@ def test_the_scoring_micro_batch_defaults_to_the_batch_and_can_be_smaller():
         assert bench.build_trainer(tiny_args(), tmp).args.scoring_batch_size == 8
     with tempfile.TemporaryDirectory() as tmp:
         assert bench.build_trainer(tiny_args(scoring_batch_size=2), tmp).args.scoring_batch_size == 2
+
+
+def test_every_figure_is_printed_under_the_machine_line_with_the_load_it_was_taken_at(capsys):
+    bench = load_repo_script("benchmarks/real_model.py", "real_model_benchmark")
+    argv = ["--model", "tiny", "--parts", "collection", "--items", "2", "--candidates", "2", "--max-new-tokens", "4"]
+    assert bench.main([*argv, "--repeats", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("Machine: ") and " CPUs; torch " in lines[0]
+    (figure,) = [line for line in lines if line.startswith("collection: ")]
+    assert re.search(r"ratio \d+\.\d\d \(target >= 0\.9\)  \[load \d+\.\d\d \d+\.\d\d \d+\.\d\d\]$", figure)

@@ -270,7 +270,7 @@ model name\t: a second block that is never read
 
 
 def test_the_machine_line_names_the_cpu_its_cores_and_torchs_kernels():
-    bench = load_benchmark()
+    bench = load_repo_script("benchmarks/machine.py", "benchmark_machine")
     cpu = bench.cpu_identity(CPUINFO)
     assert cpu == {"model_name": "AMD EPYC", "vendor": "AuthenticAMD", "family": "26", "model": "2"}
     machine = {**cpu, "cpus": 2, "torch": "2.13.0+cpu", "capability": "AVX512", "blas": "mkl"}
@@ -288,7 +288,7 @@ def test_the_machine_line_names_the_cpu_its_cores_and_torchs_kernels():
 def test_the_machine_description_reads_this_machine_and_this_torch():
     import torch
 
-    machine = load_benchmark().machine_description()
+    machine = load_repo_script("benchmarks/machine.py", "benchmark_machine").machine_description()
     assert machine["cpus"] == os.cpu_count()
     assert machine["torch"] == torch.__version__
     assert machine["capability"] == torch.backends.cpu.get_cpu_capability()
