@@ -5,16 +5,30 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 
+# Browser tests drive Debian's chromium; install it when we can (root on Debian) and it is missing. It installs in the
+# background while pip works, and is waited for at the end.
+browser_pid=""
+browser_log="$(mktemp)"
+if [ "${COMLRL_LAB_SKIP_BROWSER:-0}" != "1" ] && ! command -v chromium >/dev/null 2>&1 \
+        && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = "0" ]; then
+    (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium chromium-driver fonts-liberation) \
+        >"$browser_log" 2>&1 &
+    browser_pid=$!
+fi
+
 if ! "$PYTHON" -c "import torch" >/dev/null 2>&1; then
     # A bare "torch" requirement would pull a multi-GB CUDA build; the pinned CPU wheel is enough here.
     "$PYTHON" -m pip install "torch==${COMLRL_LAB_TORCH_VERSION:-2.13.0}"
 fi
 "$PYTHON" -m pip install -e ".[dev]"
 
-# Browser tests drive Debian's chromium; install it when we can (root on Debian) and it is missing.
-if [ "${COMLRL_LAB_SKIP_BROWSER:-0}" != "1" ] && ! command -v chromium >/dev/null 2>&1 \
-        && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = "0" ]; then
-    apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium chromium-driver fonts-liberation \
-        || echo "setup: chromium could not be installed; browser tests will be skipped"
+if [ -n "$browser_pid" ]; then
+    if wait "$browser_pid"; then
+        echo "setup: chromium installed"
+    else
+        cat "$browser_log"
+        echo "setup: chromium could not be installed; browser tests will be skipped"
+    fi
 fi
+rm -f "$browser_log"
 echo "setup: done. Next: streamlit run app.py"
