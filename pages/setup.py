@@ -277,7 +277,7 @@ if iterative:
     lead = forms.featured(algorithm, ["comparator_policy", "comparator_num_candidates", "comparator_generation_mode"])
     shown = forms.render_fields(algorithm, lead, values, errors)
     rest = [n for n in forms.COMPARATOR_FIELDS if n not in shown]
-    with st.expander("More comparator fields", expanded=forms.field_names_in(rest, errors)):
+    with forms.field_group("More comparator fields", rest, errors):
         forms.render_fields(algorithm, rest, values, errors)
     api = forms.applying(algorithm, forms.API_FIELDS, values)
     if api:
@@ -294,7 +294,7 @@ if iterative:
             algorithm, forms.featured(algorithm, ["preference_replay_mode"]), values, errors, columns=2
         )
         replay_rest = [n for n in forms.REPLAY_FIELDS if n not in shown]
-        with st.expander("More replay fields", expanded=forms.field_names_in(replay_rest, errors)):
+        with forms.field_group("More replay fields", replay_rest, errors):
             forms.render_fields(algorithm, replay_rest, values, errors, columns=2)
     with right:
         lam_field = "preference_replay_lambda"
@@ -323,7 +323,7 @@ st.caption(
     + ", grouped. Hover the ? beside a field for its help text and default."
 )
 for title, caption, names in forms.grouped_fields(algorithm):
-    with st.expander(f"{title} ({len(names)})", expanded=forms.field_names_in(names, errors)):
+    with forms.field_group(title, names, errors, label=f"{title} ({len(names)})"):
         st.caption(caption)
         forms.render_fields(algorithm, names, values, errors)
 

@@ -358,6 +358,19 @@ def field_names_in(names: Iterable[str], errors: Sequence[ConfigError]) -> bool:
     return any(e.field in set(names) for e in errors)
 
 
+def field_group(title: str, names: Iterable[str], errors: Sequence[ConfigError], *, label: str | None = None):
+    """An expander of Setup fields whose open state is kept on the server (a key and ``on_change``), opened when one
+    of ``names`` has an error. ``label`` is what it shows, ``title`` by default.
+
+    Left to the browser, an expander closed on every rerun that changed what it holds: an edit inside it (a new
+    ``dpo_beta``, the fields ``preference_source="human"`` reveals) hid the field just edited.
+    """
+    key = state.setup_group_key(title)
+    if field_names_in(names, errors):
+        st.session_state[key] = True
+    return st.expander(label or title, key=key, on_change="rerun")
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Drawing fields
 

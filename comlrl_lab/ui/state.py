@@ -220,6 +220,11 @@ def config_field_key(algorithm: str, name: str) -> str:
     return f"cfg.{algorithm}.{name}"
 
 
+def setup_group_key(title: str) -> str:
+    """The Setup expander ``title`` (a field group, "More comparator fields"): its open state, kept on the server."""
+    return "setup.group." + "".join(c if c.isalnum() else "_" for c in title.lower())
+
+
 def agent_source_key(i: int) -> str:
     return f"setup.agent.{i}.source"
 
