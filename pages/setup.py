@@ -331,23 +331,26 @@ for title, caption, names in forms.grouped_fields(algorithm):
 
 st.header("Create the run", divider="gray")
 problems = agent_problems + task_problems
+spec_fields = {
+    "algorithm": algorithm,
+    "agent_models": models or [model_picker.TINY_MODEL_NAME],
+    "config": forms.overrides(algorithm, values),
+    "name": (st.session_state.get(state.SETUP_RUN_NAME, forms.base_setup_value(state.SETUP_RUN_NAME)) or "").strip()
+    or None,
+    **task_fields,
+}
+spec, spec_errors = forms.build_spec(spec_fields)
+for error in spec_errors:
+    st.error(f"**The spec is invalid (field `{error.field}`):** {error}", icon=":material/error:")
 for error in errors:
     where = f" (field `{error.field}`)" if error.field else ""
     st.error(f"**{config_class.__name__} is invalid{where}:** {error}", icon=":material/error:")
 for problem in problems:
     st.warning(problem, icon=":material/warning:")
-spec = services.ExperimentSpec(
-    algorithm=algorithm,
-    agent_models=models or [model_picker.TINY_MODEL_NAME],
-    config=forms.overrides(algorithm, values),
-    name=(st.session_state.get(state.SETUP_RUN_NAME, forms.base_setup_value(state.SETUP_RUN_NAME)) or "").strip()
-    or None,
-    **task_fields,
-)
-memory = None if errors or problems else model_picker.fit_warning(spec)
+memory = None if errors or problems or spec_errors else model_picker.fit_warning(spec)
 if memory:
     st.warning(f"**The agents may not fit in memory:** {memory}.", icon=":material/memory:")
-if not errors and not problems:
+if not errors and not problems and not spec_errors:
     st.success(f"{config_class.__name__} is valid.", icon=":material/check_circle:")
 
 with st.expander("The spec as it will be saved (spec.json)"):
@@ -362,7 +365,7 @@ name_col.text_input(
     placeholder=algorithm,
     help="Prefix of the run id; the run folder is <runs folder>/<run id>.",
 )
-can_create = not errors and not problems
+can_create = not errors and not problems and not spec_errors
 if create_col.button(
     "Create run",
     type="primary",
@@ -384,6 +387,7 @@ save_col.download_button(
     file_name=f"{spec.name or algorithm}.spec.json",
     mime="application/json",
     on_click="ignore",
+    disabled=bool(spec_errors),  # the file would differ from the form
     icon=":material/download:",
     key=state.SETUP_SAVE,
     width="stretch",
