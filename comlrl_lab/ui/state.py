@@ -105,6 +105,7 @@ LABEL_HISTORY = "label.history"  # (round, pair_index, labeller) of this session
 LABEL_LAST = "label.last"  # what the last verdict revealed, shown above the next comparison
 LABEL_GUIDELINE = "label.guideline"
 LABEL_COMPARISON = "label.comparison"
+LABEL_FOCUS = "label.focus"  # set when the labeller name changes: the next comparison takes the focus
 LABEL_UNSKIP = "label.unskip"
 LABEL_GO_ON = "label.go_on"
 LABEL_AGREEMENT_TABLE = "label.agreement_table"
