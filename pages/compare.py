@@ -126,7 +126,7 @@ else:
             st.markdown(compare.difference_text(data, first, second))
 
 st.subheader("Curves per round")
-for line in data.cuts:
+for line in (*data.cuts, *data.band_notes):
     st.caption(line)
 if data.curves_figure is None:
     st.info("The chosen runs have no snapshot metrics yet: they appear as phases finish.")
