@@ -37,13 +37,23 @@ browse, sql = tabs[-2:]
 
 def browse_pairs() -> None:
     rounds = store.rounds(run_id)
-    _, notes = url_state.restore("pairs", components.PAIRS_URL_KEYS)
+    read, notes = url_state.restore("pairs", components.PAIRS_URL_KEYS)
     notes += [n for n in [url_state.drop_unknown(state.PAIRS_ROUND, [None, *map(int, rounds["round"])])] if n]
     for note in notes:
         st.caption(note)
     filters = components.pair_filters(rounds, state.PAIRS_FILTERS)
     total = store.pairs_count(run_id, **filters)
     pages = max(1, -(-total // PAGE_SIZE))
+    if state.PAIRS_OPEN in read and state.PAIRS_PAGE not in read:
+        # A link with the pair but not its page (typed by hand): open the page the pair is on under the filters.
+        position = store.pair_position(run_id, st.session_state[state.PAIRS_OPEN], **filters)
+        if position is None:
+            wanted = st.session_state[state.PAIRS_OPEN]
+            st.caption(
+                f"pairs.open={wanted[0]}:{wanted[1]} in the address is not among these pairs; the first is open."
+            )
+        else:
+            st.session_state[state.PAIRS_PAGE] = position // PAGE_SIZE + 1
     if st.session_state.get(state.PAIRS_PAGE, 1) > pages:
         st.session_state[state.PAIRS_PAGE] = 1
     # The page box stays clear of the right edge, where the table's toolbar appears on hover.

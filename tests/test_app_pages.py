@@ -763,3 +763,21 @@ def test_data_imports_a_comlrl_replay_directory_and_browses_it(open_app, seeded)
     assert services.run_label(
         next(r for r in services.past_runs().itertuples(index=False) if r.kind == "experiment")
     ) == (f"{seeded.run_id} — MADPOIter · length_ratio")
+
+
+def test_a_hand_typed_link_to_a_pair_past_the_first_page_opens_that_pair(seeded, monkeypatch):
+    # The app's own links carry pairs.page; one typed by hand (issue 49: ?run.open=...&pairs.open=2%3A40) does not.
+    monkeypatch.setenv(services.RUNS_DIR_ENV, str(seeded.root))
+    frame = _store(seeded).pairs_page(seeded.run_id, limit=10_000)
+    assert len(frame) > 25  # more than one page of the browser
+    last = (int(frame["round"].iloc[-1]), int(frame["pair_index"].iloc[-1]))
+    _fresh_cache()
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params = {state.URL_RUN: seeded.run_id, state.PAIRS_OPEN: f"{last[0]}:{last[1]}"}
+    at.session_state[state.SETUP_PRESET] = forms.PRESET_NONE
+    at.run()
+    at.switch_page("pages/pairs.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key=state.PAIRS_OPEN).value == last
+    assert at.number_input(key=state.PAIRS_PAGE).value == -(-len(frame) // 25)
+    assert any(f"pair {last[1]}" in h.value for h in at.subheader)
