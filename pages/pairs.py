@@ -25,6 +25,7 @@ st.caption(
 )
 
 PAGE_SIZE = 25
+SQL_MAX_ROWS = 100_000
 DEFAULT_SQL = (
     "SELECT round, winner_side, count(*) AS pairs, round(avg(reward_gap), 4) AS mean_gap,\n"
     "       round(avg(winner_reward), 4) AS mean_winner_reward\n"
@@ -152,13 +153,16 @@ with sql:
         st.session_state[state.SQL_QUERY] = DEFAULT_SQL
     st.text_area("Query", key=state.SQL_QUERY, height=140)
     run_col, limit_col = st.columns([1, 1], vertical_alignment="bottom")
-    limit = limit_col.number_input(
-        "Row limit", min_value=1, max_value=100_000, value=1000, step=100, key=state.SQL_LIMIT
-    )
+    # No min_value/max_value: the browser would drop a value past them (a red outline) and run the old limit.
+    limit = limit_col.number_input("Row limit", value=1000, step=100, key=state.SQL_LIMIT)
     if run_col.button("Run query", type="primary", icon=":material/play_arrow:", key=state.SQL_RUN):
         st.session_state[state.SQL_SUBMITTED] = st.session_state[state.SQL_QUERY]
     submitted = st.session_state.get(state.SQL_SUBMITTED)
-    if submitted:
+    if submitted is not None and not (1 <= int(limit or 0) <= SQL_MAX_ROWS):
+        st.error(
+            f"Refused: the row limit must be between 1 and {SQL_MAX_ROWS:,}, not {limit}.", icon=":material/block:"
+        )
+    elif submitted is not None:  # an empty query too: the store refuses it in words
         try:
             result = store.readonly_sql(submitted, limit=int(limit))
         except services.ReadOnlyQueryError as error:

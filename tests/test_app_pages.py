@@ -587,6 +587,21 @@ def test_pairs_sql_box_answers_read_only_queries_and_refuses_writes(open_app, se
     assert _store(seeded).pairs_count(seeded.run_id) == int(rounds["num_pairs"].sum())
 
 
+def test_an_empty_query_and_a_bad_row_limit_are_refused_in_words(open_app):
+    # Issue 49: an empty query did nothing (the last result vanished) and a negative row limit ran with the old one.
+    at = open_app("pages/pairs.py")
+    at.text_area(key=state.SQL_QUERY).input("").run()
+    at.button(key=state.SQL_RUN).click().run()
+    assert [e.value for e in at.error] == ["Refused: the query is empty"]
+    at.text_area(key=state.SQL_QUERY).input("SELECT 1 AS one").run()
+    at.number_input(key=state.SQL_LIMIT).set_value(-5).run()
+    at.button(key=state.SQL_RUN).click().run()
+    assert [e.value for e in at.error] == ["Refused: the row limit must be between 1 and 100,000, not -5."]
+    assert not [d for d in at.dataframe if list(d.value.columns) == ["one"]]
+    at.number_input(key=state.SQL_LIMIT).set_value(10).run()
+    assert not at.error and at.dataframe[-1].value["one"].tolist() == [1]
+
+
 # -- Replay -------------------------------------------------------------------------------------------------
 
 
