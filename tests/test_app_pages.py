@@ -605,6 +605,19 @@ def test_an_empty_query_and_a_bad_row_limit_are_refused_in_words(open_app):
 # -- Replay -------------------------------------------------------------------------------------------------
 
 
+def test_replay_rows_in_sql_hold_the_size_of_the_dataset_they_drew_from(open_app, seeded):
+    # Issue 49: replay.num_pairs was NULL in every row, while the Replay page showed each dataset's size.
+    at = open_app("pages/pairs.py")
+    at.text_area(key=state.SQL_QUERY).input(
+        "SELECT round, source_round, num_pairs FROM replay ORDER BY round, source_round"
+    ).run()
+    at.button(key=state.SQL_RUN).click().run()
+    result = at.dataframe[-1].value
+    sizes = dict(zip(_store(seeded).rounds(seeded.run_id)["round"], _store(seeded).rounds(seeded.run_id)["num_pairs"]))
+    assert result["source_round"].tolist() == [1, 1, 2]  # round 2 of lambda_decay draws from rounds 1 and 2
+    assert result["num_pairs"].tolist() == [sizes[s] for s in result["source_round"]] and min(sizes.values()) > 0
+
+
 def test_replay_shows_weights_and_draws_and_recomputes_lambda_live(open_app, seeded):
     at = open_app("pages/replay.py")
     store = _store(seeded)
