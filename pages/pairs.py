@@ -4,7 +4,7 @@ blinded comparisons and read agreement (runs whose preferences come from people 
 import pandas as pd
 import streamlit as st
 
-from comlrl_lab.ui import components, figures, frames, labelling, navigation, services, state, url_state
+from comlrl_lab.ui import components, figures, frames, labelling, navigation, services, state, url_state, words
 
 navigation.ensure_router()
 
@@ -61,7 +61,7 @@ def browse_pairs() -> None:
     count_col, page_col, _ = st.columns([2, 1, 1], vertical_alignment="bottom")
     page = page_col.number_input(f"Page (of {pages})", min_value=1, max_value=pages, step=1, key=state.PAIRS_PAGE)
     count_col.markdown(
-        f"**{total:,} pairs** match"
+        f"**{words.counted(total, 'pair')}** {words.agrees(total, 'matches', 'match')}"
         + (f" · showing {PAGE_SIZE * (page - 1) + 1}–{min(total, PAGE_SIZE * page)}" if total else "")
     )
     frame = store.pairs_page(run_id, limit=PAGE_SIZE, offset=PAGE_SIZE * (int(page) - 1), **filters)

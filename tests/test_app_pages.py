@@ -26,7 +26,7 @@ from comlrl_lab.store import schema
 from comlrl_lab.trainers.preference import MADPOIterConfig
 from comlrl_lab.trainers.preference.config import CONFIG_CLASSES, fields
 from comlrl_lab.trainers.preference.rounds.replay import lambda_decay_weights
-from comlrl_lab.ui import forms, model_picker, services, state
+from comlrl_lab.ui import forms, model_picker, services, state, words
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 TIMEOUT = 90
@@ -462,7 +462,7 @@ def test_pairs_browses_filters_and_shows_both_sides_per_agent(open_app, seeded):
     at = open_app("pages/pairs.py")
     store = _store(seeded)
     total = store.pairs_count(seeded.run_id)
-    assert any(f"**{total:,} pairs** match" in m.value for m in at.markdown)
+    assert any(f"**{words.counted(total, 'pair')}** match" in m.value for m in at.markdown)
     assert len(at.dataframe[0].value) == min(25, total)
     # The page box is not in the row's last column, under the table toolbar's corner.
     page_column = _container_holding(at, state.PAIRS_PAGE)
@@ -496,14 +496,14 @@ def test_pairs_browses_filters_and_shows_both_sides_per_agent(open_app, seeded):
 
     at.segmented_control(key=state.PAIRS_SIDE).set_value("comparator").run()
     expected = store.pairs_count(seeded.run_id, winner_side="comparator")
-    assert any(f"**{expected:,} pairs** match" in m.value for m in at.markdown)
+    assert any(f"**{words.counted(expected, 'pair')}** match" in m.value for m in at.markdown)
     assert set(at.dataframe[0].value["winner side"]) <= {"comparator"}
     at.selectbox(key=state.PAIRS_ROUND).select(2).run()
     expected = store.pairs_count(seeded.run_id, winner_side="comparator", round=2)
-    assert any(f"**{expected:,} pairs** match" in m.value for m in at.markdown)
+    assert any(f"**{words.counted(expected, 'pair')}** match" in m.value for m in at.markdown)
     at.number_input(key=state.PAIRS_MIN_GAP).set_value(0.99).run()
     expected = store.pairs_count(seeded.run_id, winner_side="comparator", round=2, min_gap=0.99)
-    assert any(f"**{expected:,} pairs** match" in m.value for m in at.markdown)
+    assert any(f"**{words.counted(expected, 'pair')}** match" in m.value for m in at.markdown)
 
 
 def test_the_url_keeps_the_open_run_and_setup_has_its_own_address(open_app, seeded, monkeypatch):
@@ -519,7 +519,7 @@ def test_the_url_keeps_the_open_run_and_setup_has_its_own_address(open_app, seed
     assert not reloaded.exception, [e.value for e in reloaded.exception]
     assert reloaded.session_state[state.RUN_ID] == seeded.run_id
     total = _store(seeded).pairs_count(seeded.run_id)
-    assert any(f"**{total:,} pairs** match" in m.value for m in reloaded.markdown)
+    assert any(f"**{words.counted(total, 'pair')}** match" in m.value for m in reloaded.markdown)
 
     # Streamlit serves its default page at "/" only: Setup must not be it, or /setup is "Page not found".
     paths = {info["url_pathname"] for info in reloaded._registered_pages.values()}
@@ -709,7 +709,7 @@ def test_data_exports_parquet_and_round_files_with_filters(open_app, seeded, dow
     store = _store(seeded)
     total = store.pairs_count(seeded.run_id)
     at.radio(key=state.EXPORT_FORMAT).set_value("parquet").run()
-    assert any(f"**{total:,} pairs** will be exported" in m.value for m in at.markdown)
+    assert any(f"**{words.counted(total, 'pair')}** will be exported" in m.value for m in at.markdown)
     at.button(key=state.EXPORT_BUILD).click().run()
     button = at.download_button(key=state.EXPORT_DOWNLOAD)
     name = button.label.removeprefix("Download ")
@@ -769,7 +769,7 @@ def test_data_imports_a_comlrl_replay_directory_and_browses_it(open_app, seeded)
     at.button(key=state.IMPORT_OPEN).click().run()
     assert at.title[0].value == "Pairs"
     assert at.session_state[state.RUN_ID].startswith("import-")
-    assert any(f"**{total:,} pairs** match" in m.value for m in at.markdown)
+    assert any(f"**{words.counted(total, 'pair')}** match" in m.value for m in at.markdown)
     # Every page copes with a pair set that has no engine, no candidates and no metrics.
     for page, title in (
         ("pages/rounds.py", "Rounds"),

@@ -155,7 +155,7 @@ def test_a_human_round_is_labelled_by_keyboard_and_trains_on_exactly_the_labelle
             _shoot(page, "labels-labelling-view")
         if step == 7:  # the last one is skipped first, then come back to
             press("s")
-            assert page.get_by_text("You skipped 1 comparisons").count()
+            assert page.get_by_text("You skipped 1 comparison and labelled the rest.").count()
             _button(page, state.LABEL_UNSKIP).click()
             driver.wait_idle(page)
             assert _shown(page)[0] == 8

@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 
 from comlrl_lab.names import metric_names as mn
 from comlrl_lab.store.snapshots import pair_rows, round_metrics
-from comlrl_lab.ui import compare, services, state
+from comlrl_lab.ui import compare, services, state, words
 from comlrl_lab.ui.stats import ci95_half_width, t975
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -434,3 +434,17 @@ def test_bands_of_two_seeds_stay_in_the_metrics_range_and_say_they_were_clipped(
     captions = [c.value for c in at.caption]
     assert "Evaluation reward: the 95% band is clipped to [0, 1], the range the metric can take." in captions
     assert any("2 seeds, so the 95% bands are too wide to read" in c for c in captions)
+
+
+def test_one_run_is_counted_in_the_singular(tmp_path, monkeypatch):
+    # Issue 49: "1 runs match the filters".
+    assert [words.counted(n, "run") for n in (0, 1, 2, 1234)] == ["0 runs", "1 run", "2 runs", "1,234 runs"]
+    write_run(tmp_path / "runs", "only", config=BASE, rounds=1, eval_reward=lambda r: 0.5)
+    monkeypatch.setenv(services.RUNS_DIR_ENV, str(tmp_path / "runs"))
+    services.close_all()
+    st.cache_resource.clear()
+    at = AppTest.from_file(APP, default_timeout=30)
+    at.run()
+    at.switch_page("pages/compare.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "1 run matches the filters" in [e.label for e in at.expander]

@@ -24,7 +24,7 @@ from comlrl_lab.data.labels import VERDICTS, Agreement, Label, agreement, group_
 from comlrl_lab.data.records import PreferencePair
 from comlrl_lab.engine.manager import Progress
 from comlrl_lab.names import metric_names
-from comlrl_lab.ui import services, state
+from comlrl_lab.ui import services, state, words
 
 #: Keyboard key -> (verdict given, or "skip" / "undo"; the button's text). The buttons are keyed by their key.
 SHORTCUTS: dict[str, tuple[str, str]] = {
@@ -188,7 +188,7 @@ def _label_round(view: services.RunView, progress: Progress, config: Any) -> Non
         return
     if not where.todo:
         if where.skipped:
-            st.info(f"You skipped {len(where.skipped)} comparisons and labelled the rest.")
+            st.info(f"You skipped {words.counted(len(where.skipped), 'comparison')} and labelled the rest.")
             st.button("Back to the skipped ones", key=state.LABEL_UNSKIP, on_click=skipped.clear)
         else:
             st.info(
