@@ -181,12 +181,39 @@ class StopSignals:
         return self.received[0] if self.received else None
 
 
+class PhaseLines:
+    """Progress when stderr is not a terminal (a log file, a pipe): one line per phase as it ends, from the run's
+    phase timings (``Progress.history``), such as ``round 1/2 collect: 3.1 s``. A tqdm bar there became thousands of
+    carriage-return updates, with a stale description between phases. A phase's k-th timing is its round k (the
+    history holds the run's earlier rounds too, so a resumed run counts on)."""
+
+    def __init__(self, file: Any, before: Any, *, disable: bool = False) -> None:
+        """``before``: the run's ``Progress`` before this process starts it; the phases it has timed are not written."""
+        self.file, self.disable = file, disable
+        self.seen = {phase: len(seconds) for phase, seconds in before.history.items()}
+
+    def update(self, progress: Any) -> None:
+        from comlrl_lab.engine.manager import LOAD
+
+        rounds = f"/{progress.num_rounds}" if progress.num_rounds else ""
+        for phase, seconds in progress.history.items():
+            for k in range(self.seen.get(phase, 0), len(seconds)):
+                what = "loading models" if phase == LOAD else f"round {k + 1}{rounds} {phase}"
+                self._write(f"{what}: {seconds[k]:.1f} s")
+            self.seen[phase] = len(seconds)
+
+    def _write(self, line: str) -> None:
+        if not self.disable:
+            print(line, file=self.file, flush=True)
+
+
 def _drive(args: argparse.Namespace, manager: Any, run: Any, signals: StopSignals, tqdm: Any, notes_of: Any) -> int:
     """Step the run to its end, showing progress; a stop signal ends it at a safe point (exit 128 + signal)."""
     run_id = run.run_id
+    lines = None if sys.stderr.isatty() else PhaseLines(sys.stderr, manager.progress(run_id), disable=args.quiet)
     if signals.first is None:
         manager.start(run_id, rounds=10**6)
-    bar = tqdm(total=0, unit="step", dynamic_ncols=True, disable=args.quiet)
+    bar = tqdm(total=0, unit="step", dynamic_ncols=True, disable=args.quiet or lines is not None)
     shown: tuple | None = None
     asked = 0  # signals acted on
     try:
@@ -205,6 +232,8 @@ def _drive(args: argparse.Namespace, manager: Any, run: Any, signals: StopSignal
                     print("comlrl-lab run: still stopping; waiting for the phase to reach its check", file=sys.stderr)
                 asked = len(signals.received)
             progress = manager.wait(run_id, timeout=0.5)
+            if lines is not None:
+                lines.update(progress)
             where = (progress.status == "loading", progress.round_index, progress.phase)
             if where != shown:  # a new phase: its own bar, so the rate and elapsed time are the phase's
                 shown = where
