@@ -376,6 +376,8 @@ if create_col.button(
 ):
     try:
         run_id = ws.create_run(spec)
+    except (ValueError, OSError) as exc:  # what the spec names is not usable here: say it in words
+        st.error(f"**The run was not created:** {exc}", icon=":material/error:")
     except Exception as exc:
         st.error(components.format_exception(exc))
     else:
