@@ -433,7 +433,10 @@ def test_bands_of_two_seeds_stay_in_the_metrics_range_and_say_they_were_clipped(
     assert notes and "band clipped to [0, 1]" in notes[0] and "too wide to read" in notes[0]
     captions = [c.value for c in at.caption]
     assert "Evaluation reward: the 95% band is clipped to [0, 1], the range the metric can take." in captions
-    assert any("2 seeds, so the 95% bands are too wide to read" in c for c in captions)
+    assert any("2 seeds, so the 95% bands and ± intervals are too wide to read" in c for c in captions)
+    # Only where a band is drawn: the loss is the same in both seeds.
+    marks = {a["text"] for a in spec["layout"]["annotations"]}
+    assert sum("too wide to read" in m for m in marks) == 1 and "Loss" in marks
 
 
 def test_one_run_is_counted_in_the_singular(tmp_path, monkeypatch):

@@ -372,7 +372,7 @@ def band_notes(stats: pd.DataFrame, groups: Sequence[Group]) -> tuple[str, ...]:
         names = ", ".join(g.name or g.label for g in few)
         notes.append(
             f"Group{'s' if len(few) > 1 else ''} {names}: {len(few[0].runs) if len(few) == 1 else 'fewer than 3'} "
-            f"seeds, so the 95% bands are too wide to read (Student's t is {t975(1):.1f} for 2 seeds); run 3 or more "
+            f"seeds, so the 95% bands and ± intervals are too wide to read (Student's t is {t975(1):.1f} for 2 seeds); run 3 or more "
             "seeds to tell the groups apart."
         )
     return tuple(notes)
@@ -513,7 +513,7 @@ def curves_figure(stats: pd.DataFrame, groups: Sequence[Group]) -> go.Figure | N
                 curve_range(curve, g) for g in groups if g.label in set(part.loc[part["clipped"], "group"])
             )
             marks.append(f"band clipped to [{low:g}, {high:g}]")
-        if (part["n"].between(2, FEW_SEEDS - 1)).any():
+        if (part["n"].between(2, FEW_SEEDS - 1) & (part["high"] > part["low"])).any():  # a band is drawn
             marks.append(f"n<{FEW_SEEDS} seeds: band too wide to read")
         if marks:
             fig.add_annotation(
