@@ -33,6 +33,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from comlrl_lab.engine.progress_text import PhaseLines, bar_text, eta_text
 from comlrl_lab.engine.runs_folder import RUNS_DIR_ENV
 from comlrl_lab.names.phases import InvalidTransition
 from comlrl_lab.store.formats import EXPORT_FORMATS, ROUND_FILES, TRL_FILE_FORMATS, TRL_FILES, TRL_PROMPT_FORMS
@@ -88,26 +89,6 @@ def _run_ranks(args: argparse.Namespace, dist: DistContext) -> int:
     if dist.is_main:
         print(f"finished: {dist.world_size} ranks, results in {run.run_dir}")
     return 0
-
-
-def bar_text(progress: Any) -> tuple[str, str, str | None]:
-    """(description, unit, ETA of all the queued work) of the progress bar for one ``Progress``."""
-    from comlrl_lab.engine.manager import PHASE_UNITS
-
-    rounds = f"/{progress.num_rounds}" if progress.num_rounds else ""
-    phase = progress.phase or progress.next_phase
-    if progress.status == "loading":
-        return "loading models", "step", _eta_text(progress.queue_eta())
-    if phase is None:
-        return f"done: {progress.shown_round}{rounds} rounds", "step", None
-    description = f"round {progress.shown_round}{rounds} {phase}"
-    return description, PHASE_UNITS.get(phase, "step"), _eta_text(progress.queue_eta())
-
-
-def _eta_text(seconds: float | None) -> str | None:
-    from comlrl_lab.engine import eta
-
-    return None if seconds is None else eta.text(seconds)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -181,39 +162,15 @@ class StopSignals:
         return self.received[0] if self.received else None
 
 
-class PhaseLines:
-    """Progress when stderr is not a terminal (a log file, a pipe): one line per phase as it ends, from the run's
-    phase timings (``Progress.history``), such as ``round 1/2 collect: 3.1 s``. A tqdm bar there became thousands of
-    carriage-return updates, with a stale description between phases. A phase's k-th timing is its round k (the
-    history holds the run's earlier rounds too, so a resumed run counts on)."""
-
-    def __init__(self, file: Any, before: Any, *, disable: bool = False) -> None:
-        """``before``: the run's ``Progress`` before this process starts it; the phases it has timed are not written."""
-        self.file, self.disable = file, disable
-        self.seen = {phase: len(seconds) for phase, seconds in before.history.items()}
-
-    def update(self, progress: Any) -> None:
-        from comlrl_lab.engine.manager import LOAD
-
-        rounds = f"/{progress.num_rounds}" if progress.num_rounds else ""
-        for phase, seconds in progress.history.items():
-            for k in range(self.seen.get(phase, 0), len(seconds)):
-                what = "loading models" if phase == LOAD else f"round {k + 1}{rounds} {phase}"
-                self._write(f"{what}: {seconds[k]:.1f} s")
-            self.seen[phase] = len(seconds)
-
-    def _write(self, line: str) -> None:
-        if not self.disable:
-            print(line, file=self.file, flush=True)
-
-
 def _drive(args: argparse.Namespace, manager: Any, run: Any, signals: StopSignals, tqdm: Any, notes_of: Any) -> int:
     """Step the run to its end, showing progress; a stop signal ends it at a safe point (exit 128 + signal)."""
     run_id = run.run_id
-    lines = None if sys.stderr.isatty() else PhaseLines(sys.stderr, manager.progress(run_id), disable=args.quiet)
+    # A terminal gets a live bar; a file or pipe one line per phase (the bar wrote a \r update each refresh there).
+    terminal = sys.stderr.isatty()
+    lines = PhaseLines(sys.stderr, manager.progress(run_id), disable=args.quiet or terminal)
     if signals.first is None:
         manager.start(run_id, rounds=10**6)
-    bar = tqdm(total=0, unit="step", dynamic_ncols=True, disable=args.quiet or lines is not None)
+    bar = tqdm(total=0, unit="step", dynamic_ncols=True, disable=args.quiet or not terminal)
     shown: tuple | None = None
     asked = 0  # signals acted on
     try:
@@ -232,8 +189,7 @@ def _drive(args: argparse.Namespace, manager: Any, run: Any, signals: StopSignal
                     print("comlrl-lab run: still stopping; waiting for the phase to reach its check", file=sys.stderr)
                 asked = len(signals.received)
             progress = manager.wait(run_id, timeout=0.5)
-            if lines is not None:
-                lines.update(progress)
+            lines.update(progress)
             where = (progress.status == "loading", progress.round_index, progress.phase)
             if where != shown:  # a new phase: its own bar, so the rate and elapsed time are the phase's
                 shown = where
@@ -386,7 +342,7 @@ def _sweep(args: argparse.Namespace) -> int:
             progress = runner.wait(timeout=0.5)
             bar.total, bar.n = progress.phases_total, progress.phases_done
             bar.set_description(f"cells {progress.finished}/{progress.cells} finished, {progress.running} running")
-            eta = _eta_text(progress.eta_seconds)
+            eta = eta_text(progress.eta_seconds)
             bar.set_postfix({"eta": eta} if eta else {})
             bar.refresh()
             if not progress.busy:

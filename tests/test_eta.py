@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from workbench_fixtures import seed_spec
 
-from comlrl_lab.cli import bar_text
 from comlrl_lab.engine import eta
 from comlrl_lab.engine.manager import LOAD, Progress
+from comlrl_lab.engine.progress_text import bar_text
 
 ROOT = Path(__file__).resolve().parents[1]
 
