@@ -33,6 +33,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from comlrl_lab.engine.progress_text import PhaseLines, bar_text, eta_text
 from comlrl_lab.engine.runs_folder import RUNS_DIR_ENV
 from comlrl_lab.names.phases import InvalidTransition
 from comlrl_lab.store.formats import EXPORT_FORMATS, ROUND_FILES, TRL_FILE_FORMATS, TRL_FILES, TRL_PROMPT_FORMS
@@ -88,26 +89,6 @@ def _run_ranks(args: argparse.Namespace, dist: DistContext) -> int:
     if dist.is_main:
         print(f"finished: {dist.world_size} ranks, results in {run.run_dir}")
     return 0
-
-
-def bar_text(progress: Any) -> tuple[str, str, str | None]:
-    """(description, unit, ETA of all the queued work) of the progress bar for one ``Progress``."""
-    from comlrl_lab.engine.manager import PHASE_UNITS
-
-    rounds = f"/{progress.num_rounds}" if progress.num_rounds else ""
-    phase = progress.phase or progress.next_phase
-    if progress.status == "loading":
-        return "loading models", "step", _eta_text(progress.queue_eta())
-    if phase is None:
-        return f"done: {progress.shown_round}{rounds} rounds", "step", None
-    description = f"round {progress.shown_round}{rounds} {phase}"
-    return description, PHASE_UNITS.get(phase, "step"), _eta_text(progress.queue_eta())
-
-
-def _eta_text(seconds: float | None) -> str | None:
-    from comlrl_lab.engine import eta
-
-    return None if seconds is None else eta.text(seconds)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -184,9 +165,12 @@ class StopSignals:
 def _drive(args: argparse.Namespace, manager: Any, run: Any, signals: StopSignals, tqdm: Any, notes_of: Any) -> int:
     """Step the run to its end, showing progress; a stop signal ends it at a safe point (exit 128 + signal)."""
     run_id = run.run_id
+    # A terminal gets a live bar; a file or pipe one line per phase (the bar wrote a \r update each refresh there).
+    terminal = sys.stderr.isatty()
+    lines = PhaseLines(sys.stderr, manager.progress(run_id), disable=args.quiet or terminal)
     if signals.first is None:
         manager.start(run_id, rounds=10**6)
-    bar = tqdm(total=0, unit="step", dynamic_ncols=True, disable=args.quiet)
+    bar = tqdm(total=0, unit="step", dynamic_ncols=True, disable=args.quiet or not terminal)
     shown: tuple | None = None
     asked = 0  # signals acted on
     try:
@@ -205,6 +189,7 @@ def _drive(args: argparse.Namespace, manager: Any, run: Any, signals: StopSignal
                     print("comlrl-lab run: still stopping; waiting for the phase to reach its check", file=sys.stderr)
                 asked = len(signals.received)
             progress = manager.wait(run_id, timeout=0.5)
+            lines.update(progress)
             where = (progress.status == "loading", progress.round_index, progress.phase)
             if where != shown:  # a new phase: its own bar, so the rate and elapsed time are the phase's
                 shown = where
@@ -357,7 +342,7 @@ def _sweep(args: argparse.Namespace) -> int:
             progress = runner.wait(timeout=0.5)
             bar.total, bar.n = progress.phases_total, progress.phases_done
             bar.set_description(f"cells {progress.finished}/{progress.cells} finished, {progress.running} running")
-            eta = _eta_text(progress.eta_seconds)
+            eta = eta_text(progress.eta_seconds)
             bar.set_postfix({"eta": eta} if eta else {})
             bar.refresh()
             if not progress.busy:

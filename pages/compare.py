@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from comlrl_lab.ui import compare, navigation, services, state, sweeps, url_state
+from comlrl_lab.ui import compare, navigation, services, state, sweeps, url_state, words
 
 navigation.ensure_router()
 
@@ -57,7 +57,9 @@ if st.session_state.get(state.COMPARE_FILTERS_SEEN) != filters or state.COMPARE_
 else:
     st.session_state[state.COMPARE_RUNS] = [r for r in st.session_state[state.COMPARE_RUNS] if r in options]
 chosen = st.multiselect("Runs", options, key=state.COMPARE_RUNS, placeholder="Pick runs to compare")
-with st.expander(f"{len(matching)} runs match the filters"):
+with st.expander(
+    f"{words.counted(len(matching), 'run')} {words.agrees(len(matching), 'matches', 'match')} the filters"
+):
     st.dataframe(compare.catalogue_frame(matching), key=state.COMPARE_RUNS_TABLE, hide_index=True)
 
 left, right = st.columns(2)
@@ -126,7 +128,7 @@ else:
             st.markdown(compare.difference_text(data, first, second))
 
 st.subheader("Curves per round")
-for line in data.cuts:
+for line in (*data.cuts, *data.band_notes):
     st.caption(line)
 if data.curves_figure is None:
     st.info("The chosen runs have no snapshot metrics yet: they appear as phases finish.")

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from comlrl_lab.ui import components, navigation, services, state
+from comlrl_lab.ui import components, navigation, services, state, words
 
 navigation.ensure_router()
 
@@ -40,9 +40,11 @@ with export_tab:
         if fmt != services.ROUND_FILES:
             filters = components.pair_filters(rounds, state.EXPORT_FILTERS, heading="**Filters** (empty = all pairs)")
             count = view.store.pairs_count(run_id, **filters)
-            st.markdown(f"**{count:,} pairs** will be exported.")
+            st.markdown(f"**{words.counted(count, 'pair')}** will be exported.")
         else:
-            st.caption(f"Every collected round as one file ({len(rounds)} rounds); filters do not apply.")
+            st.caption(
+                f"Every collected round as one file ({words.counted(len(rounds), 'round')}); filters do not apply."
+            )
         if st.button("Build the export", type="primary", icon=":material/build:", key=state.EXPORT_BUILD):
             try:
                 path, n = ws.export(run_id, fmt, {k: v for k, v in filters.items() if v is not None})
@@ -122,7 +124,7 @@ with import_tab:
         with st.container(border=True, key=state.IMPORT_RESULT_BOX):
             if result["run_id"]:
                 st.success(
-                    f"Imported {result['pairs']:,} pairs from {len(result['files'])} files into `{result['run_id']}` "
+                    f"Imported {words.counted(result['pairs'], 'pair')} from {words.counted(len(result['files']), 'file')} into `{result['run_id']}` "
                     f"(rounds {', '.join(map(str, result['rounds']))}).",
                     icon=":material/check_circle:",
                 )

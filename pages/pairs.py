@@ -4,7 +4,7 @@ blinded comparisons and read agreement (runs whose preferences come from people 
 import pandas as pd
 import streamlit as st
 
-from comlrl_lab.ui import components, figures, frames, labelling, navigation, services, state, url_state
+from comlrl_lab.ui import components, figures, frames, labelling, navigation, services, state, url_state, words
 
 navigation.ensure_router()
 
@@ -25,6 +25,7 @@ st.caption(
 )
 
 PAGE_SIZE = 25
+SQL_MAX_ROWS = 100_000
 DEFAULT_SQL = (
     "SELECT round, winner_side, count(*) AS pairs, round(avg(reward_gap), 4) AS mean_gap,\n"
     "       round(avg(winner_reward), 4) AS mean_winner_reward\n"
@@ -37,20 +38,30 @@ browse, sql = tabs[-2:]
 
 def browse_pairs() -> None:
     rounds = store.rounds(run_id)
-    _, notes = url_state.restore("pairs", components.PAIRS_URL_KEYS)
+    read, notes = url_state.restore("pairs", components.PAIRS_URL_KEYS)
     notes += [n for n in [url_state.drop_unknown(state.PAIRS_ROUND, [None, *map(int, rounds["round"])])] if n]
     for note in notes:
         st.caption(note)
     filters = components.pair_filters(rounds, state.PAIRS_FILTERS)
     total = store.pairs_count(run_id, **filters)
     pages = max(1, -(-total // PAGE_SIZE))
+    if state.PAIRS_OPEN in read and state.PAIRS_PAGE not in read:
+        # A link with the pair but not its page (typed by hand): open the page the pair is on under the filters.
+        position = store.pair_position(run_id, st.session_state[state.PAIRS_OPEN], **filters)
+        if position is None:
+            wanted = st.session_state[state.PAIRS_OPEN]
+            st.caption(
+                f"pairs.open={wanted[0]}:{wanted[1]} in the address is not among these pairs; the first is open."
+            )
+        else:
+            st.session_state[state.PAIRS_PAGE] = position // PAGE_SIZE + 1
     if st.session_state.get(state.PAIRS_PAGE, 1) > pages:
         st.session_state[state.PAIRS_PAGE] = 1
     # The page box stays clear of the right edge, where the table's toolbar appears on hover.
     count_col, page_col, _ = st.columns([2, 1, 1], vertical_alignment="bottom")
     page = page_col.number_input(f"Page (of {pages})", min_value=1, max_value=pages, step=1, key=state.PAIRS_PAGE)
     count_col.markdown(
-        f"**{total:,} pairs** match"
+        f"**{words.counted(total, 'pair')}** {words.agrees(total, 'matches', 'match')}"
         + (f" · showing {PAGE_SIZE * (page - 1) + 1}–{min(total, PAGE_SIZE * page)}" if total else "")
     )
     frame = store.pairs_page(run_id, limit=PAGE_SIZE, offset=PAGE_SIZE * (int(page) - 1), **filters)
@@ -142,13 +153,16 @@ with sql:
         st.session_state[state.SQL_QUERY] = DEFAULT_SQL
     st.text_area("Query", key=state.SQL_QUERY, height=140)
     run_col, limit_col = st.columns([1, 1], vertical_alignment="bottom")
-    limit = limit_col.number_input(
-        "Row limit", min_value=1, max_value=100_000, value=1000, step=100, key=state.SQL_LIMIT
-    )
+    # No min_value/max_value: the browser would drop a value past them (a red outline) and run the old limit.
+    limit = limit_col.number_input("Row limit", value=1000, step=100, key=state.SQL_LIMIT)
     if run_col.button("Run query", type="primary", icon=":material/play_arrow:", key=state.SQL_RUN):
         st.session_state[state.SQL_SUBMITTED] = st.session_state[state.SQL_QUERY]
     submitted = st.session_state.get(state.SQL_SUBMITTED)
-    if submitted:
+    if submitted is not None and not (1 <= int(limit or 0) <= SQL_MAX_ROWS):
+        st.error(
+            f"Refused: the row limit must be between 1 and {SQL_MAX_ROWS:,}, not {limit}.", icon=":material/block:"
+        )
+    elif submitted is not None:  # an empty query too: the store refuses it in words
         try:
             result = store.readonly_sql(submitted, limit=int(limit))
         except services.ReadOnlyQueryError as error:

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from comlrl_lab.ui import components, figures, frames, navigation, services, state
+from comlrl_lab.ui import components, figures, frames, navigation, services, state, words
 from comlrl_lab.ui.frames import PHASE_LABELS
 
 navigation.ensure_router()
@@ -18,7 +18,7 @@ with head_left:
         agents = ", ".join(dict.fromkeys(view.spec.agent_models))
         task = view.spec.task or view.spec.user_task
         st.caption(
-            f"Run `{view.run_id}` · {view.spec.algorithm} · task {task} · {len(view.spec.agent_models)} agents ({agents})"
+            f"Run `{view.run_id}` · {view.spec.algorithm} · task {task} · {words.counted(len(view.spec.agent_models), 'agent')} ({agents})"
         )
     else:
         st.caption(

@@ -277,7 +277,7 @@ if iterative:
     lead = forms.featured(algorithm, ["comparator_policy", "comparator_num_candidates", "comparator_generation_mode"])
     shown = forms.render_fields(algorithm, lead, values, errors)
     rest = [n for n in forms.COMPARATOR_FIELDS if n not in shown]
-    with st.expander("More comparator fields", expanded=forms.field_names_in(rest, errors)):
+    with forms.field_group("More comparator fields", rest, errors):
         forms.render_fields(algorithm, rest, values, errors)
     api = forms.applying(algorithm, forms.API_FIELDS, values)
     if api:
@@ -294,7 +294,7 @@ if iterative:
             algorithm, forms.featured(algorithm, ["preference_replay_mode"]), values, errors, columns=2
         )
         replay_rest = [n for n in forms.REPLAY_FIELDS if n not in shown]
-        with st.expander("More replay fields", expanded=forms.field_names_in(replay_rest, errors)):
+        with forms.field_group("More replay fields", replay_rest, errors):
             forms.render_fields(algorithm, replay_rest, values, errors, columns=2)
     with right:
         lam_field = "preference_replay_lambda"
@@ -323,7 +323,7 @@ st.caption(
     + ", grouped. Hover the ? beside a field for its help text and default."
 )
 for title, caption, names in forms.grouped_fields(algorithm):
-    with st.expander(f"{title} ({len(names)})", expanded=forms.field_names_in(names, errors)):
+    with forms.field_group(title, names, errors, label=f"{title} ({len(names)})"):
         st.caption(caption)
         forms.render_fields(algorithm, names, values, errors)
 
@@ -331,23 +331,26 @@ for title, caption, names in forms.grouped_fields(algorithm):
 
 st.header("Create the run", divider="gray")
 problems = agent_problems + task_problems
+spec_fields = {
+    "algorithm": algorithm,
+    "agent_models": models or [model_picker.TINY_MODEL_NAME],
+    "config": forms.overrides(algorithm, values),
+    "name": (st.session_state.get(state.SETUP_RUN_NAME, forms.base_setup_value(state.SETUP_RUN_NAME)) or "").strip()
+    or None,
+    **task_fields,
+}
+spec, spec_errors = forms.build_spec(spec_fields)
+for error in spec_errors:
+    st.error(f"**The spec is invalid (field `{error.field}`):** {error}", icon=":material/error:")
 for error in errors:
     where = f" (field `{error.field}`)" if error.field else ""
     st.error(f"**{config_class.__name__} is invalid{where}:** {error}", icon=":material/error:")
 for problem in problems:
     st.warning(problem, icon=":material/warning:")
-spec = services.ExperimentSpec(
-    algorithm=algorithm,
-    agent_models=models or [model_picker.TINY_MODEL_NAME],
-    config=forms.overrides(algorithm, values),
-    name=(st.session_state.get(state.SETUP_RUN_NAME, forms.base_setup_value(state.SETUP_RUN_NAME)) or "").strip()
-    or None,
-    **task_fields,
-)
-memory = None if errors or problems else model_picker.fit_warning(spec)
+memory = None if errors or problems or spec_errors else model_picker.fit_warning(spec)
 if memory:
     st.warning(f"**The agents may not fit in memory:** {memory}.", icon=":material/memory:")
-if not errors and not problems:
+if not errors and not problems and not spec_errors:
     st.success(f"{config_class.__name__} is valid.", icon=":material/check_circle:")
 
 with st.expander("The spec as it will be saved (spec.json)"):
@@ -362,7 +365,7 @@ name_col.text_input(
     placeholder=algorithm,
     help="Prefix of the run id; the run folder is <runs folder>/<run id>.",
 )
-can_create = not errors and not problems
+can_create = not errors and not problems and not spec_errors
 if create_col.button(
     "Create run",
     type="primary",
@@ -373,6 +376,8 @@ if create_col.button(
 ):
     try:
         run_id = ws.create_run(spec)
+    except (ValueError, OSError) as exc:  # what the spec names is not usable here: say it in words
+        st.error(f"**The run was not created:** {exc}", icon=":material/error:")
     except Exception as exc:
         st.error(components.format_exception(exc))
     else:
@@ -384,6 +389,7 @@ save_col.download_button(
     file_name=f"{spec.name or algorithm}.spec.json",
     mime="application/json",
     on_click="ignore",
+    disabled=bool(spec_errors),  # the file would differ from the form
     icon=":material/download:",
     key=state.SETUP_SAVE,
     width="stretch",

@@ -26,7 +26,7 @@ from comlrl_lab.store import schema
 from comlrl_lab.trainers.preference import MADPOIterConfig
 from comlrl_lab.trainers.preference.config import CONFIG_CLASSES, fields
 from comlrl_lab.trainers.preference.rounds.replay import lambda_decay_weights
-from comlrl_lab.ui import forms, model_picker, services, state
+from comlrl_lab.ui import forms, model_picker, services, state, words
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 TIMEOUT = 90
@@ -462,7 +462,7 @@ def test_pairs_browses_filters_and_shows_both_sides_per_agent(open_app, seeded):
     at = open_app("pages/pairs.py")
     store = _store(seeded)
     total = store.pairs_count(seeded.run_id)
-    assert any(f"**{total:,} pairs** match" in m.value for m in at.markdown)
+    assert any(f"**{words.counted(total, 'pair')}** match" in m.value for m in at.markdown)
     assert len(at.dataframe[0].value) == min(25, total)
     # The page box is not in the row's last column, under the table toolbar's corner.
     page_column = _container_holding(at, state.PAIRS_PAGE)
@@ -496,14 +496,14 @@ def test_pairs_browses_filters_and_shows_both_sides_per_agent(open_app, seeded):
 
     at.segmented_control(key=state.PAIRS_SIDE).set_value("comparator").run()
     expected = store.pairs_count(seeded.run_id, winner_side="comparator")
-    assert any(f"**{expected:,} pairs** match" in m.value for m in at.markdown)
+    assert any(f"**{words.counted(expected, 'pair')}** match" in m.value for m in at.markdown)
     assert set(at.dataframe[0].value["winner side"]) <= {"comparator"}
     at.selectbox(key=state.PAIRS_ROUND).select(2).run()
     expected = store.pairs_count(seeded.run_id, winner_side="comparator", round=2)
-    assert any(f"**{expected:,} pairs** match" in m.value for m in at.markdown)
+    assert any(f"**{words.counted(expected, 'pair')}** match" in m.value for m in at.markdown)
     at.number_input(key=state.PAIRS_MIN_GAP).set_value(0.99).run()
     expected = store.pairs_count(seeded.run_id, winner_side="comparator", round=2, min_gap=0.99)
-    assert any(f"**{expected:,} pairs** match" in m.value for m in at.markdown)
+    assert any(f"**{words.counted(expected, 'pair')}** match" in m.value for m in at.markdown)
 
 
 def test_the_url_keeps_the_open_run_and_setup_has_its_own_address(open_app, seeded, monkeypatch):
@@ -519,7 +519,7 @@ def test_the_url_keeps_the_open_run_and_setup_has_its_own_address(open_app, seed
     assert not reloaded.exception, [e.value for e in reloaded.exception]
     assert reloaded.session_state[state.RUN_ID] == seeded.run_id
     total = _store(seeded).pairs_count(seeded.run_id)
-    assert any(f"**{total:,} pairs** match" in m.value for m in reloaded.markdown)
+    assert any(f"**{words.counted(total, 'pair')}** match" in m.value for m in reloaded.markdown)
 
     # Streamlit serves its default page at "/" only: Setup must not be it, or /setup is "Page not found".
     paths = {info["url_pathname"] for info in reloaded._registered_pages.values()}
@@ -587,7 +587,35 @@ def test_pairs_sql_box_answers_read_only_queries_and_refuses_writes(open_app, se
     assert _store(seeded).pairs_count(seeded.run_id) == int(rounds["num_pairs"].sum())
 
 
+def test_an_empty_query_and_a_bad_row_limit_are_refused_in_words(open_app):
+    # Issue 49: an empty query did nothing (the last result vanished) and a negative row limit ran with the old one.
+    at = open_app("pages/pairs.py")
+    at.text_area(key=state.SQL_QUERY).input("").run()
+    at.button(key=state.SQL_RUN).click().run()
+    assert [e.value for e in at.error] == ["Refused: the query is empty"]
+    at.text_area(key=state.SQL_QUERY).input("SELECT 1 AS one").run()
+    at.number_input(key=state.SQL_LIMIT).set_value(-5).run()
+    at.button(key=state.SQL_RUN).click().run()
+    assert [e.value for e in at.error] == ["Refused: the row limit must be between 1 and 100,000, not -5."]
+    assert not [d for d in at.dataframe if list(d.value.columns) == ["one"]]
+    at.number_input(key=state.SQL_LIMIT).set_value(10).run()
+    assert not at.error and at.dataframe[-1].value["one"].tolist() == [1]
+
+
 # -- Replay -------------------------------------------------------------------------------------------------
+
+
+def test_replay_rows_in_sql_hold_the_size_of_the_dataset_they_drew_from(open_app, seeded):
+    # Issue 49: replay.num_pairs was NULL in every row, while the Replay page showed each dataset's size.
+    at = open_app("pages/pairs.py")
+    at.text_area(key=state.SQL_QUERY).input(
+        "SELECT round, source_round, num_pairs FROM replay ORDER BY round, source_round"
+    ).run()
+    at.button(key=state.SQL_RUN).click().run()
+    result = at.dataframe[-1].value
+    sizes = dict(zip(_store(seeded).rounds(seeded.run_id)["round"], _store(seeded).rounds(seeded.run_id)["num_pairs"]))
+    assert result["source_round"].tolist() == [1, 1, 2]  # round 2 of lambda_decay draws from rounds 1 and 2
+    assert result["num_pairs"].tolist() == [sizes[s] for s in result["source_round"]] and min(sizes.values()) > 0
 
 
 def test_replay_shows_weights_and_draws_and_recomputes_lambda_live(open_app, seeded):
@@ -681,7 +709,7 @@ def test_data_exports_parquet_and_round_files_with_filters(open_app, seeded, dow
     store = _store(seeded)
     total = store.pairs_count(seeded.run_id)
     at.radio(key=state.EXPORT_FORMAT).set_value("parquet").run()
-    assert any(f"**{total:,} pairs** will be exported" in m.value for m in at.markdown)
+    assert any(f"**{words.counted(total, 'pair')}** will be exported" in m.value for m in at.markdown)
     at.button(key=state.EXPORT_BUILD).click().run()
     button = at.download_button(key=state.EXPORT_DOWNLOAD)
     name = button.label.removeprefix("Download ")
@@ -741,7 +769,7 @@ def test_data_imports_a_comlrl_replay_directory_and_browses_it(open_app, seeded)
     at.button(key=state.IMPORT_OPEN).click().run()
     assert at.title[0].value == "Pairs"
     assert at.session_state[state.RUN_ID].startswith("import-")
-    assert any(f"**{total:,} pairs** match" in m.value for m in at.markdown)
+    assert any(f"**{words.counted(total, 'pair')}** match" in m.value for m in at.markdown)
     # Every page copes with a pair set that has no engine, no candidates and no metrics.
     for page, title in (
         ("pages/rounds.py", "Rounds"),
@@ -763,3 +791,21 @@ def test_data_imports_a_comlrl_replay_directory_and_browses_it(open_app, seeded)
     assert services.run_label(
         next(r for r in services.past_runs().itertuples(index=False) if r.kind == "experiment")
     ) == (f"{seeded.run_id} — MADPOIter · length_ratio")
+
+
+def test_a_hand_typed_link_to_a_pair_past_the_first_page_opens_that_pair(seeded, monkeypatch):
+    # The app's own links carry pairs.page; one typed by hand (issue 49: ?run.open=...&pairs.open=2%3A40) does not.
+    monkeypatch.setenv(services.RUNS_DIR_ENV, str(seeded.root))
+    frame = _store(seeded).pairs_page(seeded.run_id, limit=10_000)
+    assert len(frame) > 25  # more than one page of the browser
+    last = (int(frame["round"].iloc[-1]), int(frame["pair_index"].iloc[-1]))
+    _fresh_cache()
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params = {state.URL_RUN: seeded.run_id, state.PAIRS_OPEN: f"{last[0]}:{last[1]}"}
+    at.session_state[state.SETUP_PRESET] = forms.PRESET_NONE
+    at.run()
+    at.switch_page("pages/pairs.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key=state.PAIRS_OPEN).value == last
+    assert at.number_input(key=state.PAIRS_PAGE).value == -(-len(frame) // 25)
+    assert any(f"pair {last[1]}" in h.value for h in at.subheader)

@@ -127,7 +127,13 @@ def test_a_human_round_is_labelled_by_keyboard_and_trains_on_exactly_the_labelle
     name.fill("ann")
     name.press("Enter")
     driver.wait_idle(page)
-    page.locator("h1").first.click()  # keys typed into the name box are text, not verdicts
+    # The focus leaves the name box for the comparison, so the first key pressed is a verdict, not more name.
+    page.wait_for_function(
+        "(sel) => document.querySelector(sel)?.contains(document.activeElement)",
+        arg=key(state.LABEL_COMPARISON),
+        timeout=10_000,
+    )
+    assert name.input_value() == "ann"
 
     seen: dict[int, tuple[list[str], list[str]]] = {}
     given: dict[int, str] = {}
@@ -149,11 +155,13 @@ def test_a_human_round_is_labelled_by_keyboard_and_trains_on_exactly_the_labelle
             _shoot(page, "labels-labelling-view")
         if step == 7:  # the last one is skipped first, then come back to
             press("s")
-            assert page.get_by_text("You skipped 1 comparisons").count()
+            assert page.get_by_text("You skipped 1 comparison and labelled the rest.").count()
             _button(page, state.LABEL_UNSKIP).click()
             driver.wait_idle(page)
             assert _shown(page)[0] == 8
         press(k)
+        if step == 0:
+            assert name.input_value() == "ann"  # the first key went to the comparison
         given[number] = VERDICT_OF_KEY[k]
         assert _label_progress(page).startswith(f"{step + 1} of 8")
     assert page.get_by_text("All 8 comparisons of round 1 have their labels.").count()

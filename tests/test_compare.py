@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 
 from comlrl_lab.names import metric_names as mn
 from comlrl_lab.store.snapshots import pair_rows, round_metrics
-from comlrl_lab.ui import compare, services, state
+from comlrl_lab.ui import compare, services, state, words
 from comlrl_lab.ui.stats import ci95_half_width, t975
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -403,3 +403,51 @@ def test_a_grid_run_from_the_compare_page_fills_in_and_opens_there(tmp_path, mon
     finally:
         services.close_all()
         st.cache_resource.clear()
+
+
+def test_bands_of_two_seeds_stay_in_the_metrics_range_and_say_they_were_clipped(tmp_path, monkeypatch):
+    """Two seeds far apart on length_ratio (reward in [0, 1]): the t interval of 2 seeds (t = 12.706) reaches far
+    past the range, as it did in issue 49 (evaluation about -0.2 to 1.5, pair accuracy above 1)."""
+    root = tmp_path / "runs"
+    for seed, value in ((0, 0.3), (1, 0.9)):
+        write_run(root, f"two-s{seed}", config={**BASE, "seed": seed}, rounds=3, eval_reward=lambda r, v=value: v)
+    monkeypatch.setenv(services.RUNS_DIR_ENV, str(root))
+    services.close_all()
+    st.cache_resource.clear()
+    at = AppTest.from_file(APP, default_timeout=30)
+    at.run()
+    at.switch_page("pages/compare.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    # By hand: mean 0.6, half-width 12.706 * 0.4243 / sqrt(2) = 3.812: [-3.21, 4.41] before clipping.
+    stats = compare.compare(compare.catalogue(root)).stats.set_index(["curve", "round"])
+    row = stats.loc[("Evaluation reward", 3)]
+    assert row["mean"] == pytest.approx(0.6) and (row["low"], row["high"]) == (0.0, 1.0) and row["clipped"]
+    assert not stats.loc[("Loss", 3), "clipped"]  # the same in both seeds: no band to clip
+    (spec,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart") if "Evaluation reward" in c.proto.spec][:1]
+    bands = [t for t in spec["data"] if t.get("fill") == "toself"]
+    # The first panel (axis "y") is the evaluation reward: its band lies in [0, 1], about 0.6.
+    assert spec["layout"]["annotations"][0]["text"] == "Evaluation reward"
+    (band,) = [t for t in bands if t.get("yaxis", "y") == "y"]
+    assert min(band["y"]) == 0.0 and max(band["y"]) == 1.0
+    notes = [a["text"] for a in spec["layout"]["annotations"] if "clipped" in a["text"]]
+    assert notes and "band clipped to [0, 1]" in notes[0] and "too wide to read" in notes[0]
+    captions = [c.value for c in at.caption]
+    assert "Evaluation reward: the 95% band is clipped to [0, 1], the range the metric can take." in captions
+    assert any("2 seeds, so the 95% bands and ± intervals are too wide to read" in c for c in captions)
+    # Only where a band is drawn: the loss is the same in both seeds.
+    marks = {a["text"] for a in spec["layout"]["annotations"]}
+    assert sum("too wide to read" in m for m in marks) == 1 and "Loss" in marks
+
+
+def test_one_run_is_counted_in_the_singular(tmp_path, monkeypatch):
+    # Issue 49: "1 runs match the filters".
+    assert [words.counted(n, "run") for n in (0, 1, 2, 1234)] == ["0 runs", "1 run", "2 runs", "1,234 runs"]
+    write_run(tmp_path / "runs", "only", config=BASE, rounds=1, eval_reward=lambda r: 0.5)
+    monkeypatch.setenv(services.RUNS_DIR_ENV, str(tmp_path / "runs"))
+    services.close_all()
+    st.cache_resource.clear()
+    at = AppTest.from_file(APP, default_timeout=30)
+    at.run()
+    at.switch_page("pages/compare.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "1 run matches the filters" in [e.label for e in at.expander]

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-import pytest
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
-from comlrl_lab.cli import bar_text
+import pytest
+from workbench_fixtures import seed_spec
+
 from comlrl_lab.engine import eta
 from comlrl_lab.engine.manager import LOAD, Progress
+from comlrl_lab.engine.progress_text import bar_text
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_phase_slower_than_before_is_estimated_from_its_own_rate_not_stuck_at_zero():
@@ -59,3 +69,33 @@ def test_the_cli_bar_names_the_phase_its_unit_and_never_a_round_past_the_last():
     assert bar_text(collect)[:2] == ("round 2/5 collect", "prompt")
     loading = Progress("r", status="loading", round_index=1, num_rounds=5, next_phase="collect", phases_left=20)
     assert bar_text(loading) == ("loading models", "step", None)  # no load measured yet in this process
+
+
+def test_the_cli_writes_one_line_per_phase_when_stderr_is_not_a_terminal(tmp_path, model_dir):
+    # Issue 49: a tqdm bar written to a file became thousands of carriage-return updates with stale labels. The CLI
+    # runs as a user runs it, its stderr going to a file.
+    spec_file = tmp_path / "spec.json"
+    dataclasses.replace(seed_spec(model_dir, num_iterations=1), max_train_items=4, max_eval_items=2).save(spec_file)
+    log = tmp_path / "stderr.log"
+    with open(log, "w") as stderr:
+        code = subprocess.run(
+            [sys.executable, "-c", "import sys; from comlrl_lab import cli; sys.exit(cli.main(sys.argv[1:]))"]
+            + ["run", str(spec_file), "--runs-root", str(tmp_path / "runs")],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            timeout=300,
+            check=False,
+        ).returncode
+    err = log.read_text()
+    assert code == 0, err
+    assert "\r" not in err
+    lines = [line for line in err.splitlines() if re.fullmatch(r"(loading models|round 1/1 \w+): \d+\.\d s", line)]
+    assert [line.split(":")[0] for line in lines] == [
+        "loading models",
+        "round 1/1 collect",
+        "round 1/1 select",
+        "round 1/1 train",
+        "round 1/1 evaluate",
+    ], err

@@ -135,7 +135,17 @@ def test_the_fit_warning_appears_only_when_the_agents_do_not_fit(models_root, mo
     assert memory_warnings(at) == []
 
 
-def test_the_free_text_box_takes_a_folder_and_says_what_it_cannot_describe(models_root, tmp_path):
+def _hub(monkeypatch, *, offline: bool) -> None:
+    """The hub as the model picker finds it: HF_HUB_OFFLINE set (and nothing reachable), or reachable."""
+    from comlrl_lab.models import loading
+
+    monkeypatch.setattr(loading, "_hub_offline", lambda: offline)
+    monkeypatch.setattr(loading, "hub_reachable", lambda *args, **kwargs: not offline)
+    st.cache_data.clear()
+
+
+def test_the_free_text_box_takes_a_folder_and_says_what_it_cannot_describe(models_root, tmp_path, monkeypatch):
+    _hub(monkeypatch, offline=False)
     folder = register(tmp_path / "elsewhere", "plain-folder")
     at = open_setup()
     at.selectbox(key=state.agent_source_key(0)).select(model_picker.OTHER).run()
@@ -158,6 +168,29 @@ def test_the_free_text_box_takes_a_folder_and_says_what_it_cannot_describe(model
         for c in at.caption
     )
     assert not at.button(key=state.SETUP_CREATE).disabled  # the run may still fetch it
+
+
+def test_a_model_that_cannot_load_here_is_said_in_words_as_it_is_picked(models_root, monkeypatch):
+    # Issue 49: a hub id with the hub offline was accepted until Create, which showed the loader's exception with
+    # its class path; a missing path was captioned as coming "from the hub" under a "does not exist" warning.
+    _hub(monkeypatch, offline=True)
+    at = open_setup()
+    at.selectbox(key=state.agent_source_key(0)).select(model_picker.OTHER).run()
+    at.text_input(key=state.agent_model_key(0)).input("comlrl-lab-tests/never-cached").run()
+    warnings = [w.value for w in at.warning if w.value.startswith("Agent 1:")]
+    assert warnings == [
+        "Agent 1: model 'comlrl-lab-tests/never-cached' was not found locally (not a directory, not in the Hugging "
+        "Face cache) and the hub is offline (HF_HUB_OFFLINE is set). Download it on a machine with network or pass "
+        "a local directory."
+    ]
+    assert at.button(key=state.SETUP_CREATE).disabled
+    assert not any("ModelLoadError" in e.value or "comlrl_lab." in e.value for e in [*at.error, *at.warning])
+    assert not any("would come from the hub" in c.value for c in at.caption)
+
+    at.text_input(key=state.agent_model_key(0)).input("/nonexistent/model").run()
+    assert "Agent 1: /nonexistent/model does not exist." in [w.value for w in at.warning]
+    assert not any("hub" in c.value for c in at.caption if "/nonexistent/model" in c.value)
+    assert at.button(key=state.SETUP_CREATE).disabled
 
 
 def test_the_chosen_model_goes_into_the_url_and_comes_back(models_root):

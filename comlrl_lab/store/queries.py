@@ -180,6 +180,20 @@ def pairs_count(cur: duckdb.DuckDBPyConnection, run_id: str, flt: PairFilter) ->
     return int(cur.execute(f"SELECT count(*) FROM pairs WHERE {where}", args).fetchone()[0])
 
 
+def pair_position(
+    cur: duckdb.DuckDBPyConnection, run_id: str, flt: PairFilter, round: int, pair_index: int
+) -> int | None:
+    """Where pair (``round``, ``pair_index``) sits, from 0, among the pairs ``flt`` matches in ``pairs_page``'s order;
+    None when it is not one of them."""
+    where, args = flt.where(run_id)
+    row = cur.execute(
+        f"SELECT count(*) FILTER (WHERE (round, pair_index) < (?, ?)), "
+        f"count(*) FILTER (WHERE round = ? AND pair_index = ?) FROM pairs WHERE {where}",
+        [int(round), int(pair_index), int(round), int(pair_index), *args],
+    ).fetchone()
+    return int(row[0]) if row[1] else None
+
+
 def pair_detail(cur: duckdb.DuckDBPyConnection, run_id: str, round: int, pair_index: int) -> dict[str, Any] | None:
     """Every stored field of one pair, plus ``record`` (the seed JSON record) and ``winner_details`` and
     ``loser_details``: the breakdowns the task reward gave the two candidates (None where it gave none)."""

@@ -253,6 +253,10 @@ class RunStore:
     def pairs_count(self, run_id: str, **filters: Any) -> int:
         return queries.pairs_count(self.cursor(), run_id, queries.pair_filter(**filters))
 
+    def pair_position(self, run_id: str, pair: tuple[int, int], **filters: Any) -> int | None:
+        """Where pair (round, pair index) sits, from 0, in ``pairs_page``'s order under ``filters``; None if absent."""
+        return queries.pair_position(self.cursor(), run_id, queries.pair_filter(**filters), *pair)
+
     def pair_detail(self, run_id: str, round: int, pair_index: int) -> dict[str, Any] | None:
         return queries.pair_detail(self.cursor(), run_id, round, pair_index)
 

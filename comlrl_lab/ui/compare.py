@@ -25,6 +25,7 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
+from comlrl_lab.data.tasks import get_task, list_tasks
 from comlrl_lab.engine import ExperimentSpec
 from comlrl_lab.engine.run import SNAPSHOT_DIR, SPEC_FILE
 from comlrl_lab.engine.sweep import SWEEPS_DIR, sweep_memberships
@@ -34,7 +35,7 @@ from comlrl_lab.ui import state
 from comlrl_lab.ui.charts import COMPARATOR, CURRENT, SERIES_PALETTE
 from comlrl_lab.ui.frames import has_any_tag
 from comlrl_lab.ui.intervals import PAIRED, Interval, difference, mean_interval
-from comlrl_lab.ui.stats import ci95_half_width
+from comlrl_lab.ui.stats import ci95_half_width, t975
 from comlrl_lab.ui.url_state import UrlKey
 
 EVALUATION = "Evaluation reward"
@@ -50,10 +51,17 @@ CURVES: dict[str, tuple[tuple[str, str], ...]] = {
     "Evaluation pass@1": ((mn.EVAL_PASS_AT_1, "evaluate"),),
     "Evaluation level reward": ((mn.EVAL_LEVEL_REWARD_MEAN, "evaluate"),),
 }
+#: The curves whose values cannot leave [0, 1] (shares and accuracies); a band past that range is clipped to it.
+UNIT_CURVES = frozenset({"Pair accuracy", "Current agents' win share", "Evaluation pass@1"})
+#: The curves in the task reward's units: clipped to the task's ``reward_range`` when the task is a built-in one
+#: (a task module of the user's declares none, so its bands stay as computed).
+REWARD_CURVES = frozenset({EVALUATION, "Candidate reward (current agents)"})
+#: Fewer seeds than this give a 95% band that is flagged as too wide to read (t = 12.7 at 2 seeds).
+FEW_SEEDS = 3
 #: Settings that never make two runs different experiments: the seed (the group's samples), bookkeeping, and the
 #: number of rounds (round r does not depend on how many follow it; a 3-round run is the start of a 5-round one).
 NOT_SETTINGS = frozenset({"seed", "name", "tags", "output_dir", "preference_replay_dir", "num_iterations"})
-STATS_COLUMNS = ["curve", "group", "round", "mean", "low", "high", "n"]
+STATS_COLUMNS = ["curve", "group", "round", "mean", "low", "high", "n", "clipped"]
 #: Longest setting value a label shows in full; longer ones are cut with "...".
 VALUE_CHARS = 40
 
@@ -111,6 +119,7 @@ class Comparison:
     unstarted: tuple[str, ...] = ()  # runs that never committed a phase, left out
     repeats: dict[str, tuple[str, ...]] = field(default_factory=dict)  # kept run -> runs with its settings and seed
     cuts: tuple[str, ...] = ()  # one line per group whose runs reached different rounds
+    band_notes: tuple[str, ...] = ()  # bands clipped to their metric's range, and bands from too few seeds
 
 
 # -- the runs -------------------------------------------------------------------------------------------------
@@ -324,10 +333,49 @@ def curve_stats(values: pd.DataFrame, groups: Sequence[Group], *, smoothing: int
     half = [ci95_half_width(s, int(n)) if n > 1 else 0.0 for s, n in zip(agg["std"], agg["count"], strict=True)]
     agg["low"] = agg["mean"] - half
     agg["high"] = agg["mean"] + half
+    # A band past the metric's possible range says nothing the range does not: clip it there, and mark the rows.
+    ranges = {g.label: {c: curve_range(c, g) for c in CURVES} for g in groups}
+    bounds = [ranges[g][c] for c, g in zip(agg["curve"], agg["group"], strict=True)]
+    agg["clipped"] = [
+        bool(b) and (lo < b[0] or hi > b[1]) for lo, hi, b in zip(agg["low"], agg["high"], bounds, strict=True)
+    ]
+    agg["low"] = [max(lo, b[0]) if b else lo for lo, b in zip(agg["low"], bounds, strict=True)]
+    agg["high"] = [min(hi, b[1]) if b else hi for hi, b in zip(agg["high"], bounds, strict=True)]
     agg = agg.rename(columns={"count": "n"})
     order = {g.label: i for i, g in enumerate(groups)}
     agg = agg.sort_values(["curve", "group", "round"], key=lambda c: c.map(order) if c.name == "group" else c)
     return agg[STATS_COLUMNS].reset_index(drop=True)
+
+
+def curve_range(curve: str, group: Group) -> tuple[float, float] | None:
+    """The values ``curve`` can take for ``group``'s runs: [0, 1] for a share or an accuracy, the task's reward range
+    for a reward of a built-in task; None when the range is not known (a loss, a margin, a user's task)."""
+    if curve in UNIT_CURVES:
+        return (0.0, 1.0)
+    if curve in REWARD_CURVES and group.runs and group.runs[0].task in list_tasks():
+        low, high = get_task(group.runs[0].task).reward_range
+        return (float(low), float(high))
+    return None
+
+
+def band_notes(stats: pd.DataFrame, groups: Sequence[Group]) -> tuple[str, ...]:
+    """One line per curve whose band was clipped to its range, and one per group with fewer than ``FEW_SEEDS`` seeds
+    (its band is drawn, but a 95% interval from two seeds is too wide to read)."""
+    notes = []
+    clipped = stats[stats["clipped"]] if len(stats) else stats
+    for curve in dict.fromkeys(clipped["curve"]) if len(clipped) else ():
+        group = next(g for g in groups if g.label == clipped.loc[clipped["curve"] == curve, "group"].iloc[0])
+        low, high = curve_range(curve, group)
+        notes.append(f"{curve}: the 95% band is clipped to [{low:g}, {high:g}], the range the metric can take.")
+    few = [g for g in groups if 1 < len(g.runs) < FEW_SEEDS]
+    if few:
+        names = ", ".join(g.name or g.label for g in few)
+        notes.append(
+            f"Group{'s' if len(few) > 1 else ''} {names}: {len(few[0].runs) if len(few) == 1 else 'fewer than 3'} "
+            f"seeds, so the 95% bands and ± intervals are too wide to read (Student's t is {t975(1):.1f} for 2 seeds); run 3 or more "
+            "seeds to tell the groups apart."
+        )
+    return tuple(notes)
 
 
 def shared_round_notes(values: pd.DataFrame, groups: Sequence[Group]) -> tuple[str, ...]:
@@ -458,6 +506,29 @@ def curves_figure(stats: pd.DataFrame, groups: Sequence[Group]) -> go.Figure | N
                 row=row,
                 col=col,
             )
+        part = stats[stats["curve"] == curve]
+        marks = []
+        if part["clipped"].any():
+            low, high = next(
+                curve_range(curve, g) for g in groups if g.label in set(part.loc[part["clipped"], "group"])
+            )
+            marks.append(f"band clipped to [{low:g}, {high:g}]")
+        if (part["n"].between(2, FEW_SEEDS - 1) & (part["high"] > part["low"])).any():  # a band is drawn
+            marks.append(f"n<{FEW_SEEDS} seeds: band too wide to read")
+        if marks:
+            fig.add_annotation(
+                text=" · ".join(marks),
+                xref="x domain",
+                yref="y domain",
+                x=0.0,
+                y=1.0,
+                xanchor="left",
+                yanchor="top",
+                showarrow=False,
+                font={"size": 11, "color": "#b45309"},
+                row=row,
+                col=col,
+            )
     fig.update_xaxes(title_text="round", dtick=1)
     fig.update_layout(
         height=300 * rows,
@@ -568,6 +639,7 @@ def compare(entries: Sequence[RunEntry], *, by_seed: bool = True, smoothing: int
         unstarted=tuple(e.run_id for e in entries if not phases[e.run_id]),
         repeats=repeats,
         cuts=shared_round_notes(values, groups),
+        band_notes=band_notes(stats, groups),
     )
 
 

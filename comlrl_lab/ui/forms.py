@@ -264,6 +264,26 @@ def validate(
     return fields.collect_errors(config_class(algorithm), {**config_overrides, "num_agents": int(num_agents)})
 
 
+#: Spec fields the form can leave out (None: every item) when the spec refuses the value typed.
+OPTIONAL_SPEC_FIELDS = ("max_train_items", "max_eval_items")
+
+
+def build_spec(spec_fields: Mapping[str, Any]) -> tuple[ExperimentSpec, list[ConfigError]]:
+    """The spec the form describes, checked as the Python API checks it (``ExperimentSpec.__post_init__``), and the
+    error of each first-N field it refuses; such a field is left out (None) of the spec returned, so the page can
+    still show it, and Create must stay disabled while there are errors."""
+    spec_fields = dict(spec_fields)
+    errors: list[ConfigError] = []
+    while True:
+        try:
+            return ExperimentSpec(**spec_fields), errors
+        except ConfigError as error:
+            if error.field not in OPTIONAL_SPEC_FIELDS or spec_fields.get(error.field) is None:
+                raise
+            errors.append(error)
+            spec_fields[error.field] = None
+
+
 def load_config_into_state(algorithm: str, config: Mapping[str, Any]) -> list[str]:
     """Put a spec's config overrides into the widgets of ``algorithm``; returns messages about values the form
     cannot hold. The spec was read by ``ExperimentSpec.read`` or ``load``, which refuse an unknown field."""
@@ -356,6 +376,19 @@ def grouped_fields(algorithm: str) -> list[tuple[str, str, list[str]]]:
 
 def field_names_in(names: Iterable[str], errors: Sequence[ConfigError]) -> bool:
     return any(e.field in set(names) for e in errors)
+
+
+def field_group(title: str, names: Iterable[str], errors: Sequence[ConfigError], *, label: str | None = None):
+    """An expander of Setup fields whose open state is kept on the server (a key and ``on_change``), opened when one
+    of ``names`` has an error. ``label`` is what it shows, ``title`` by default.
+
+    Left to the browser, an expander closed on every rerun that changed what it holds: an edit inside it (a new
+    ``dpo_beta``, the fields ``preference_source="human"`` reveals) hid the field just edited.
+    """
+    key = state.setup_group_key(title)
+    if field_names_in(names, errors):
+        st.session_state[key] = True
+    return st.expander(label or title, key=key, on_change="rerun")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -462,10 +495,11 @@ MAX_AGENTS = 8
 def agents_section(max_agents: int = MAX_AGENTS) -> tuple[list[str], list[str], list[Any]]:
     """Agent count and one model picker per agent. Returns (model ids/paths, problems, one empty container per agent
     for ``model_picker.describe``, drawn once the LoRA fields are read)."""
+    # No min_value/max_value on the number boxes of this page: Streamlit's browser side drops a value outside them
+    # with only a red outline, so the run would differ from the form. The config (num_agents) and the spec
+    # (max_train_items, max_eval_items) refuse such values in one line, which disables Create.
     n = st.number_input(
         "Number of agents",
-        min_value=1,
-        max_value=max_agents,
         step=1,
         key=state.SETUP_NUM_AGENTS,
         **KEEP,
@@ -476,7 +510,9 @@ def agents_section(max_agents: int = MAX_AGENTS) -> tuple[list[str], list[str], 
     problems: list[str] = []
     slots: list[Any] = []
     registered = model_picker.registered()
-    for i in range(int(n)):
+    if n is not None and int(n) > max_agents:
+        problems.append(f"Number of agents: the form offers at most {max_agents} agents, not {int(n)}.")
+    for i in range(min(int(n or 0), max_agents)):
         model, problem = model_picker.model_picker(i, registered)
         models.append(model)
         if problem:
@@ -576,7 +612,6 @@ def task_section(save_upload, num_agents: int) -> tuple[dict[str, Any], list[str
     with left:
         fields_["max_train_items"] = st.number_input(
             "Use the first N training items",
-            min_value=1,
             step=1,
             key=state.SETUP_MAX_TRAIN_ITEMS,
             **KEEP,
@@ -587,7 +622,6 @@ def task_section(save_upload, num_agents: int) -> tuple[dict[str, Any], list[str
     with right:
         fields_["max_eval_items"] = st.number_input(
             "Use the first N evaluation items",
-            min_value=1,
             step=1,
             key=state.SETUP_MAX_EVAL_ITEMS,
             **KEEP,

@@ -12,6 +12,7 @@ the stored comparisons and labels with ``data.labels.agreement``, the same figur
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,7 @@ from comlrl_lab.data.labels import VERDICTS, Agreement, Label, agreement, group_
 from comlrl_lab.data.records import PreferencePair
 from comlrl_lab.engine.manager import Progress
 from comlrl_lab.names import metric_names
-from comlrl_lab.ui import services, state
+from comlrl_lab.ui import services, state, words
 
 #: Keyboard key -> (verdict given, or "skip" / "undo"; the button's text). The buttons are keyed by their key.
 SHORTCUTS: dict[str, tuple[str, str]] = {
@@ -56,6 +57,27 @@ KEYS_SCRIPT = """
 })();
 </script>
 """.replace("PREFIX", state.label_key("").replace(".", "-"))
+
+
+# Moves the focus out of the name box onto the comparison (made focusable), so the first key after the name is a
+# verdict, not text: after Enter the browser leaves the focus in the box, where "1" turned "walker" into "walker1".
+# NONCE makes each copy new, so Streamlit draws (and runs) it again each time the name changes.
+FOCUS_SCRIPT = """
+<script>
+(function () {
+  var tries = 0;
+  function move() {
+    var box = document.querySelector(".st-key-COMPARISON");
+    if (!box) { if (tries++ < 20) { setTimeout(move, 50); } return; }
+    if (document.activeElement && document.activeElement !== document.body) { document.activeElement.blur(); }
+    box.setAttribute("tabindex", "-1");
+    box.focus({preventScroll: true});
+  }
+  move();
+})();
+/* NONCE */
+</script>
+""".replace("COMPARISON", state.LABEL_COMPARISON.replace(".", "-"))
 
 
 @dataclass(frozen=True)
@@ -140,7 +162,9 @@ def _label_round(view: services.RunView, progress: Progress, config: Any) -> Non
         key=state.LABEL_LABELLER,
         max_chars=80,
         help="Stored with each verdict, so several people's labels can be told apart and compared.",
+        on_change=lambda: st.session_state.__setitem__(state.LABEL_FOCUS, True),
     ).strip()
+    take_focus = st.session_state.pop(state.LABEL_FOCUS, False)
     comparisons = store.load_pairs(run_id, round=round_index)
     needed = int(config.labels_per_comparison)
     skipped = st.session_state.setdefault(state.LABEL_SKIPPED, set())
@@ -164,7 +188,7 @@ def _label_round(view: services.RunView, progress: Progress, config: Any) -> Non
         return
     if not where.todo:
         if where.skipped:
-            st.info(f"You skipped {len(where.skipped)} comparisons and labelled the rest.")
+            st.info(f"You skipped {words.counted(len(where.skipped), 'comparison')} and labelled the rest.")
             st.button("Back to the skipped ones", key=state.LABEL_UNSKIP, on_click=skipped.clear)
         else:
             st.info(
@@ -217,6 +241,8 @@ def _label_round(view: services.RunView, progress: Progress, config: Any) -> Non
             args=() if action == "skip" else (action,),
         )
     st.caption("Keys: 1 A better · 2 B better · 3 tie · 4 both bad · s skip · u undo the last verdict.")
+    if take_focus:
+        st.html(FOCUS_SCRIPT.replace("NONCE", str(time.time_ns())), unsafe_allow_javascript=True)
 
 
 def _undo_button(store, run_id: str, history: list) -> None:

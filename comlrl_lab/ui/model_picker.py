@@ -59,16 +59,36 @@ def _label(choice: str, models: Mapping[str, registry.RegisteredModel]) -> str:
     return choice
 
 
+def _is_missing_path(value: str) -> bool:
+    return value.startswith((".", "/", "~")) and not Path(value).expanduser().exists()
+
+
+@st.cache_data(ttl=30, max_entries=64, show_spinner="Checking the hub…")
+def hub_problem(source: str) -> str | None:
+    """Why the hub id ``source`` cannot be loaded now (not on this machine, and the hub offline or out of reach), in
+    the words loading would use; None when it is here or the hub answers. The hub probe takes up to a few seconds:
+    its answer is kept for 30 s."""
+    from comlrl_lab.models.loading import ModelLoadError, check_available
+
+    try:
+        check_available(source, "model")
+    except ModelLoadError as error:
+        return str(error)
+    return None
+
+
 def _free_text_problem(agent: int, value: str) -> str | None:
     if not value:
         return f"Agent {agent}: enter a folder, a .gguf file or a hub id."
-    if value.startswith((".", "/", "~")) and not Path(value).expanduser().exists():
+    if _is_missing_path(value):
         return f"Agent {agent}: {value} does not exist."
     try:
         registry.check_model_name(value)
     except registry.RegistryError as error:
         return f"Agent {agent}: {error}."
-    return None
+    # Said as the model is picked, not when Create fails with the loader's exception.
+    problem = hub_problem(value)
+    return f"Agent {agent}: {problem}" if problem else None
 
 
 def model_picker(i: int, models: Mapping[str, registry.RegisteredModel]) -> tuple[str, str | None]:
@@ -127,12 +147,16 @@ def describe(source: str, values: Mapping[str, Any]) -> str:
     """One line on what ``source`` is and costs per agent under the form's LoRA fields (``values``)."""
     if is_tiny_model_name(source):
         return f"`{TINY_MODEL_NAME}`: the embedded 1M-parameter Llama; it loads offline and fits anywhere."
+    if _is_missing_path(source):  # the warning below the form says so; a hub is no part of it
+        return f"`{source}` is a path, and nothing is there."
     lora_r, targets = values.get("lora_r"), values.get("lora_target_modules")
     try:
         with st.spinner("Reading the model's config…"):
             found = footprint(source, lora_r=lora_r or 8, lora_target_modules=targets)
     except (OSError, ValueError) as error:  # a folder without a readable config, an unregistered name
         return f"Its size is unknown: {error}"
+    if found is None and hub_problem(source):
+        return f"Its size is unknown: `{source}` is not on this machine, and the hub cannot give it now (see below)."
     if found is None:
         return (
             f"Its size is unknown: `{source}` is not on this machine (not in the Hugging Face cache); its config "

@@ -105,6 +105,7 @@ LABEL_HISTORY = "label.history"  # (round, pair_index, labeller) of this session
 LABEL_LAST = "label.last"  # what the last verdict revealed, shown above the next comparison
 LABEL_GUIDELINE = "label.guideline"
 LABEL_COMPARISON = "label.comparison"
+LABEL_FOCUS = "label.focus"  # set when the labeller name changes: the next comparison takes the focus
 LABEL_UNSKIP = "label.unskip"
 LABEL_GO_ON = "label.go_on"
 LABEL_AGREEMENT_TABLE = "label.agreement_table"
@@ -218,6 +219,11 @@ EXPORT_FILTERS = PairFilterKeys(
 def config_field_key(algorithm: str, name: str) -> str:
     """The Setup widget of config field ``name`` of ``algorithm`` (each algorithm keeps its own values)."""
     return f"cfg.{algorithm}.{name}"
+
+
+def setup_group_key(title: str) -> str:
+    """The Setup expander ``title`` (a field group, "More comparator fields"): its open state, kept on the server."""
+    return "setup.group." + "".join(c if c.isalnum() else "_" for c in title.lower())
 
 
 def agent_source_key(i: int) -> str:

@@ -355,12 +355,14 @@ class ComparatorCollector(CurrentCollector):
         selection = self.replay.select(round_index, context.streams.python(REPLAY_STREAM))
         self.train_pairs = list(selection.pairs)
         mode = context.config.preference_replay_mode
+        sizes = self.replay.round_sizes
         records.replay_rows = [
             {
                 "source_round": int(source),
                 "mode": mode,
                 "weight": float(weight),
                 "drawn_count": int(selection.drawn.get(source, 0)),
+                "num_pairs": int(sizes.get(source, 0)),  # the dataset drawn from, as the Replay page shows it
             }
             for source, weight in sorted(selection.weights.items())
         ]
