@@ -3,6 +3,7 @@
 A CoMLRL 1.4.3 script runs with its import line changed from ``comlrl.trainers.preference`` to
 ``comlrl_lab.trainers.preference``.
 """
+# Differs from CoMLRL: only these public names are kept; its trainers' private methods and checkpoint helpers are not.
 
 from __future__ import annotations
 
