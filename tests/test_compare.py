@@ -231,8 +231,8 @@ def test_the_legend_names_exactly_the_settings_that_differ():
     ]
 
 
-@pytest.fixture
-def app(runs, monkeypatch):
+def open_compare(runs, monkeypatch) -> AppTest:
+    """The app on the Compare page over the runs folder ``runs``, run once without an exception."""
     monkeypatch.setenv(services.RUNS_DIR_ENV, str(runs))
     services.close_all()
     st.cache_resource.clear()
@@ -240,6 +240,12 @@ def app(runs, monkeypatch):
     at.run()
     at.switch_page("pages/compare.py").run()
     assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+@pytest.fixture
+def app(runs, monkeypatch):
+    at = open_compare(runs, monkeypatch)
     yield at
     services.close_all()
     st.cache_resource.clear()
@@ -411,13 +417,7 @@ def test_bands_of_two_seeds_stay_in_the_metrics_range_and_say_they_were_clipped(
     root = tmp_path / "runs"
     for seed, value in ((0, 0.3), (1, 0.9)):
         write_run(root, f"two-s{seed}", config={**BASE, "seed": seed}, rounds=3, eval_reward=lambda r, v=value: v)
-    monkeypatch.setenv(services.RUNS_DIR_ENV, str(root))
-    services.close_all()
-    st.cache_resource.clear()
-    at = AppTest.from_file(APP, default_timeout=30)
-    at.run()
-    at.switch_page("pages/compare.py").run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = open_compare(root, monkeypatch)
     # By hand: mean 0.6, half-width 12.706 * 0.4243 / sqrt(2) = 3.812: [-3.21, 4.41] before clipping.
     stats = compare.compare(compare.catalogue(root)).stats.set_index(["curve", "round"])
     row = stats.loc[("Evaluation reward", 3)]
