@@ -14,20 +14,15 @@ import shutil
 from pathlib import Path
 
 import pytest
+from browser_support import ARTIFACTS, app_driver
 from compare_fixtures import write_run
-from repo_scripts import load_repo_script
 from workbench_fixtures import agent_model, seed_run
 
 from comlrl_lab.ui import state
 
 pytestmark = pytest.mark.browser
 
-REPO = Path(__file__).resolve().parents[1]
-ARTIFACTS = REPO / "test-artifacts"
-if not Path("/usr/bin/chromium").exists():
-    pytest.skip("Debian chromium is not installed (/usr/bin/chromium missing)", allow_module_level=True)
-pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
-driver = load_repo_script("benchmarks/app_driver.py", "app_driver")
+driver = app_driver()
 
 
 @pytest.fixture(scope="module")

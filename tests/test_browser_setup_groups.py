@@ -10,21 +10,14 @@ Needs /usr/bin/chromium; skipped otherwise.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from repo_scripts import load_repo_script
+from browser_support import ARTIFACTS, app_driver
 
 from comlrl_lab.ui import state
 
 pytestmark = pytest.mark.browser
 
-REPO = Path(__file__).resolve().parents[1]
-ARTIFACTS = REPO / "test-artifacts"
-if not Path("/usr/bin/chromium").exists():
-    pytest.skip("Debian chromium is not installed (/usr/bin/chromium missing)", allow_module_level=True)
-pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
-driver = load_repo_script("benchmarks/app_driver.py", "app_driver")
+driver = app_driver()
 key = driver.key
 
 
