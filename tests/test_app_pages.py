@@ -17,10 +17,9 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-import streamlit as st
 from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.testing.v1 import AppTest
-from workbench_fixtures import agent_model, seed_run
+from workbench_fixtures import agent_model, fresh_app_caches, seed_run
 
 from comlrl_lab.store import schema
 from comlrl_lab.trainers.preference import MADPOIterConfig
@@ -58,12 +57,6 @@ def downloads(monkeypatch):
     return RecordingStorage.files
 
 
-def _fresh_cache() -> None:
-    services.close_all()
-    st.cache_resource.clear()
-    st.cache_data.clear()
-
-
 @pytest.fixture
 def open_app(seeded, monkeypatch):
     """``open_app(page, root=..., run_id=...)``: the app on ``page`` with a run selected, run once, no exception."""
@@ -81,9 +74,9 @@ def open_app(seeded, monkeypatch):
         assert not at.exception, [e.value for e in at.exception]
         return at
 
-    _fresh_cache()
+    fresh_app_caches()
     yield make
-    _fresh_cache()
+    fresh_app_caches()
 
 
 def _store(seeded):
@@ -799,7 +792,7 @@ def test_a_hand_typed_link_to_a_pair_past_the_first_page_opens_that_pair(seeded,
     frame = _store(seeded).pairs_page(seeded.run_id, limit=10_000)
     assert len(frame) > 25  # more than one page of the browser
     last = (int(frame["round"].iloc[-1]), int(frame["pair_index"].iloc[-1]))
-    _fresh_cache()
+    fresh_app_caches()
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.query_params = {state.URL_RUN: seeded.run_id, state.PAIRS_OPEN: f"{last[0]}:{last[1]}"}
     at.session_state[state.SETUP_PRESET] = forms.PRESET_NONE

@@ -14,7 +14,6 @@ import numpy as np
 import plotly.graph_objects as go
 import plotly.io
 import pytest
-import streamlit as st
 from code_fixtures import (
     EVAL_LEVELS,
     IDENTITY_REWARD,
@@ -26,6 +25,7 @@ from code_fixtures import (
     seed_code_run,
 )
 from streamlit.testing.v1 import AppTest
+from workbench_fixtures import fresh_app_caches
 
 from comlrl_lab.data.confidence import wilson_interval
 from comlrl_lab.ui import forms, frames, services, state
@@ -38,12 +38,6 @@ TIMEOUT = 60
 def code_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     return root, seed_code_run(root)
-
-
-def _fresh_cache() -> None:
-    services.close_all()
-    st.cache_resource.clear()
-    st.cache_data.clear()
 
 
 @pytest.fixture
@@ -60,9 +54,9 @@ def open_page(code_run, monkeypatch):
         assert not at.exception, [e.value for e in at.exception]
         return at
 
-    _fresh_cache()
+    fresh_app_caches()
     yield make
-    _fresh_cache()
+    fresh_app_caches()
 
 
 def _inside(at: AppTest, key: str, kind: str) -> list:

@@ -443,11 +443,5 @@ def test_one_run_is_counted_in_the_singular(tmp_path, monkeypatch):
     # Issue 49: "1 runs match the filters".
     assert [words.counted(n, "run") for n in (0, 1, 2, 1234)] == ["0 runs", "1 run", "2 runs", "1,234 runs"]
     write_run(tmp_path / "runs", "only", config=BASE, rounds=1, eval_reward=lambda r: 0.5)
-    monkeypatch.setenv(services.RUNS_DIR_ENV, str(tmp_path / "runs"))
-    services.close_all()
-    st.cache_resource.clear()
-    at = AppTest.from_file(APP, default_timeout=30)
-    at.run()
-    at.switch_page("pages/compare.py").run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = open_compare(tmp_path / "runs", monkeypatch)
     assert "1 run matches the filters" in [e.label for e in at.expander]

@@ -94,3 +94,14 @@ def seed_run(runs_root: Path, model: str) -> str:
         return run_id
     finally:
         manager.close()
+
+
+def fresh_app_caches() -> None:
+    """Close the app's open stores and clear Streamlit's caches, which AppTest instances in one process share."""
+    import streamlit as st
+
+    from comlrl_lab.ui import services
+
+    services.close_all()
+    st.cache_resource.clear()
+    st.cache_data.clear()
