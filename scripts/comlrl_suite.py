@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -93,13 +94,12 @@ def main(argv: list[str] | None = None) -> int:
         for path in tests.glob("*.py"):
             path.write_text(port_imports(path.read_text(encoding="utf-8")), encoding="utf-8")
         junit = Path(tmp) / "junit.xml"
-        env_path = f"{package}"
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", "-rfE"]
         command.append("--continue-on-collection-errors")  # a file that needs CoMLRL internals errors alone
         subprocess.run(
             [*command, *map(str, files), *args.pytest_args],
             cwd=tests,
-            env={**_environment(), "PYTHONPATH": env_path},
+            env={**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": str(package)},
         )
         found = outcomes(junit) if junit.exists() else {}
     by_file: dict[str, dict[str, int]] = {}
@@ -113,12 +113,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(found, indent=1, sort_keys=True), encoding="utf-8")
     return 0
-
-
-def _environment() -> dict[str, str]:
-    import os
-
-    return {**os.environ, "WANDB_MODE": "disabled"}
 
 
 if __name__ == "__main__":
