@@ -41,6 +41,7 @@ def decode_rows(
     prompt_of_row: torch.Tensor | None = None,
     shared_prefix_attention: bool = True,
     preallocated_cache: bool = True,
+    interrupt: Callable[[], None] | None = None,
 ) -> list[list[int]]:
     """Sample up to ``max_new_tokens`` tokens for each left-padded row of ``input_ids`` (B, T).
 
@@ -57,6 +58,8 @@ def decode_rows(
 
     ``preallocated_cache`` sizes every layer's keys and values for the whole call before the first step, so that a
     step writes its position in place instead of copying the cache to append it (``preallocated_cache``).
+
+    ``interrupt`` is called before every step; what it raises ends the call (a stop the user asked for).
     """
     from transformers import DynamicCache
 
@@ -89,6 +92,8 @@ def decode_rows(
             preallocate(cache, input_ids.shape[1] - past + max_new_tokens)
         step_ids, step_positions = input_ids[:, past:], positions[:, past:]
         for step in range(max_new_tokens):
+            if interrupt is not None:
+                interrupt()
             output = model(
                 input_ids=step_ids,
                 attention_mask=mask,

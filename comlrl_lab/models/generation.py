@@ -33,9 +33,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -84,6 +84,10 @@ class SamplingSettings:
     # The own decode loop sizes each KV cache layer for the whole call up front and writes each step's position into
     # it, instead of transformers' growth by concatenation, which copies the whole cache every step. The same tokens.
     preallocated_cache: bool = True
+    # Called before every decode step and before every generate call; it raises to abandon the sampling (a stop the
+    # user asked for), so a phase stops within a step instead of after a generate call that can take minutes on a
+    # CPU. It does not change what is sampled.
+    interrupt: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
@@ -373,6 +377,19 @@ def _plain_generation(model: Any) -> bool:
     return set(generation_config.to_diff_dict()) <= _PLAIN_GENERATION_FIELDS
 
 
+def _with_interrupt(criteria: Any, interrupt: Callable[[], None]) -> Any:
+    """``criteria`` (the caller's stopping criteria, or None) with a criterion that calls ``interrupt`` at every step
+    of ``generate`` and never stops a row itself."""
+    from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
+
+    class InterruptCheck(StoppingCriteria):
+        def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+            interrupt()
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    return StoppingCriteriaList([*(criteria or []), InterruptCheck()])
+
+
 def _processors(sampler: RowSeededSampler) -> Any:
     """``sampler`` as the logits processor list ``generate`` takes."""
     from transformers.generation.logits_process import LogitsProcessorList
@@ -574,6 +591,8 @@ def _sample(
     if replaced_generate(model) is not None:
         # Differs from our own paths, as CoMLRL does: a model whose generate is replaced samples through it.
         return _sample_custom(model, prompt_ids, counts, settings, generator, side_seeds, kwargs, tokenizer, eos_set)
+    if settings.interrupt is not None:
+        kwargs["stopping_criteria"] = _with_interrupt(kwargs.get("stopping_criteria"), settings.interrupt)
     if side_seeds is not None:
         unsupported = sorted(_ROW_SEEDED_UNSUPPORTED & set(kwargs))
         if unsupported:
@@ -607,6 +626,8 @@ def _sample(
         rng_context = generator_as_device_rng(generator, device) if side_seeds is None else contextlib.nullcontext()
         with torch.inference_mode(), rng_context:
             for start in range(0, len(jobs), batch_size):
+                if settings.interrupt is not None:
+                    settings.interrupt()
                 batch = jobs[start : start + batch_size]
                 rows = [(k, j) for k, _, j in batch]
                 input_ids, attention_mask = _left_pad([prompt_ids[k] for k, _ in rows], pad_id, device)
@@ -630,6 +651,7 @@ def _sample(
                         prompt_of_row=prompt_of_row,
                         shared_prefix_attention=settings.shared_prefix_attention,
                         preallocated_cache=settings.preallocated_cache,
+                        interrupt=settings.interrupt,
                     )
                 else:
                     shared = {}
@@ -731,6 +753,8 @@ def _sample_custom(
     try:
         with torch.inference_mode():
             for rows, rng, per_prompt in calls:
+                if settings.interrupt is not None:  # a replaced generate may not take stopping criteria
+                    settings.interrupt()
                 prompts = [prompt_ids[k] for k, _, _ in rows[::per_prompt]]
                 input_ids, attention_mask = _left_pad(prompts, kwargs["pad_token_id"], device)
                 extra = {"return_dict_in_generate": True}  # CoMLRL's call; a tensor back is taken too

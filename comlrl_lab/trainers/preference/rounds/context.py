@@ -116,6 +116,11 @@ class PartContext:
         """The mode agents score in while learning: train mode only when dropout is wanted or checkpointing needs it."""
         return (not self.config.disable_dropout) or bool(self.config.gradient_checkpointing)
 
+    def check_cancel(self) -> None:
+        """Raise ``PhaseCancelled`` when a stop was asked for: sampling calls it at every step, so a stop lands
+        within a step. Reads the control attached now (the engine's, once it attaches one)."""
+        self.control.check_cancel()
+
     def sampling_settings(self, **overrides: Any) -> SamplingSettings:
         config = self.config
         values = dict(
@@ -124,6 +129,7 @@ class PartContext:
             top_p=config.top_p,
             top_k=config.top_k,
             batch_size=config.generation_batch_size,
+            interrupt=self.check_cancel,
         )
         values.update(overrides)
         return SamplingSettings(**values)
