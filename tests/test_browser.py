@@ -32,6 +32,7 @@ from urllib.parse import parse_qs, urlparse
 import fake_slurm
 import pandas as pd
 import pytest
+from browser_support import ARTIFACTS, CHROMIUM, require_browser
 from workbench_fixtures import agent_model
 
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
@@ -41,20 +42,12 @@ from comlrl_lab.ui import model_picker, state
 pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parents[1]
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = REPO / "test-artifacts"
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 RUNNING = '[data-testid="stApp"][data-test-script-state="running"]'
 #: The acceptance bound: a click on another page draws it within this many seconds, even during training.
 SWITCH_BOUND_S = 2.0
 
-if not CHROMIUM.exists():
-    pytest.skip(
-        "Debian chromium is not installed (/usr/bin/chromium missing): "
-        "apt-get install -y --no-install-recommends chromium chromium-driver fonts-liberation",
-        allow_module_level=True,
-    )
-sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
+sync_api = require_browser()
 
 #: Name of the first step that failed; conftest.py's report hook sets it.
 failed_step: str | None = None
