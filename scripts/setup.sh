@@ -20,11 +20,9 @@ if ! "$PYTHON" -c "import torch" >/dev/null 2>&1; then
     # A bare "torch" requirement would pull a multi-GB CUDA build; the pinned CPU wheel is enough here.
     "$PYTHON" -m pip install "torch==${COMLRL_LAB_TORCH_VERSION:-2.13.0}"
 fi
-# uv resolves, downloads and installs the rest several times faster than pip (31 s against about 125 s for these
-# packages here); where uv cannot be had or cannot install into this Python, pip does it as before.
-if "$PYTHON" -m pip install -q uv && "$PYTHON" -m uv pip install --python "$PYTHON" --compile-bytecode -e ".[dev]"; then
-    :
-else
+# uv resolves, downloads and installs the rest several times faster than pip; where uv cannot be had or cannot
+# install into this Python, pip does it as before.
+if ! { "$PYTHON" -m pip install -q uv && "$PYTHON" -m uv pip install --python "$PYTHON" --compile-bytecode -e ".[dev]"; }; then
     echo "setup: installing with pip"
     "$PYTHON" -m pip install -e ".[dev]"
 fi
