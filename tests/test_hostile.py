@@ -466,13 +466,14 @@ def case_unknown_run_id(tmp_path, capsys):
 
 
 class _transport:
-    """Every ``httpx.AsyncClient`` the comparator opens uses ``handler`` (an httpx mock transport) meanwhile."""
+    """Every ``httpx.AsyncClient`` opened meanwhile (the comparator's among them) uses ``handler``, an httpx mock
+    transport: the class is swapped on the httpx module, for the whole process, until the block ends."""
 
     def __init__(self, handler: Callable):
         self.handler = handler
 
     def __enter__(self):
-        real = self.real = api.httpx.AsyncClient
+        real = self.real = httpx.AsyncClient
         handler = self.handler
 
         class Client(real):
@@ -480,11 +481,11 @@ class _transport:
                 kwargs["transport"] = httpx.MockTransport(handler)
                 super().__init__(*args, **kwargs)
 
-        api.httpx.AsyncClient = Client
+        httpx.AsyncClient = Client
         return self
 
     def __exit__(self, *exc):
-        api.httpx.AsyncClient = self.real
+        httpx.AsyncClient = self.real
 
 
 def case_redirect_leaves_no_unretrieved_task(caplog):
