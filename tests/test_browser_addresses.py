@@ -5,7 +5,7 @@ one finished two-round run and a small synthetic sweep, and nobody has opened "/
 ``/rounds?run.open=<id>``. Then the Pairs and Compare pages are set
 up, reloaded, and must show the same view. Screenshots go to ``test-artifacts/``.
 
-Needs /usr/bin/chromium; skipped otherwise.
+Needs Debian's chromium (or its headless shell); skipped otherwise.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from browser_support import ARTIFACTS, app_driver
+from browser_support import ARTIFACTS, app_driver, require_browser
 from compare_fixtures import write_run
 from workbench_fixtures import agent_model, seed_run
 
@@ -22,6 +22,7 @@ from comlrl_lab.ui import state
 
 pytestmark = pytest.mark.browser
 
+sync_api = require_browser()
 driver = app_driver()
 
 
@@ -117,11 +118,17 @@ def test_a_reload_keeps_the_pairs_filters_and_the_open_pair(app):
     driver.wait_idle(page)
     driver.choose(page, state.PAIRS_OPEN, "pair 1 ")
     opened = page.locator(f"{driver.key(state.PAIRS_OPEN)} input[role='combobox']").input_value()
+    assert "pair 1 " in opened, opened
     assert "pairs.round=2" in page.url and "pairs.text=the" in page.url
     _open(page, None, "Pairs")
-    assert page.locator(f"{driver.key(state.PAIRS_ROUND)} input[role='combobox']").input_value() == "round 2"
-    assert page.locator(f"{driver.key(state.PAIRS_TEXT)} input").input_value() == "the"
-    assert page.locator(f"{driver.key(state.PAIRS_OPEN)} input[role='combobox']").input_value() == opened
+    # Waited for, not read once: on a loaded machine the widgets can draw a moment after the script run has ended.
+    sync_api.expect(page.locator(f"{driver.key(state.PAIRS_ROUND)} input[role='combobox']")).to_have_value(
+        "round 2", timeout=15_000
+    )
+    sync_api.expect(page.locator(f"{driver.key(state.PAIRS_TEXT)} input")).to_have_value("the", timeout=15_000)
+    sync_api.expect(page.locator(f"{driver.key(state.PAIRS_OPEN)} input[role='combobox']")).to_have_value(
+        opened, timeout=15_000
+    )
     _shoot(page, "11-pairs-after-reload")
 
 
