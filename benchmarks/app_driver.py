@@ -1,7 +1,8 @@
 """The workbench in a real browser for the benchmarks: a Streamlit server on a free local port, and Chromium.
 
 ``AppServer`` starts ``streamlit run app.py`` on 127.0.0.1 with a runs folder of its own and stops it by its PID;
-``chromium_page`` opens Debian's Chromium through Playwright (never ``playwright install``). ``key`` and
+``chromium_page`` opens Debian's Chromium through Playwright (never ``playwright install``): the full browser, which
+users run, by default; the tests pass Debian's headless shell where it is installed. ``key`` and
 ``wait_idle`` find widgets and wait for a script run to end. This module measures nothing itself.
 """
 
@@ -19,6 +20,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
+LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 RUNNING = '[data-testid="stApp"][data-test-script-state="running"]'
 
@@ -82,15 +84,16 @@ class AppServer:
 
 
 @contextlib.contextmanager
-def chromium_page(scratch: Path, *, width: int = 1400, height: int = 1000) -> Iterator:
-    """A Playwright page in Debian's Chromium; its config and cache go under ``scratch``."""
+def chromium_page(
+    scratch: Path, *, width: int = 1400, height: int = 1000, executable: str | os.PathLike = CHROMIUM
+) -> Iterator:
+    """A Playwright page in Debian's Chromium (or the browser at ``executable``); its config and cache go under
+    ``scratch``."""
     from playwright.sync_api import sync_playwright
 
     env = {**os.environ, "XDG_CONFIG_HOME": str(scratch / "xdg-config"), "XDG_CACHE_HOME": str(scratch / "xdg-cache")}
     with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"], env=env
-        )
+        browser = p.chromium.launch(executable_path=str(executable), args=LAUNCH_ARGS, env=env)
         try:
             page = browser.new_context(viewport={"width": width, "height": height}).new_page()
             page.set_default_timeout(120_000)

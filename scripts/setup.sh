@@ -5,14 +5,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 
-# Browser tests drive Debian's chromium; install it when we can (root on Debian) and it is missing. It installs in the
-# background while pip works, and is waited for at the end.
+# Browser tests drive Debian's chromium (its headless shell where there is one: the same engine for less CPU); install
+# them when we can (root on Debian) and one is missing. They install in the background while pip works, and are
+# waited for at the end.
 browser_pid=""
 browser_log="$(mktemp)"
-if [ "${COMLRL_LAB_SKIP_BROWSER:-0}" != "1" ] && ! command -v chromium >/dev/null 2>&1 \
+if [ "${COMLRL_LAB_SKIP_BROWSER:-0}" != "1" ] \
+        && ! { command -v chromium && command -v chromium-headless-shell; } >/dev/null 2>&1 \
         && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = "0" ]; then
-    (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium chromium-driver fonts-liberation) \
-        >"$browser_log" 2>&1 &
+    # The headless shell on its own line: a release without it still gets chromium, which the tests then drive.
+    (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium chromium-driver fonts-liberation \
+        && { apt-get install -y -qq --no-install-recommends chromium-headless-shell \
+             || echo "setup: no chromium-headless-shell here; browser tests drive chromium"; }) >"$browser_log" 2>&1 &
     browser_pid=$!
 fi
 
@@ -29,6 +33,7 @@ fi
 
 if [ -n "$browser_pid" ]; then
     if wait "$browser_pid"; then
+        grep "^setup:" "$browser_log" || true
         echo "setup: chromium installed"
     else
         cat "$browser_log"

@@ -11,7 +11,7 @@ Screenshots of every page and the measured page-switch latencies go to ``test-ar
 Each step is its own test, run in file order on one page that the next step continues from; once a step fails,
 the later ones skip (``failed_step``, set by the hook in conftest.py), so the report names the step that broke.
 
-Needs /usr/bin/chromium (``apt-get install chromium``); skipped with the reason otherwise.
+Needs Debian's chromium (``apt-get install chromium chromium-headless-shell``); skipped with the reason otherwise.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from urllib.parse import parse_qs, urlparse
 import fake_slurm
 import pandas as pd
 import pytest
-from browser_support import ARTIFACTS, CHROMIUM, require_browser
+from browser_support import ARTIFACTS, BROWSER, require_browser
 from workbench_fixtures import agent_model
 
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
@@ -125,7 +125,7 @@ def browser_page(server):
     tmp = server["tmp"]
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(
-            executable_path=str(CHROMIUM),
+            executable_path=str(BROWSER),
             args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
             env={**os.environ, "XDG_CONFIG_HOME": str(tmp / "xdg-config"), "XDG_CACHE_HOME": str(tmp / "xdg-cache")},
         )

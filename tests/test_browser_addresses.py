@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from browser_support import ARTIFACTS, app_driver, require_browser
+from browser_support import ARTIFACTS, BROWSER, app_driver, require_browser
 from compare_fixtures import write_run
 from workbench_fixtures import agent_model, seed_run
 
@@ -41,7 +41,7 @@ def app(tmp_path_factory):
                 eval_reward=lambda r, rise=rise, seed=seed: 0.2 + rise * r + 0.05 * seed,
                 tags=["sweep-a"],
             )
-    with driver.AppServer(runs, tmp / "server.log") as server, driver.chromium_page(tmp) as page:
+    with driver.AppServer(runs, tmp / "server.log") as server, driver.chromium_page(tmp, executable=BROWSER) as page:
         yield server, page, run_id
 
 

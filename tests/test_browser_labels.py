@@ -7,7 +7,7 @@ one skipped with s and come back to), each read off the page with the two sides 
 round. The pairs the round trained on (its ``preference_replay/iteration_0001.json``) must be exactly the labelled
 winners over the labelled losers, ties and both-bad dropped. Screenshots go to ``test-artifacts/``.
 
-Needs /usr/bin/chromium; skipped otherwise.
+Needs Debian's chromium (or its headless shell); skipped otherwise.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from browser_support import ARTIFACTS, app_driver
+from browser_support import ARTIFACTS, BROWSER, app_driver
 from workbench_fixtures import agent_model, seed_spec
 
 from comlrl_lab.engine import RunManager
@@ -95,7 +95,7 @@ def app(tmp_path_factory):
         run_id = manager.create(spec)
     finally:
         manager.close()
-    with driver.AppServer(runs, tmp / "server.log") as server, driver.chromium_page(tmp) as page:
+    with driver.AppServer(runs, tmp / "server.log") as server, driver.chromium_page(tmp, executable=BROWSER) as page:
         yield server, page, run_id, runs / run_id
 
 

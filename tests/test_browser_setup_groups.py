@@ -5,13 +5,13 @@ Left to the browser, a group's expander closed on the rerun an edit inside it ca
 expects the group still open, its fields visible. AppTest cannot see this: the open state lives in the browser.
 A server on an empty runs folder; screenshots go to ``test-artifacts/``.
 
-Needs /usr/bin/chromium; skipped otherwise.
+Needs Debian's chromium (or its headless shell); skipped otherwise.
 """
 
 from __future__ import annotations
 
 import pytest
-from browser_support import ARTIFACTS, app_driver
+from browser_support import ARTIFACTS, BROWSER, app_driver
 
 from comlrl_lab.ui import state
 
@@ -28,7 +28,10 @@ def _field(name: str) -> str:
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("setup-groups")
-    with driver.AppServer(tmp / "runs", tmp / "server.log") as server, driver.chromium_page(tmp) as page:
+    with (
+        driver.AppServer(tmp / "runs", tmp / "server.log") as server,
+        driver.chromium_page(tmp, executable=BROWSER) as page,
+    ):
         page.goto(f"{server.url}/setup")
         page.locator("h1").filter(has_text="Set up an experiment").wait_for()
         driver.wait_idle(page)
