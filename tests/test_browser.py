@@ -303,9 +303,12 @@ def test_setup_page_configures_madpo_iter_and_creates_the_run(server, browser_pa
     fill_number(page, state.config_field_key("MADPOIter", "num_iterations"), 2)
     fill_number(page, state.config_field_key("MADPOIter", "preference_num_candidates"), 4)
     fill_number(page, state.config_field_key("MADPOIter", "max_new_tokens"), 12)
-    # A training phase long enough to switch pages in: the sidebar's progress card redraws every SIDEBAR_POLL_S
-    # (5 s), and at 4 epochs a round's training took under that on a fast CPU, so no switch saw it.
-    fill_number(page, state.config_field_key("MADPOIter", "num_train_epochs"), 24)
+    # A training phase long enough to switch pages in: the sidebar's progress card redraws every SIDEBAR_POLL_S (5 s)
+    # away from the Rounds page, and at 4 epochs a round's training ended before the first switch on a fast CPU. At
+    # 24 epochs (96 steps in round 1) the four switches all fell within its first 19 steps on an AMD EPYC; 8 epochs
+    # (32 steps) leave room for a CPU twice as fast, and one switch is what the step needs. The grid and Slurm cells
+    # below inherit the setting, so every epoch here is paid six times over.
+    fill_number(page, state.config_field_key("MADPOIter", "num_train_epochs"), 8)
 
     # Comparator: history. Replay: nearest_k with k = 3 first, then a switch back to lambda_decay: the k left
     # behind does not block creation, and λ is 0.5 again (the quickstart preset's; when λ was never set the form
