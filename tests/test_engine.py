@@ -19,6 +19,7 @@ from workbench_fixtures import custom_task_spec
 from comlrl_lab.engine import ExperimentSpec, InvalidTransition, RunManager
 from comlrl_lab.engine.manager import EngineControl
 from comlrl_lab.store import RunStore
+from comlrl_lab.trainers.preference.runtime import checkpoint as ckpt
 from comlrl_lab.trainers.preference.runtime.sink import PhaseCancelled
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,6 +129,39 @@ def test_the_cursor_of_a_reopened_run_reads_the_checkpoint_state_not_its_weights
     reopened = second.run(second.open(checkpoint_dir.parent))
     assert reopened.cursor() == (1, "evaluate") and reopened.trainer is None
     second.close()
+    newest = ckpt.latest_checkpoint(checkpoint_dir)
+    state = ckpt.read_state(newest)
+    assert ckpt.read_cursor(newest) == {k: state[k] for k in (*ckpt.CURSOR_KEYS, "checkpoint_path")}
+
+    # In a process of its own (as a workbench page opens a run): the cursor comes without torch.
+    code = (
+        "import sys\n"
+        "from comlrl_lab.engine import RunManager\n"
+        f"manager = RunManager({str(tmp_path / 'runs')!r})\n"
+        f"print(manager.run(manager.open({str(checkpoint_dir.parent)!r})).cursor(), 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "(1, 'evaluate') False"
+
+
+def test_a_checkpoint_cursor_that_cannot_be_read_is_refused_with_its_file_named(tmp_path):
+    folder = tmp_path / "checkpoint-1"
+    folder.mkdir()
+    (folder / ckpt.STATE_FILE).write_text("{not json")
+    with pytest.raises(ValueError, match=r"state.json: not a readable checkpoint state"):
+        ckpt.read_cursor(folder)
+    (folder / ckpt.STATE_FILE).write_text(json.dumps({"format": 2, "round_index": 1}))
+    with pytest.raises(ValueError, match=r"not a readable checkpoint state \(no phase_index, finished\)"):
+        ckpt.read_cursor(folder)
+    (folder / ckpt.STATE_FILE).write_text(json.dumps({"format": 7}))
+    with pytest.raises(ValueError, match="unsupported checkpoint format 7"):
+        ckpt.read_cursor(folder)
+    # Format 1 (a pickle): refused unless trusted, before anything is unpickled.
+    (folder / ckpt.STATE_FILE).unlink()
+    (folder / ckpt.LEGACY_STATE_FILE).write_bytes(b"not read")
+    with pytest.raises(ckpt.UntrustedCheckpoint, match="a checkpoint of an earlier version"):
+        ckpt.read_cursor(folder)
 
 
 def test_invalid_config_is_refused_before_anything_is_written(model_dir, tmp_path):

@@ -44,7 +44,8 @@ from comlrl_lab.trainers.preference.runtime.sink import PhaseCancelled, PhaseCon
 
 
 def _ckpt():
-    """The checkpoint module, imported on first use: it imports torch, which opening the workbench must not."""
+    """The checkpoint module, imported on first use: it is small, but the engine's import must stay cheap for the
+    command line's ``--help`` and spec checks, and reading a cursor through it needs no torch."""
     from comlrl_lab.trainers.preference.runtime import checkpoint
 
     return checkpoint
@@ -238,15 +239,20 @@ class Run:
             raise
         return run
 
-    def _newest_state(self) -> dict[str, Any] | None:
-        """The newest checkpoint's small state, or None; ``UntrustedCheckpoint`` for a format-1 one not trusted."""
+    def _newest_cursor(self) -> dict[str, Any] | None:
+        """The newest checkpoint's cursor (``checkpoint.read_cursor``: no torch), or None; ``UntrustedCheckpoint``
+        for a format-1 one not trusted."""
         ckpt = _ckpt()
         found = ckpt.latest_checkpoint(self.checkpoint_dir)
-        return None if found is None else ckpt.read_state(found, trust_checkpoint=self.trust_checkpoint)
+        return None if found is None else ckpt.read_cursor(found, trust_checkpoint=self.trust_checkpoint)
 
     def check_resumable(self) -> None:
-        """Raise now what resuming would raise on its first phase: an untrusted format-1 checkpoint."""
-        self._newest_state()
+        """Raise now what resuming would raise on its first phase: an untrusted format-1 checkpoint, a state or
+        tensors file that cannot be read. The whole state is read (``read_state``), not only the cursor."""
+        ckpt = _ckpt()
+        found = ckpt.latest_checkpoint(self.checkpoint_dir)
+        if found is not None:
+            ckpt.read_state(found, trust_checkpoint=self.trust_checkpoint)
 
     def _store_done(self) -> int:
         """Phases the store holds without a gap from the start (a lost WAL loses the newest ones)."""
@@ -264,7 +270,7 @@ class Run:
         if self.store.run(self.run_id) is None:  # the store was deleted: it starts again, as Run.create made it
             self.store.create_run(self.run_id, trainer=self.spec.algorithm, config=self.spec.to_dict())
         try:
-            newest = self._newest_state()
+            newest = self._newest_cursor()
         except ckpt.UntrustedCheckpoint:
             return  # nothing can be compared with a checkpoint that may not be read; resuming will refuse it
         stored = self._store_done()
@@ -278,7 +284,7 @@ class Run:
         ckpt = _ckpt()
         folders = ckpt.checkpoint_dirs(self.checkpoint_dir)
         phases = self.phases
-        done = [_phases_done(ckpt.read_state(f, trust_checkpoint=self.trust_checkpoint), phases) for f in folders]
+        done = [_phases_done(ckpt.read_cursor(f, trust_checkpoint=self.trust_checkpoint), phases) for f in folders]
         name = functools.partial(_phase_name, phases=phases)
         if stored > 0 and stored not in done:
             oldest = name(min(done))
@@ -380,7 +386,7 @@ class Run:
         if self.trainer is not None:
             return self.trainer.round_index, self.trainer.next_phase
         try:
-            state = self._newest_state()
+            state = self._newest_cursor()
         except _ckpt().UntrustedCheckpoint:
             # A checkpoint that may not be read: the store tells where the run stands, for browsing it.
             done = self._store_done() if self.store is not None else 0

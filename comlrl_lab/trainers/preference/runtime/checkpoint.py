@@ -42,12 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-from safetensors.torch import load as load_tensors
-from safetensors.torch import save as save_tensors
-
 from comlrl_lab.data.no_space import NoSpaceLeft, is_no_space
-from comlrl_lab.trainers.preference.runtime import state_codec
+
+# torch, safetensors and the state codec (which imports torch) are imported by the functions that write or read
+# tensors: the workbench lists checkpoints and their costs on every page, and a page must not load torch (3 s).
 
 STATE_FILE = "state.json"
 TENSORS_FILE = "state.safetensors"
@@ -89,11 +87,17 @@ def _synced(path: Path, write: Callable[[Any], None]) -> int:
 
 def _save_synced(obj: Any, path: Path) -> int:
     """``torch.save`` through a Python file, so a full disk surfaces as ENOSPC rather than torch's own words."""
+    import torch
+
     return _synced(path, lambda handle: torch.save(obj, handle))
 
 
 def _save_state(state: dict[str, Any], directory: Path) -> int:
     """The state as JSON (and its tensors as safetensors) in ``directory``; the bytes written."""
+    from safetensors.torch import save as save_tensors
+
+    from comlrl_lab.trainers.preference.runtime import state_codec
+
     tree, tensors = state_codec.encode(state)
     num_bytes = 0
     if tensors:
@@ -282,9 +286,31 @@ def is_legacy(checkpoint: str | Path) -> bool:
     return not (checkpoint / STATE_FILE).is_file() and (checkpoint / LEGACY_STATE_FILE).is_file()
 
 
+#: What ``read_cursor`` gives: the state's format and where the run stood when the checkpoint was written.
+CURSOR_KEYS = ("format", "round_index", "phase_index", "finished")
+
+
+def read_cursor(checkpoint: str | Path, *, trust_checkpoint: bool = False) -> dict[str, Any]:
+    """``CURSOR_KEYS`` of one checkpoint folder's state, ``checkpoint_path`` added: where a run stands, read without
+    torch from ``state.json`` alone (the workbench asks on every page that opens a run). The tensors file is not
+    read, so this is no check that a resume will load (``read_state`` is). A format-1 folder is read whole by
+    ``read_state``, under its rules: ``UntrustedCheckpoint`` unless ``trust_checkpoint``."""
+    checkpoint = Path(checkpoint)
+    if is_legacy(checkpoint):
+        state, state_path = read_state(checkpoint, trust_checkpoint=trust_checkpoint), checkpoint / LEGACY_STATE_FILE
+    else:
+        state_path = checkpoint / STATE_FILE
+        state = _checked_format(_read_json(state_path), CHECKPOINT_FORMAT, state_path)
+    missing = [key for key in CURSOR_KEYS if key not in state]
+    if missing:
+        raise ValueError(f"{state_path}: not a readable checkpoint state (no {', '.join(missing)})")
+    return {**{key: state[key] for key in CURSOR_KEYS}, "checkpoint_path": str(checkpoint)}
+
+
 def read_state(checkpoint: str | Path, *, trust_checkpoint: bool = False) -> dict[str, Any]:
     """The small state of one checkpoint folder, ``state["checkpoint_path"]`` added; nothing is unpickled unless the
-    folder is of format 1 and ``trust_checkpoint`` is set (``UntrustedCheckpoint`` otherwise)."""
+    folder is of format 1 and ``trust_checkpoint`` is set (``UntrustedCheckpoint`` otherwise, before torch is
+    imported)."""
     checkpoint = Path(checkpoint)
     if is_legacy(checkpoint):
         state_path = checkpoint / LEGACY_STATE_FILE
@@ -294,23 +320,44 @@ def read_state(checkpoint: str | Path, *, trust_checkpoint: bool = False) -> dic
                 "resume it only if you trust where it came from: comlrl-lab run --resume RUN_DIR --trust-checkpoint "
                 "(Python: load_checkpoint(..., trust_checkpoint=True))"
             )
-        state = torch.load(state_path, map_location="cpu", weights_only=False)  # trusted by the caller
-        expected = LEGACY_FORMAT
+        import torch
+
+        state = _checked_format(
+            torch.load(state_path, map_location="cpu", weights_only=False), LEGACY_FORMAT, state_path
+        )
     else:
+        from safetensors.torch import load as load_tensors
+
+        from comlrl_lab.trainers.preference.runtime import state_codec
+
         state_path = checkpoint / STATE_FILE
+        tree = _checked_format(_read_json(state_path), CHECKPOINT_FORMAT, state_path)
         try:
-            tree = json.loads(state_path.read_text(encoding="utf-8"))
             tensor_path = checkpoint / TENSORS_FILE
             tensors = load_tensors(tensor_path.read_bytes()) if tensor_path.is_file() else {}
             state = state_codec.decode(tree, tensors)
         except (ValueError, OSError, RecursionError) as error:
-            reason = (str(error).splitlines() or [type(error).__name__])[0]
-            raise ValueError(f"{state_path}: not a readable checkpoint state ({reason})") from None
-        expected = CHECKPOINT_FORMAT
+            raise _unreadable(state_path, error) from None
+    state["checkpoint_path"] = str(checkpoint)
+    return state
+
+
+def _read_json(state_path: Path) -> Any:
+    try:
+        return json.loads(state_path.read_text(encoding="utf-8"))
+    except (ValueError, OSError, RecursionError) as error:
+        raise _unreadable(state_path, error) from None
+
+
+def _unreadable(state_path: Path, error: BaseException) -> ValueError:
+    reason = (str(error).splitlines() or [type(error).__name__])[0]
+    return ValueError(f"{state_path}: not a readable checkpoint state ({reason})")
+
+
+def _checked_format(state: Any, expected: int, state_path: Path) -> dict[str, Any]:
     if not isinstance(state, dict) or state.get("format") != expected:
         found = state.get("format") if isinstance(state, dict) else type(state).__name__
         raise ValueError(f"{state_path}: unsupported checkpoint format {found!r}")
-    state["checkpoint_path"] = str(checkpoint)
     return state
 
 
@@ -332,6 +379,8 @@ def load_checkpoint(
     """(state, weights) of the checkpoint a resume from ``directory`` uses; weights is None for version 0, the
     initial weights a fresh trainer already holds. Weights are read with ``weights_only=True`` (tensors and plain
     containers only), except from a format-1 checkpoint the caller trusts."""
+    import torch
+
     state = load_checkpoint_state(directory, trust_checkpoint=trust_checkpoint)
     if int(state["weights_version"]) == INITIAL_WEIGHTS:
         return state, None
