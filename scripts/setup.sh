@@ -20,13 +20,27 @@ if [ "${COMLRL_LAB_SKIP_BROWSER:-0}" != "1" ] \
     browser_pid=$!
 fi
 
+# uv resolves, downloads and installs several times faster than pip; where uv cannot be had or cannot install into
+# this Python, pip does it as before.
+have_uv=false
+"$PYTHON" -m pip install -q uv && have_uv=true
+
 if ! "$PYTHON" -c "import torch" >/dev/null 2>&1; then
-    # A bare "torch" requirement would pull a multi-GB CUDA build; the pinned CPU wheel is enough here.
-    "$PYTHON" -m pip install "torch==${COMLRL_LAB_TORCH_VERSION:-2.13.0}"
+    # A bare "torch" requirement would pull a multi-GB CUDA build; the pinned CPU wheel is enough here. Where pip is
+    # configured with folders of wheels (find-links) that hold it, uv installs that "+cpu" wheel from them: uv reads no
+    # pip config, and PyPI has no "+cpu" build, so nothing else can match. Compiled to bytecode, as pip does: where
+    # Python may not write .pyc files (PYTHONDONTWRITEBYTECODE), every process would compile torch again (3 s).
+    torch_version="${COMLRL_LAB_TORCH_VERSION:-2.13.0}"
+    links="${PIP_FIND_LINKS:-$("$PYTHON" -m pip config get global.find-links 2>/dev/null || true)}"
+    link_args=()
+    for link in $links; do link_args+=(--find-links "$link"); done
+    if ! { $have_uv && [ "${#link_args[@]}" -gt 0 ] \
+            && "$PYTHON" -m uv pip install --python "$PYTHON" --compile-bytecode "${link_args[@]}" \
+                "torch==${torch_version}+cpu"; }; then
+        "$PYTHON" -m pip install "torch==${torch_version}"
+    fi
 fi
-# uv resolves, downloads and installs the rest several times faster than pip; where uv cannot be had or cannot
-# install into this Python, pip does it as before.
-if ! { "$PYTHON" -m pip install -q uv && "$PYTHON" -m uv pip install --python "$PYTHON" --compile-bytecode -e ".[dev]"; }; then
+if ! { $have_uv && "$PYTHON" -m uv pip install --python "$PYTHON" --compile-bytecode -e ".[dev]"; }; then
     echo "setup: installing with pip"
     "$PYTHON" -m pip install -e ".[dev]"
 fi
