@@ -59,26 +59,34 @@ def _button(page, widget_key: str):
     return page.locator(f"{key(widget_key)} button").first
 
 
-def _wait_enabled(page, url: str, widget_key: str, started_by: str, timeout_s: float = 300) -> None:
-    """Reload ``url`` until the button keyed ``widget_key`` is enabled (a phase runs in the server's worker).
+def _reload_until(page, url: str, ready, started_by: str, timeout_s: float, pause_ms: int = 1000) -> None:
+    """Reload ``url`` until ``ready(page)`` holds, clicking the button keyed ``started_by`` again while it is enabled.
 
-    The phase was started by clicking the button keyed ``started_by``. On a loaded machine that click can land on
-    a copy of the button a rerun is about to replace, and nothing starts; the button then shows enabled after a
-    reload (a running phase disables it, a finished one moves the run past it), and is clicked again."""
+    The wait follows a click on that button. On a loaded machine the click can land on a copy of the button a rerun
+    is about to replace, and nothing starts; the button then shows enabled after a reload (a running phase disables
+    it, a finished one moves the run past it), and is clicked again."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         page.goto(url)
         page.locator("h1").first.wait_for()
         driver.wait_idle(page)
-        button = page.locator(f"{key(widget_key)} button")
-        if button.count() and _button(page, widget_key).is_enabled():
+        if ready(page):
             return
         starter = page.locator(f"{key(started_by)} button")
         if starter.count() and _button(page, started_by).is_enabled():
             _button(page, started_by).click()
             driver.wait_idle(page)
-        page.wait_for_timeout(1000)
-    raise AssertionError(f"{widget_key} was not enabled within {timeout_s}s")
+        page.wait_for_timeout(pause_ms)
+    raise AssertionError(f"{url} did not get ready within {timeout_s}s of clicking {started_by}")
+
+
+def _wait_enabled(page, url: str, widget_key: str, started_by: str, timeout_s: float = 300) -> None:
+    """Reload ``url`` until the button keyed ``widget_key`` is enabled (a phase runs in the server's worker)."""
+
+    def enabled(page) -> bool:
+        return bool(page.locator(f"{key(widget_key)} button").count()) and _button(page, widget_key).is_enabled()
+
+    _reload_until(page, url, enabled, started_by, timeout_s)
 
 
 @pytest.fixture(scope="module")
@@ -113,10 +121,13 @@ def test_a_human_round_is_labelled_by_keyboard_and_trains_on_exactly_the_labelle
     _button(page, state.phase_button_key("collect")).click()
     _wait_enabled(page, rounds_url, state.phase_button_key("label"), started_by=state.phase_button_key("collect"))
     _button(page, state.phase_button_key("label")).click()
-    deadline = time.monotonic() + 120
-    while not page.get_by_text("awaiting labels").count() and time.monotonic() < deadline:
-        page.goto(rounds_url)
-        driver.wait_idle(page)
+    _reload_until(
+        page,
+        rounds_url,
+        lambda page: bool(page.get_by_text("awaiting labels").count()),
+        started_by=state.phase_button_key("label"),
+        timeout_s=300,
+    )
     assert page.get_by_text("round 1 waits for labels: 8 of 8 comparisons still need a label").count()
     driver.wait_idle(page)
     page.wait_for_timeout(1500)
@@ -173,12 +184,15 @@ def test_a_human_round_is_labelled_by_keyboard_and_trains_on_exactly_the_labelle
 
     _button(page, state.LABEL_GO_ON).click()
     replay_file = run_dir / "preference_replay" / "iteration_0001.json"
-    deadline = time.monotonic() + 600
-    while not (run_dir / "snapshots" / "_manifest.json").exists() or "0001_evaluate" not in json.dumps(
-        json.loads((run_dir / "snapshots" / "_manifest.json").read_text())
-    ):
-        assert time.monotonic() < deadline, "the round did not finish"
-        time.sleep(1)
+    manifest = run_dir / "snapshots" / "_manifest.json"
+    _reload_until(
+        page,
+        f"{server.url}/Pairs?run.open={run_id}",
+        lambda _: manifest.exists() and "0001_evaluate" in manifest.read_text(),
+        started_by=state.LABEL_GO_ON,
+        timeout_s=600,
+        pause_ms=5000,
+    )
     trained = json.loads(replay_file.read_text())["pairs"]
     expected = [(a, b) if given[n] == "A" else (b, a) for n, (a, b) in sorted(seen.items()) if given[n] in ("A", "B")]
     got = [([t.strip() for t in r["winner_completions"]], [t.strip() for t in r["loser_completions"]]) for r in trained]
