@@ -86,3 +86,27 @@ def pytest_runtest_makereport(item, call):
     failed = call.when == "call" and call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception)
     if failed and getattr(item.module, "failed_step", "") is None:
         item.module.failed_step = item.name
+
+
+#: Marks of the tests that run for seconds to minutes: training runs, a browser, a real model.
+LONG_RUNNING_MARKS = ("slow", "browser", "real_model")
+
+
+def pytest_configure(config):
+    # pytest-xdist's --dist loadfile hands out files with the most tests first; ours take their time from a few
+    # long tests, so that order left a one-test browser file for last while the other worker idled. Files go out in
+    # collection order instead, which pytest_collection_modifyitems sets.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files with the most long-running tests first (then the most tests), each file's own order kept: with two
+    workers the long files start early and the short ones fill the end, instead of one worker finishing a long file
+    alone."""
+    weight: dict[str, tuple[int, int]] = {}
+    for item in items:
+        long_running = any(item.get_closest_marker(name) for name in LONG_RUNNING_MARKS)
+        marked, total = weight.get(item.location[0], (0, 0))
+        weight[item.location[0]] = (marked + long_running, total + 1)
+    items.sort(key=lambda item: weight[item.location[0]], reverse=True)
