@@ -14,8 +14,9 @@ The three alternate (watched, unwatched, cli, then rotated), ``--repeats`` times
 load hits all three alike. Then, unless ``--sweep-cells 0``, a sweep of the same spec (``dpo_beta=0.2,0.3`` x seeds)
 is started from the Compare page's "Run a grid", and its cells alternate between the Compare page open (watched)
 and closed, ABBA; each cell's rounds are timed the same way. It prints the machine (CPU, torch's kernels), every
-time with the load average when its run ended, the medians, and the ratios of the medians: watched/unwatched
-(target at most 1.1), and app/CLI with the page closed and open (target at most 1.05 each).
+time with the load average when its run ended, the medians, and the ratios of the medians, each with its 95%
+bootstrap interval: watched/unwatched (target at most 1.1), and app/CLI with the page closed and open (target at most
+1.05 each).
 ``--post-script-gc`` serves the app with Streamlit's full garbage collection after every script run turned back on
 (``runner.postScriptGC``, which ``.streamlit/config.toml`` turns off): the cause of the slowdown, for a before/after
 on the same machine. ``--set FIELD=VALUE`` (repeatable) changes a config field of every run, app and CLI alike, so
@@ -37,6 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -172,10 +174,27 @@ def sweep_rounds(page, server: AppServer, base_run_id: str, cells: int, rounds: 
     return times
 
 
-def ratio_line(name: str, top: list[float], bottom: list[float], target: float) -> tuple[str, float]:
+def ratio_interval(top: list[float], bottom: list[float], *, draws: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """The 95% percentile-bootstrap interval of median(top) / median(bottom), each side resampled on its own.
+
+    Rounds of the same way differ by up to 10% from one run to the next on a shared machine, so the ratio alone can
+    read 1.15 on one run and 0.99 on the next; the interval says how far one run's figure can be trusted."""
+    rng = np.random.default_rng(seed)
+    tops = np.median(rng.choice(np.asarray(top, dtype=float), size=(draws, len(top))), axis=1)
+    bottoms = np.median(rng.choice(np.asarray(bottom, dtype=float), size=(draws, len(bottom))), axis=1)
+    low, high = np.percentile(tops / bottoms, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def ratio_line(
+    name: str, top: list[float], bottom: list[float], target: float
+) -> tuple[str, float, tuple[float, float]]:
+    """The ratio of the medians, its bootstrap interval and whether the ratio meets ``target``, as one line."""
     value = statistics.median(top) / statistics.median(bottom)
+    interval = ratio_interval(top, bottom)
     verdict = "meets" if value <= target else "misses"
-    return f"{name}: {value:.3f} ({verdict} the target <= {target})", value
+    line = f"{name}: {value:.3f}, 95% interval {interval[0]:.3f}-{interval[1]:.3f} ({verdict} the target <= {target})"
+    return line, value, interval
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -228,7 +247,7 @@ def main(argv: list[str] | None = None) -> dict:
             lines = [ratio_line("watched / unwatched", times["watched"], times["unwatched"], WATCH_TARGET)]
             lines.append(ratio_line("app (page closed) / cli", times["unwatched"], times["cli"], APP_CLI_TARGET))
             lines.append(ratio_line("app (page open) / cli", times["watched"], times["cli"], APP_CLI_TARGET))
-            for line, _ in lines:
+            for line, _, _ in lines:
                 print(line, flush=True)
             sweep = None
             if args.sweep_cells > 0 and last_app_run is not None:
@@ -249,7 +268,8 @@ def main(argv: list[str] | None = None) -> dict:
         "fields": fields,
         "times": times,
         "sweep": sweep,
-        "ratios": {line.split(":")[0]: value for line, value in lines},
+        "ratios": {line.split(":")[0]: value for line, value, _ in lines},
+        "intervals": {line.split(":")[0]: interval for line, _, interval in lines},
         "load_before": load_before,
         "load_after": load_after,
     }

@@ -40,10 +40,21 @@ def test_a_run_whose_last_round_has_not_finished_has_no_times_yet(bench, tmp_pat
 
 
 def test_the_app_to_cli_ratio_is_judged_against_its_own_target(bench):
-    line, value = bench.ratio_line("app (page closed) / cli", [10.4, 10.6, 10.5], [10.0, 9.9, 10.1], 1.05)
-    assert value == pytest.approx(1.05) and line == "app (page closed) / cli: 1.050 (meets the target <= 1.05)"
-    line, _ = bench.ratio_line("app (page open) / cli", [11.0], [10.0], 1.05)
-    assert line.endswith("1.100 (misses the target <= 1.05)")
+    line, value, (low, high) = bench.ratio_line("app (page closed) / cli", [10.4, 10.6, 10.5], [10.0, 9.9, 10.1], 1.05)
+    assert value == pytest.approx(1.05) and line.startswith("app (page closed) / cli: 1.050, 95% interval ")
+    assert line.endswith("(meets the target <= 1.05)")
+    # Every resample's ratio lies between the smallest top over the largest bottom and the other way round.
+    assert 10.4 / 10.1 <= low <= value <= high <= 10.6 / 9.9
+    line, _, interval = bench.ratio_line("app (page open) / cli", [11.0], [10.0], 1.05)
+    assert interval == pytest.approx((1.1, 1.1))  # one value a side: nothing to resample
+    assert line == "app (page open) / cli: 1.100, 95% interval 1.100-1.100 (misses the target <= 1.05)"
+
+
+def test_the_interval_of_the_ratio_of_medians_widens_with_the_spread_of_the_rounds(bench):
+    steady = bench.ratio_interval([10.0, 10.1, 9.9, 10.0, 10.05], [10.0, 9.95, 10.05, 10.0, 10.1])
+    spread = bench.ratio_interval([9.0, 11.0, 10.0, 8.5, 11.5], [10.0, 9.0, 11.0, 11.5, 8.5])
+    assert spread[1] - spread[0] > 5 * (steady[1] - steady[0])
+    assert bench.ratio_interval([1.0, 2.0, 3.0], [1.0]) == bench.ratio_interval([1.0, 2.0, 3.0], [1.0])  # seeded
 
 
 def test_fewer_than_two_rounds_is_refused(bench, capsys):
