@@ -40,16 +40,8 @@ from comlrl_lab.names.run_ids import new_run_id
 from comlrl_lab.sandbox import SandboxError, sandbox_capabilities
 from comlrl_lab.store import RunStore, snapshot_parquet
 from comlrl_lab.trainers.preference.rounds.replay import drop_round_files
+from comlrl_lab.trainers.preference.runtime import checkpoint as ckpt
 from comlrl_lab.trainers.preference.runtime.sink import PhaseCancelled, PhaseControl, PhaseRecords
-
-
-def _ckpt():
-    """The checkpoint module, imported on first use: it is small, but the engine's import must stay cheap for the
-    command line's ``--help`` and spec checks, and reading a cursor through it needs no torch."""
-    from comlrl_lab.trainers.preference.runtime import checkpoint
-
-    return checkpoint
-
 
 # Loading models is not thread-safe: transformers imports lazily and from_pretrained builds modules under a global
 # "empty weights" context, so two runs loading at once in one process (a sweep with --parallel 2, two runs started
@@ -239,20 +231,20 @@ class Run:
             raise
         return run
 
-    def _newest_cursor(self) -> dict[str, Any] | None:
-        """The newest checkpoint's cursor (``checkpoint.read_cursor``: no torch), or None; ``UntrustedCheckpoint``
-        for a format-1 one not trusted."""
-        ckpt = _ckpt()
+    def _read_newest(self, read) -> dict[str, Any] | None:
+        """``read`` (``checkpoint.read_cursor`` or ``read_state``) of the newest checkpoint, or None where there is
+        none; ``UntrustedCheckpoint`` for a format-1 one not trusted."""
         found = ckpt.latest_checkpoint(self.checkpoint_dir)
-        return None if found is None else ckpt.read_cursor(found, trust_checkpoint=self.trust_checkpoint)
+        return None if found is None else read(found, trust_checkpoint=self.trust_checkpoint)
+
+    def _newest_cursor(self) -> dict[str, Any] | None:
+        """Where the newest checkpoint stands, read without torch (``checkpoint.read_cursor``), or None."""
+        return self._read_newest(ckpt.read_cursor)
 
     def check_resumable(self) -> None:
         """Raise now what resuming would raise on its first phase: an untrusted format-1 checkpoint, a state or
         tensors file that cannot be read. The whole state is read (``read_state``), not only the cursor."""
-        ckpt = _ckpt()
-        found = ckpt.latest_checkpoint(self.checkpoint_dir)
-        if found is not None:
-            ckpt.read_state(found, trust_checkpoint=self.trust_checkpoint)
+        self._read_newest(ckpt.read_state)
 
     def _store_done(self) -> int:
         """Phases the store holds without a gap from the start (a lost WAL loses the newest ones)."""
@@ -265,7 +257,6 @@ class Run:
 
     def reconcile_store(self) -> None:
         """Line the store and the checkpoints up (see the module docstring); rank 0 only, before the trainer exists."""
-        ckpt = _ckpt()
         ckpt.remove_stale_tmp(self.checkpoint_dir)
         if self.store.run(self.run_id) is None:  # the store was deleted: it starts again, as Run.create made it
             self.store.create_run(self.run_id, trainer=self.spec.algorithm, config=self.spec.to_dict())
@@ -281,7 +272,6 @@ class Run:
 
     def _roll_back(self, stored: int, newest: int) -> None:
         """Drop the checkpoints after the store's last phase, or refuse when the one for that phase is gone."""
-        ckpt = _ckpt()
         folders = ckpt.checkpoint_dirs(self.checkpoint_dir)
         phases = self.phases
         done = [_phases_done(ckpt.read_cursor(f, trust_checkpoint=self.trust_checkpoint), phases) for f in folders]
@@ -305,7 +295,7 @@ class Run:
     def _recover_checkpoint_costs(self) -> None:
         """Add each checkpoint's cost (``cost.json``) to its phase when a kill kept it from the store."""
         committed = set(self.store.committed_phases(self.run_id))
-        for cost in _ckpt().checkpoint_costs(self.checkpoint_dir):
+        for cost in ckpt.checkpoint_costs(self.checkpoint_dir):
             where = (int(cost["round"]), str(cost["phase"]))
             if where not in committed:
                 continue
@@ -375,7 +365,7 @@ class Run:
                     self.spec, output_dir=self.run_dir, run_id=self.run_id, sink=sink, control=self.control
                 )
                 trainer.checkpoint_dir = self.checkpoint_dir
-                if _ckpt().has_checkpoint(self.checkpoint_dir):
+                if ckpt.has_checkpoint(self.checkpoint_dir):
                     trainer.load_checkpoint(self.checkpoint_dir, trust_checkpoint=self.trust_checkpoint)
             self.trainer = trainer
         return self.trainer
@@ -387,7 +377,7 @@ class Run:
             return self.trainer.round_index, self.trainer.next_phase
         try:
             state = self._newest_cursor()
-        except _ckpt().UntrustedCheckpoint:
+        except ckpt.UntrustedCheckpoint:
             # A checkpoint that may not be read: the store tells where the run stands, for browsing it.
             done = self._store_done() if self.store is not None else 0
             finished = self.store is not None and (self.store.run(self.run_id) or {}).get("status") == "finished"
@@ -472,10 +462,10 @@ class Run:
     def restore_last_good(self) -> None:
         if self.trainer is None:
             return
-        if _ckpt().has_checkpoint(self.checkpoint_dir):
+        if ckpt.has_checkpoint(self.checkpoint_dir):
             try:
                 self.trainer.load_checkpoint(self.checkpoint_dir, trust_checkpoint=self.trust_checkpoint)
-            except _ckpt().InitialWeightsCheckpoint:
+            except ckpt.InitialWeightsCheckpoint:
                 self.trainer = None  # the checkpoint holds the initial weights: a rebuilt trainer has them
         else:
             # Nothing finished yet: rebuild from scratch so no half-run phase leaks into the next attempt.
