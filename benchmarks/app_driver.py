@@ -85,18 +85,27 @@ class AppServer:
 
 @contextlib.contextmanager
 def chromium_page(
-    scratch: Path, *, width: int = 1400, height: int = 1000, executable: str | os.PathLike = CHROMIUM
+    scratch: Path,
+    *,
+    width: int = 1400,
+    height: int = 1000,
+    executable: str | os.PathLike = CHROMIUM,
+    accept_downloads: bool = False,
+    timeout_ms: int = 120_000,
 ) -> Iterator:
     """A Playwright page in Debian's Chromium (or the browser at ``executable``); its config and cache go under
-    ``scratch``."""
+    ``scratch``; ``timeout_ms`` is the page's default wait."""
     from playwright.sync_api import sync_playwright
 
     env = {**os.environ, "XDG_CONFIG_HOME": str(scratch / "xdg-config"), "XDG_CACHE_HOME": str(scratch / "xdg-cache")}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(executable), args=LAUNCH_ARGS, env=env)
         try:
-            page = browser.new_context(viewport={"width": width, "height": height}).new_page()
-            page.set_default_timeout(120_000)
+            context = browser.new_context(
+                viewport={"width": width, "height": height}, accept_downloads=accept_downloads
+            )
+            page = context.new_page()
+            page.set_default_timeout(timeout_ms)
             yield page
         finally:
             browser.close()

@@ -32,7 +32,7 @@ from urllib.parse import parse_qs, urlparse
 import fake_slurm
 import pandas as pd
 import pytest
-from browser_support import ARTIFACTS, BROWSER, require_browser
+from browser_support import ARTIFACTS, BROWSER, app_driver, require_browser
 from workbench_fixtures import agent_model
 
 from comlrl_lab.models.tiny_model import TINY_MODEL_NAME
@@ -122,21 +122,10 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser_page(server):
-    tmp = server["tmp"]
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=str(BROWSER),
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-            env={**os.environ, "XDG_CONFIG_HOME": str(tmp / "xdg-config"), "XDG_CACHE_HOME": str(tmp / "xdg-cache")},
-        )
-        context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
-        page = context.new_page()
-        page.set_default_timeout(60_000)
-        try:
-            yield page
-        finally:
-            context.close()
-            browser.close()
+    with app_driver().chromium_page(
+        server["tmp"], executable=BROWSER, accept_downloads=True, timeout_ms=60_000
+    ) as page:
+        yield page
 
 
 # -- helpers ------------------------------------------------------------------------------------------------
