@@ -370,17 +370,25 @@ def case_garbage_snapshot_parquet(tmp_path):
 
 def case_sql_nested_400_deep(store):
     """Expressions nested 400 deep (calls, subqueries, CASE) or chained 900 long are refused in one line, never a
-    ``RecursionError``; the nesting a person writes still runs."""
+    ``RecursionError``, whatever the process's recursion limit (``torch.compile`` raises it to 2000, which once let
+    the CASE query through); the nesting a person writes still runs."""
     deep = {
         "SELECT " + "abs(" * 400 + "1" + ")" * 400: "nests parentheses 400 deep; at most 64",
         "SELECT * FROM " + "(SELECT * FROM " * 400 + "range(1)" + ") t" * 400: "nests parentheses 401 deep",
         "SELECT " + "CASE WHEN true THEN " * 400 + "1" + " END" * 400: "nested too deeply to be checked",
         "SELECT " + "+".join(["1"] * 900) + " AS n": "nested too deeply to be checked",
     }
-    for query, refusal in deep.items():
-        with pytest.raises(ReadOnlyQueryError, match=refusal):
-            store.readonly_sql(query)
+    default_limit = sys.getrecursionlimit()
+    try:
+        for limit in (default_limit, 2000, 100_000):
+            sys.setrecursionlimit(limit)
+            for query, refusal in deep.items():
+                with pytest.raises(ReadOnlyQueryError, match=refusal):
+                    store.readonly_sql(query)
+    finally:
+        sys.setrecursionlimit(default_limit)
     assert store.readonly_sql("SELECT " + "(" * 40 + "+".join(["1"] * 40) + ")" * 40 + " AS n")["n"].tolist() == [40]
+    assert store.readonly_sql("SELECT " + "+".join(["1"] * 100) + " AS n")["n"].tolist() == [100]
 
 
 # -- 8. unclear errors ----------------------------------------------------------------------------------------------

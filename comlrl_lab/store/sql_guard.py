@@ -40,6 +40,10 @@ class QueryExecutionError(RuntimeError):
 MAX_QUERY_CHARS = 100_000
 #: Levels of nested parentheses (subqueries, calls, grouping) outside strings and comments.
 MAX_NESTING = 64
+#: Levels of the parsed tree (``json_serialize_sql``) read. A 100-term ``1+1+...`` chain is about 300 and 64 nested
+#: calls about 200; the bound is checked on the text, since how deep ``json.loads`` can go depends on the process's
+#: recursion limit, which other libraries raise (``torch.compile`` sets it to 2000).
+MAX_TREE_DEPTH = 500
 
 
 FORBIDDEN_KEYWORDS: tuple[str, ...] = (
@@ -138,10 +142,14 @@ def check_readonly(
             raise ReadOnlyQueryError(f"the function {call.group(1)}() is not allowed in a read-only query")
     statement = blank_out(query, keep_literals=True).strip().rstrip(";").strip()
     inner = _EXPLAIN_RE.sub("", statement, count=1) if kind == duckdb.StatementType.EXPLAIN else statement
+    tree_text = con.execute("SELECT json_serialize_sql(?)", [inner]).fetchone()[0]
+    too_deep = "the query's expressions are nested too deeply to be checked"
+    if _json_depth(tree_text) > MAX_TREE_DEPTH:  # a chain such as 1+1+...+1 nests without parentheses
+        raise ReadOnlyQueryError(too_deep)
     try:
-        serialized = json.loads(con.execute("SELECT json_serialize_sql(?)", [inner]).fetchone()[0])
-    except RecursionError:  # a chain such as 1+1+...+1 nests without parentheses
-        raise ReadOnlyQueryError("the query's expressions are nested too deeply to be checked") from None
+        serialized = json.loads(tree_text)
+    except RecursionError:  # a caller already deep in its own stack
+        raise ReadOnlyQueryError(too_deep) from None
     if serialized.get("error"):
         raise ReadOnlyQueryError(f"the query is not a plain read: {serialized.get('error_message', 'unknown')}")
     named: set[str] = set()
@@ -198,6 +206,22 @@ def _nesting(bare: str) -> int:
             depth += 1
             deepest = max(deepest, depth)
         elif char == ")":
+            depth -= 1
+    return deepest
+
+
+_JSON_TOKEN_RE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _json_depth(text: str) -> int:
+    """The deepest level of arrays and objects in the JSON ``text``, read without recursion."""
+    depth = deepest = 0
+    for token in _JSON_TOKEN_RE.finditer(text):
+        char = token.group(0)
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
             depth -= 1
     return deepest
 
