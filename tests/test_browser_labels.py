@@ -76,7 +76,13 @@ def _reload_until(page, url: str, ready, started_by: str, timeout_s: float, paus
         if starter.count() and _button(page, started_by).is_enabled():
             _button(page, started_by).click()
             driver.wait_idle(page)
-        page.wait_for_timeout(pause_ms)
+        # Look again every quarter second until the next reload: a condition on files, or on a page that redraws
+        # itself, holds well before the reload would show it.
+        next_reload = time.monotonic() + pause_ms / 1000
+        while time.monotonic() < next_reload:
+            page.wait_for_timeout(250)
+            if ready(page):
+                return
     raise AssertionError(f"{url} did not get ready within {timeout_s}s of clicking {started_by}")
 
 
