@@ -1231,7 +1231,7 @@ REAL_MODEL = [
         linear layers), the quickstart's MADPO stabilisers, `use_chat_template: auto` (the tokenizer has a
         template, so it applies), 12 training items and 16 evaluation items a round. A round of the full preset
         took about four minutes on two idle CPU cores. To keep this notebook short, it runs **one round
-        on 2 items** with 2 evaluation items.
+        on one item** (four candidates, so up to two pairs) and evaluates on one item.
         """
     ),
     code(
@@ -1241,9 +1241,9 @@ REAL_MODEL = [
         repo = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "examples" / "smollm2.yaml").is_file())
         assert ExperimentSpec.load(repo / "examples" / "smollm2.yaml").to_dict() == spec.to_dict()
 
-        spec.max_train_items = 2
-        spec.max_eval_items = 2
-        spec.config.update(num_iterations=1, eval_num_samples=2, eval_samples_per_item=1)
+        spec.max_train_items = 1
+        spec.max_eval_items = 1
+        spec.config.update(num_iterations=1, eval_num_samples=1, eval_samples_per_item=1)
         print(spec.task, spec.agent_models, {k: spec.config[k] for k in ("lora_r", "use_chat_template", "max_new_tokens")})
         """
     ),
@@ -1253,8 +1253,8 @@ REAL_MODEL = [
 
         The engine runs the round (collect, select, train, evaluate) in a worker thread and writes everything to
         the run's DuckDB file, exactly as the workbench and `comlrl-lab run examples/smollm2.yaml` do. The time it
-        prints is this execution's, not a speed figure (the committed outputs: two otherwise idle CPU cores, AMD
-        EPYC). `benchmarks/real_model.py` measures speed.
+        prints is this execution's, not a speed figure (the committed outputs: two otherwise idle CPU cores, Intel
+        Xeon). `benchmarks/real_model.py` measures speed.
         """
     ),
     code(
