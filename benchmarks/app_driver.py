@@ -124,12 +124,24 @@ def screenshot(page, path: Path) -> Path:
 
 
 def wait_idle(page, *, started_within_ms: int = 1000) -> None:
-    """Wait for the script run an action caused to start (if it has not already ended), then for it to end."""
+    """Wait for the script run an action caused to start (if it has not already ended), then for it to end.
+
+    ``started_within_ms=0`` when the run is known to have started (something it draws is on the page): only its
+    end is waited for, not a start that may have come and gone already."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-    with contextlib.suppress(PlaywrightTimeout):
-        page.wait_for_selector(RUNNING, timeout=started_within_ms)
+    if started_within_ms > 0:
+        with contextlib.suppress(PlaywrightTimeout):
+            page.wait_for_selector(RUNNING, timeout=started_within_ms)
     page.wait_for_selector(IDLE, timeout=120_000)
+
+
+def open_page(page, address: str | None, title: str) -> None:
+    """Go to ``address`` (a full URL, or None to reload) and wait until the page titled ``title`` has drawn and its
+    script run has ended."""
+    page.goto(address) if address else page.reload()
+    page.locator("h1").filter(has_text=title).wait_for()
+    wait_idle(page, started_within_ms=0)
 
 
 def choose(page, widget_key: str, option: str) -> None:

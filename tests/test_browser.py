@@ -257,13 +257,9 @@ def _after_the_earlier_steps():
 def test_setup_page_configures_madpo_iter_and_creates_the_run(server, browser_page, tmp_path):
     page = browser_page
     # Setup has an address of its own (a bookmark, a link); the root moves on to it.
-    page.goto(server["url"] + "/setup")
-    page.locator("h1").filter(has_text="Set up an experiment").wait_for()
-    settle(page)
+    app_driver().open_page(page, server["url"] + "/setup", "Set up an experiment")
     assert not page.get_by_text("Page not found").count()
-    page.goto(server["url"] + "/")
-    page.locator("h1").filter(has_text="Set up an experiment").wait_for()
-    settle(page)
+    app_driver().open_page(page, server["url"] + "/", "Set up an experiment")
     assert page.url.split("?")[0].endswith("/setup")
 
     # Agents: the embedded tiny model (a random tiny Llama by local path when the embedded one is not built).
@@ -433,9 +429,7 @@ def test_pairs_page_opens_a_pair_with_winner_and_loser_of_both_agents(browser_pa
     # A reload (a bookmark, a link to a colleague) comes back to the same page of the same run.
     run_id = parse_qs(urlparse(page.url).query)[state.URL_RUN][0]
     assert page.url.split("?")[0].endswith("/pairs")
-    page.reload()
-    page.locator("h1").filter(has_text="Pairs").wait_for()
-    settle(page)
+    app_driver().open_page(page, None, "Pairs")
     page.locator("[data-testid='stDataFrame']").first.wait_for()
     assert parse_qs(urlparse(page.url).query)[state.URL_RUN] == [run_id]
     assert run_id in page.locator(f"{key(state.SIDEBAR_RUN)} input").input_value()

@@ -61,7 +61,7 @@ def test_a_fresh_servers_first_visitor_opens_a_page_address_with_its_run(app):
     # folder mode looks it up among pages/'s file names before any of our code runs, and says "Page not found"
     # before the router moves on to /rounds. The Pairs test below opens /Pairs.)
     server, page, run_id = app
-    _open(page, f"{server.url}/rounds?{state.URL_RUN}={run_id}", "Rounds")
+    driver.open_page(page, f"{server.url}/rounds?{state.URL_RUN}={run_id}", "Rounds")
     assert page.url.split("?")[0].endswith("/rounds")
     assert not page.get_by_text("Page not found").count()
     # The router ran (its sidebar card and the page list), and the run in the address is open.
@@ -92,7 +92,7 @@ def test_every_page_address_opened_first_on_a_fresh_server_runs_the_router(app, 
     runs, run_id = finished_run
     shutil.copytree(runs, tmp_path / "runs")  # a server of its own holds its copy's DuckDB file
     with driver.AppServer(tmp_path / "runs", tmp_path / "server.log") as server:
-        _open(page, f"{server.url}/{address}?{state.URL_RUN}={run_id}", title)
+        driver.open_page(page, f"{server.url}/{address}?{state.URL_RUN}={run_id}", title)
         assert page.url.split("?")[0].endswith(f"/{address}")
         assert not page.get_by_text("Page not found").count()
         sidebar = page.locator("[data-testid='stSidebar']")
@@ -101,16 +101,9 @@ def test_every_page_address_opened_first_on_a_fresh_server_runs_the_router(app, 
         _shoot(page, f"fresh-server-{address}")
 
 
-def _open(page, address: str, title: str) -> None:
-    """Go to ``address`` (a full URL, or None to reload) and wait until the page titled ``title`` has drawn."""
-    page.goto(address) if address else page.reload()
-    page.locator("h1").filter(has_text=title).wait_for()
-    driver.wait_idle(page)
-
-
 def test_a_reload_keeps_the_pairs_filters_and_the_open_pair(app):
     server, page, run_id = app
-    _open(page, f"{server.url}/Pairs?{state.URL_RUN}={run_id}", "Pairs")
+    driver.open_page(page, f"{server.url}/Pairs?{state.URL_RUN}={run_id}", "Pairs")
     driver.choose(page, state.PAIRS_ROUND, "round 2")
     search = page.locator(f"{driver.key(state.PAIRS_TEXT)} input")
     search.fill("the")
@@ -120,7 +113,7 @@ def test_a_reload_keeps_the_pairs_filters_and_the_open_pair(app):
     opened = page.locator(f"{driver.key(state.PAIRS_OPEN)} input[role='combobox']").input_value()
     assert "pair 1 " in opened, opened
     assert "pairs.round=2" in page.url and "pairs.text=the" in page.url
-    _open(page, None, "Pairs")
+    driver.open_page(page, None, "Pairs")
     # Waited for, not read once: on a loaded machine the widgets can draw a moment after the script run has ended.
     sync_api.expect(page.locator(f"{driver.key(state.PAIRS_ROUND)} input[role='combobox']")).to_have_value(
         "round 2", timeout=15_000
@@ -134,7 +127,7 @@ def test_a_reload_keeps_the_pairs_filters_and_the_open_pair(app):
 
 def test_compare_answers_in_numbers_and_a_reload_keeps_its_view(app):
     server, page, _ = app
-    _open(page, f"{server.url}/Compare", "Compare runs")
+    driver.open_page(page, f"{server.url}/Compare", "Compare runs")
     driver.choose(page, state.COMPARE_TAGS, "sweep-a")
     driver.choose(page, state.COMPARE_DIFF_A, "B")
     driver.choose(page, state.COMPARE_DIFF_B, "A")
@@ -143,7 +136,7 @@ def test_compare_answers_in_numbers_and_a_reload_keeps_its_view(app):
     assert "paired by seed" in page.locator("[data-testid='stMarkdown']").filter(has_text="B − A").first.inner_text()
     # Left out: the seeded run is another experiment (MADPOIter on other settings), not a repeat; nothing unstarted.
     assert "compare.tags=sweep-a" in page.url
-    _open(page, None, "Compare runs")
+    driver.open_page(page, None, "Compare runs")
     page.get_by_text("B − A at round 3").first.wait_for()
     page.locator(driver.key(state.COMPARE_TAGS)).get_by_text("sweep-a").first.wait_for()
     assert page.locator(driver.key(state.COMPARE_RUNS)).get_by_text("current-s2").count() == 1

@@ -69,7 +69,7 @@ def _reload_until(page, url: str, ready, started_by: str, timeout_s: float, paus
     while time.monotonic() < deadline:
         page.goto(url)
         page.locator("h1").first.wait_for()
-        driver.wait_idle(page)
+        driver.wait_idle(page, started_within_ms=0)
         if ready(page):
             return
         starter = page.locator(f"{key(started_by)} button")
@@ -118,9 +118,7 @@ def test_a_human_round_is_labelled_by_keyboard_and_trains_on_exactly_the_labelle
     rounds_url = (
         f"{server.url}/rounds?run.open={run_id}"  # lowercase: a fresh server's first visit (test_browser_addresses)
     )
-    page.goto(rounds_url)
-    page.locator("h1").filter(has_text="Rounds").wait_for()
-    driver.wait_idle(page)
+    driver.open_page(page, rounds_url, "Rounds")
     # The round has five phases: Label sits between Collect and Select.
     buttons = [_button(page, state.phase_button_key(p)).inner_text() for p in ("collect", "label")]
     assert buttons == ["Collect", "Label"]
@@ -139,9 +137,7 @@ def test_a_human_round_is_labelled_by_keyboard_and_trains_on_exactly_the_labelle
     page.wait_for_timeout(1500)
     _shoot(page, "labels-rounds-awaiting")
 
-    page.goto(f"{server.url}/Pairs?run.open={run_id}")
-    page.locator("h1").filter(has_text="Pairs").wait_for()
-    driver.wait_idle(page)
+    driver.open_page(page, f"{server.url}/Pairs?run.open={run_id}", "Pairs")
     assert page.locator(key(state.LABEL_GUIDELINE)).inner_text().startswith("Guideline")
     name = page.locator(f"{key(state.LABEL_LABELLER)} input")
     name.fill("ann")

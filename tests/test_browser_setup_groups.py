@@ -32,9 +32,7 @@ def page(tmp_path_factory):
         driver.AppServer(tmp / "runs", tmp / "server.log") as server,
         driver.chromium_page(tmp, executable=BROWSER) as page,
     ):
-        page.goto(f"{server.url}/setup")
-        page.locator("h1").filter(has_text="Set up an experiment").wait_for()
-        driver.wait_idle(page)
+        driver.open_page(page, f"{server.url}/setup", "Set up an experiment")
         yield page
 
 
