@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from app_driver import REPO, AppServer, chromium_page, key, wait_idle  # noqa: E402
+from app_driver import REPO, AppServer, chromium_page, key, open_page, wait_idle  # noqa: E402
 from field_args import add_set_argument  # noqa: E402
 from machine import load_line, machine_description, machine_line  # noqa: E402
 
@@ -130,8 +130,7 @@ def cli_rounds(scratch: Path, task: str, fields: dict[str, object], rounds: int)
 
 def sweep_rounds(page, server: AppServer, base_run_id: str, cells: int, rounds: int) -> dict[str, list[float]]:
     """Start a sweep of ``cells`` cells from the Compare page; cells alternate watched/unwatched (ABBA)."""
-    page.goto(f"{server.url}/compare?{state.URL_RUN}={base_run_id}")
-    wait_idle(page)
+    open_page(page, f"{server.url}/compare?{state.URL_RUN}={base_run_id}", "Compare runs")
     page.locator("[data-testid='stExpander'] summary").filter(has_text="Run a grid").click()
     combo = page.locator(f"{key(state.sweep_field_key(0))} input[role='combobox']")
     combo.click()
