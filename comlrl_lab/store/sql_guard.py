@@ -144,7 +144,7 @@ def check_readonly(
     inner = _EXPLAIN_RE.sub("", statement, count=1) if kind == duckdb.StatementType.EXPLAIN else statement
     tree_text = con.execute("SELECT json_serialize_sql(?)", [inner]).fetchone()[0]
     too_deep = "the query's expressions are nested too deeply to be checked"
-    if _json_depth(tree_text) > MAX_TREE_DEPTH:  # a chain such as 1+1+...+1 nests without parentheses
+    if _json_nests_deeper_than(tree_text, MAX_TREE_DEPTH):  # a chain such as 1+1+...+1 nests without parentheses
         raise ReadOnlyQueryError(too_deep)
     try:
         serialized = json.loads(tree_text)
@@ -213,17 +213,19 @@ def _nesting(bare: str) -> int:
 _JSON_TOKEN_RE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
-def _json_depth(text: str) -> int:
-    """The deepest level of arrays and objects in the JSON ``text``, read without recursion."""
-    depth = deepest = 0
+def _json_nests_deeper_than(text: str, limit: int) -> bool:
+    """Whether arrays and objects in the JSON ``text`` nest more than ``limit`` deep; read without recursion, and
+    only as far as the first level past ``limit``."""
+    depth = 0
     for token in _JSON_TOKEN_RE.finditer(text):
         char = token.group(0)
         if char in "[{":
             depth += 1
-            deepest = max(deepest, depth)
+            if depth > limit:
+                return True
         elif char in "]}":
             depth -= 1
-    return deepest
+    return False
 
 
 def _first_line(e: BaseException) -> str:
