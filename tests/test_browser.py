@@ -43,7 +43,6 @@ pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parents[1]
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
-RUNNING = '[data-testid="stApp"][data-test-script-state="running"]'
 #: The acceptance bound: a click on another page draws it within this many seconds, even during training.
 SWITCH_BOUND_S = 2.0
 
@@ -131,11 +130,10 @@ def browser_page(server):
 # -- helpers ------------------------------------------------------------------------------------------------
 
 
-def settle(page, pause_ms: int = 1000) -> None:
-    """Wait for the rerun an action caused to start (if it has not finished already), then for the script to idle."""
-    with contextlib.suppress(sync_api.TimeoutError):
-        page.wait_for_selector(RUNNING, timeout=pause_ms)
-    page.wait_for_selector(IDLE, timeout=120_000)
+def settle(page, *, drawn: bool = False) -> None:
+    """Wait for the rerun an action caused to start (if it has not finished already), then for the script to idle.
+    ``drawn`` where something that rerun draws has been waited for: only its end is left to wait for."""
+    app_driver().wait_idle(page, started_within_ms=0 if drawn else 1000)
 
 
 def key(name: str) -> str:
@@ -338,7 +336,7 @@ def test_setup_page_configures_madpo_iter_and_creates_the_run(server, browser_pa
     before = _setup_form(page)
     page.reload()
     page.locator(f"{key(state.config_field_key('MADPOIter', 'num_iterations'))} input").wait_for()
-    settle(page)
+    settle(page, drawn=True)
     assert _setup_form(page) == before
     assert before["num_iterations"] == "2" and before["comparator_policy"] == "history"
     assert before["preference_replay_mode"] == "lambda_decay" and before["preference_replay_lambda"] == "0.5"
@@ -349,7 +347,7 @@ def test_setup_page_configures_madpo_iter_and_creates_the_run(server, browser_pa
 
     page.locator(f"{key(state.SETUP_CREATE)} button").click()
     page.locator("h1").filter(has_text="Rounds").wait_for()
-    settle(page)
+    settle(page, drawn=True)
 
 
 def test_pages_switch_while_a_training_phase_runs(server, browser_page, journey):
@@ -416,7 +414,7 @@ def test_pairs_page_opens_a_pair_with_winner_and_loser_of_both_agents(browser_pa
     page = browser_page
     nav(page, "Pairs").click()
     page.locator("h1").filter(has_text="Pairs").wait_for()
-    settle(page)
+    settle(page, drawn=True)
     choose(page, state.PAIRS_OPEN, 1)  # the second pair on the page
     page.locator("h2, h3").filter(has_text="pair 1").first.wait_for()
     for i in range(2):
@@ -440,7 +438,7 @@ def test_replay_page_weights_follow_the_lambda_slider(browser_page):
     page = browser_page
     nav(page, "Replay").click()
     page.locator("h1").filter(has_text="Replay buffer").wait_for()
-    settle(page)
+    settle(page, drawn=True)
     weights = page.locator(key(state.REPLAY_LAMBDA_TEXT))
     w = lambda_decay_weights(2, 0.5)
     assert weights.inner_text().strip() == f"round 1: {w[0]:.3f} · round 2: {w[1]:.3f}"
@@ -477,7 +475,7 @@ def test_learning_page_draws_its_charts(browser_page):
     page = browser_page
     nav(page, "Learning").click()
     page.locator("h1").filter(has_text="Learning").wait_for()
-    settle(page)
+    settle(page, drawn=True)
     page.wait_for_selector("[data-testid='stPlotlyChart']")
     assert page.locator("[data-testid='stPlotlyChart']").count() >= 5
     shoot(page, "06-learning")
@@ -487,7 +485,7 @@ def test_data_page_exports_parquet_that_reads_back(browser_page, tmp_path):
     page = browser_page
     nav(page, "Data").click()
     page.locator("h1").filter(has_text="Data").wait_for()
-    settle(page)
+    settle(page, drawn=True)
     page.locator(key(state.EXPORT_FORMAT)).get_by_text("Parquet").click()
     settle(page)
     announced = page.get_by_text("will be exported").first.inner_text()
@@ -512,7 +510,7 @@ def test_compare_page_answers_the_replay_mode_question_as_one_grid(server, brows
     # By its address: the Pairs link's icon is the "compare" glyph, whose text matches the title too.
     page.locator("[data-testid='stSidebarNav'] a[href$='/compare']").click()
     page.locator("h1").filter(has_text="Compare runs").wait_for()
-    settle(page)
+    settle(page, drawn=True)
     page.locator("[data-testid='stExpander'] summary").filter(has_text="Run a grid").click()
     # The list of config fields is long and drawn only in part: type to bring the option up.
     combo = page.locator(f"{key(state.sweep_field_key(0))} input[role='combobox']")
@@ -608,7 +606,7 @@ def test_setup_run_list_archives_a_run_behind_the_confirmation(server, browser_p
     page = browser_page
     nav(page, "Setup").click()
     page.locator("h1").filter(has_text="Set up an experiment").wait_for()
-    settle(page)
+    settle(page, drawn=True)
     page.locator("[data-testid='stExpander'] summary").filter(has_text="Your runs").click()
     settle(page)
     # Reruns that redraw the table (a sort, the confirmation) keep the list open: it used to close and hide the
