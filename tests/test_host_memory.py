@@ -56,9 +56,15 @@ def run_growing_cache(mode: str, **env: str) -> dict:
     return json.loads(done.stdout.splitlines()[-1])
 
 
+@pytest.fixture(scope="module")
+def kept_and_default() -> tuple[dict, dict]:
+    """The growing cache with the memory kept and by default: two processes, read by the two tests below."""
+    return run_growing_cache("keep"), run_growing_cache("default")
+
+
 @glibc_only
-def test_kept_memory_spares_the_page_faults_of_a_growing_cache_and_is_handed_back_at_the_end():
-    kept, default = run_growing_cache("keep"), run_growing_cache("default")
+def test_kept_memory_spares_the_page_faults_of_a_growing_cache_and_is_handed_back_at_the_end(kept_and_default):
+    kept, default = kept_and_default
     assert (kept["outcome"], kept["again"]) == ("set", "already set")
     # By default glibc unmaps or trims most of the growing tensors and faults their pages in again (about 74,000
     # faults here); kept, the pages are faulted in once (about 10,000).
@@ -69,9 +75,9 @@ def test_kept_memory_spares_the_page_faults_of_a_growing_cache_and_is_handed_bac
 
 
 @glibc_only
-def test_the_benchmarks_tunables_string_has_the_same_effect_as_mallopt():
-    kept, tuned = run_growing_cache("keep"), run_growing_cache("default", GLIBC_TUNABLES=glibc_tunables())
-    default = run_growing_cache("default")
+def test_the_benchmarks_tunables_string_has_the_same_effect_as_mallopt(kept_and_default):
+    kept, default = kept_and_default
+    tuned = run_growing_cache("default", GLIBC_TUNABLES=glibc_tunables())
     assert tuned["outcome"] == "not called"
     # Both spare the faults of the growing cache. Kept or tuned, a run's count falls on one of a few levels (about
     # 6,800, 10,000 or 12,100 on the AMD machine, from run to run of the same command), so the two are compared with
