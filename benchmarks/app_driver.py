@@ -136,12 +136,17 @@ def wait_idle(page, *, started_within_ms: int = 1000) -> None:
     page.wait_for_selector(IDLE, timeout=120_000)
 
 
+def page_drawn(page, title: str) -> None:
+    """Wait until the page titled ``title`` has drawn and its script run has ended (after a click that opens it)."""
+    page.locator("h1").filter(has_text=title).wait_for()
+    wait_idle(page, started_within_ms=0)
+
+
 def open_page(page, address: str | None, title: str) -> None:
     """Go to ``address`` (a full URL, or None to reload) and wait until the page titled ``title`` has drawn and its
     script run has ended."""
     page.goto(address) if address else page.reload()
-    page.locator("h1").filter(has_text=title).wait_for()
-    wait_idle(page, started_within_ms=0)
+    page_drawn(page, title)
 
 
 def choose(page, widget_key: str, option: str) -> None:

@@ -346,8 +346,7 @@ def test_setup_page_configures_madpo_iter_and_creates_the_run(server, browser_pa
     shoot(page, "01-setup")
 
     page.locator(f"{key(state.SETUP_CREATE)} button").click()
-    page.locator("h1").filter(has_text="Rounds").wait_for()
-    settle(page, drawn=True)
+    app_driver().page_drawn(page, "Rounds")
 
 
 def test_pages_switch_while_a_training_phase_runs(server, browser_page, journey):
@@ -413,8 +412,7 @@ def test_rounds_page_shows_both_rounds_finished(browser_page):
 def test_pairs_page_opens_a_pair_with_winner_and_loser_of_both_agents(browser_page):
     page = browser_page
     nav(page, "Pairs").click()
-    page.locator("h1").filter(has_text="Pairs").wait_for()
-    settle(page, drawn=True)
+    app_driver().page_drawn(page, "Pairs")
     choose(page, state.PAIRS_OPEN, 1)  # the second pair on the page
     page.locator("h2, h3").filter(has_text="pair 1").first.wait_for()
     for i in range(2):
@@ -437,8 +435,7 @@ def test_pairs_page_opens_a_pair_with_winner_and_loser_of_both_agents(browser_pa
 def test_replay_page_weights_follow_the_lambda_slider(browser_page):
     page = browser_page
     nav(page, "Replay").click()
-    page.locator("h1").filter(has_text="Replay buffer").wait_for()
-    settle(page, drawn=True)
+    app_driver().page_drawn(page, "Replay buffer")
     weights = page.locator(key(state.REPLAY_LAMBDA_TEXT))
     w = lambda_decay_weights(2, 0.5)
     assert weights.inner_text().strip() == f"round 1: {w[0]:.3f} · round 2: {w[1]:.3f}"
@@ -474,8 +471,7 @@ def test_replay_page_weights_follow_the_lambda_slider(browser_page):
 def test_learning_page_draws_its_charts(browser_page):
     page = browser_page
     nav(page, "Learning").click()
-    page.locator("h1").filter(has_text="Learning").wait_for()
-    settle(page, drawn=True)
+    app_driver().page_drawn(page, "Learning")
     page.wait_for_selector("[data-testid='stPlotlyChart']")
     assert page.locator("[data-testid='stPlotlyChart']").count() >= 5
     shoot(page, "06-learning")
@@ -484,8 +480,7 @@ def test_learning_page_draws_its_charts(browser_page):
 def test_data_page_exports_parquet_that_reads_back(browser_page, tmp_path):
     page = browser_page
     nav(page, "Data").click()
-    page.locator("h1").filter(has_text="Data").wait_for()
-    settle(page, drawn=True)
+    app_driver().page_drawn(page, "Data")
     page.locator(key(state.EXPORT_FORMAT)).get_by_text("Parquet").click()
     settle(page)
     announced = page.get_by_text("will be exported").first.inner_text()
@@ -509,8 +504,7 @@ def test_compare_page_answers_the_replay_mode_question_as_one_grid(server, brows
     page = browser_page
     # By its address: the Pairs link's icon is the "compare" glyph, whose text matches the title too.
     page.locator("[data-testid='stSidebarNav'] a[href$='/compare']").click()
-    page.locator("h1").filter(has_text="Compare runs").wait_for()
-    settle(page, drawn=True)
+    app_driver().page_drawn(page, "Compare runs")
     page.locator("[data-testid='stExpander'] summary").filter(has_text="Run a grid").click()
     # The list of config fields is long and drawn only in part: type to bring the option up.
     combo = page.locator(f"{key(state.sweep_field_key(0))} input[role='combobox']")
@@ -605,8 +599,7 @@ def test_compare_page_submits_more_seeds_to_slurm_and_follows_them_as_they_fill_
 def test_setup_run_list_archives_a_run_behind_the_confirmation(server, browser_page):
     page = browser_page
     nav(page, "Setup").click()
-    page.locator("h1").filter(has_text="Set up an experiment").wait_for()
-    settle(page, drawn=True)
+    app_driver().page_drawn(page, "Set up an experiment")
     page.locator("[data-testid='stExpander'] summary").filter(has_text="Your runs").click()
     settle(page)
     # Reruns that redraw the table (a sort, the confirmation) keep the list open: it used to close and hide the
