@@ -701,7 +701,8 @@ def test_items_are_the_fixtures():  # the empty-prompt case relies on item 2's t
 
 #: (signals, seconds after the run is announced before the first, seconds between them): while the models load, in
 #: the middle of the run at several moments, and a second signal while the first is being handled. Each try is a
-#: process of its own, whose start costs more than the seconds it runs, so the moments share tries with the pairs.
+#: process of its own, whose start costs more than the seconds it runs, so the tries with a second signal also stand
+#: for two of the moments.
 SIGNAL_TRIES = [
     ((signal.SIGINT,), 0.0, 0.0),
     ((signal.SIGINT, signal.SIGINT), 2.0, 0.05),
