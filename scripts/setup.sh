@@ -45,6 +45,12 @@ if ! { $have_uv && "$PYTHON" -m uv pip install --python "$PYTHON" --compile-byte
     "$PYTHON" -m pip install -e ".[dev]"
 fi
 
+# pyenv finds a Python's commands through shims that only its own pip hook refreshes: after uv's install, `streamlit`,
+# `ruff` and the rest would be "command not found" until the shims are rebuilt.
+if command -v pyenv >/dev/null 2>&1; then
+    pyenv rehash || echo "setup: pyenv rehash failed; run it before using the installed commands"
+fi
+
 if [ -n "$browser_pid" ]; then
     if wait "$browser_pid"; then
         grep "^setup:" "$browser_log" || true
