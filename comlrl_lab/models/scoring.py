@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from comlrl_lab.models.devices import model_device
+from comlrl_lab.models.packing import group_by_key, micro_batches, pack_rows
 
 
 def base_model(model: Any) -> Any:
@@ -124,8 +125,13 @@ def _score(
     pad_token_id: int,
     score_final_token: bool,
     micro_batch_size: int,
+    packed: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(token_logps, mask), both (B, C_max) aligned with completion_ids; mask marks the scored tokens."""
+    """(token_logps, mask), both (B, C_max) aligned with completion_ids; mask marks the scored tokens.
+
+    With ``packed`` (and a model that takes custom masks) the completions that share a prompt are scored from one
+    row, the prompt run once (``_score_packed``); at most ``micro_batch_size`` completions go into a forward.
+    """
     if len(prompt_ids) != len(completion_ids):
         raise ValueError(f"{len(prompt_ids)} prompts but {len(completion_ids)} completions.")
     if isinstance(micro_batch_size, bool) or not isinstance(micro_batch_size, int) or micro_batch_size < 1:
@@ -144,7 +150,11 @@ def _score(
     # Rows with something to score, longest first, so each micro-batch holds similar lengths (little padding).
     order = sorted((b for b, n in enumerate(counts) if n > 0), key=lambda b: len(prompts[b]) + counts[b], reverse=True)
     token_logps = torch.zeros((len(completions), c_max), dtype=torch.float32, device=device)  # (B, C_max)
-    if order:
+    if order and packed and supports_packed_pairs(model):
+        token_logps = _score_packed(
+            model, prompts, completions, counts, int(pad_token_id), micro_batch_size, token_logps
+        )
+    elif order:
         parts = []
         for start in range(0, len(order), micro_batch_size):
             chunk = order[start : start + micro_batch_size]
@@ -207,10 +217,13 @@ def token_logps_and_mask(
     *,
     pad_token_id: int,
     micro_batch_size: int = 16,
+    packed: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probs of every completion token and the mask of real tokens, both (B, C_max).
 
-    For policy-gradient losses: every sampled token, EOS included, is scored, and padding is masked out.
+    For policy-gradient losses: every sampled token, EOS included, is scored, and padding is masked out. With
+    ``packed``, completions after the same prompt share one row (the prompt runs once): the same log-probs up to
+    float rounding, where the model takes custom masks (``supports_packed_pairs``).
     """
     # Differs from CoMLRL: its MAGRPO-family loss scores trailing padding and skips the last real token.
     return _score(
@@ -220,6 +233,7 @@ def token_logps_and_mask(
         pad_token_id=pad_token_id,
         score_final_token=True,
         micro_batch_size=micro_batch_size,
+        packed=packed,
     )
 
 
@@ -228,6 +242,60 @@ def supports_packed_pairs(model: Any) -> bool:
     base = base_model(model)
     implementation = getattr(getattr(base, "config", None), "_attn_implementation", None)
     return implementation in ("sdpa", "eager") and "position_ids" in forward_parameters(type(base))
+
+
+def _packed_branch_logps(
+    model: Any,
+    prompts: list[list[int]],
+    branches: list[list[list[int]]],
+    counts: list[list[int]],
+    pad_token_id: int,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Token log-probs of each branch after its row's prompt, from one packed row per prompt.
+
+    Row r is ``[prompts[r] | branch 1 inputs | branch 2 inputs | ...]`` (``packing.pack_rows``): each branch sees the
+    prompt and itself, never another branch, and restarts its positions where the prompt ends, so each token's
+    logits are those of its own unpacked sequence; the prompt runs once. Every branch's first token is scored from
+    the prompt's last position. Returns ``(token_logps, row, branch, token)``, each (N,) over the N scored tokens in
+    row-major, branch, token order.
+    """
+    inputs = [[c[: max(n - 1, 0)] for c, n in zip(row, row_counts)] for row, row_counts in zip(branches, counts)]
+    packed = pack_rows(prompts, inputs, pad_token_id=pad_token_id, dtype=next(model.parameters()).dtype)
+    seq_len = packed.input_ids.shape[1]
+    first = min(len(p) - 1 for p in prompts)
+    kwargs: dict[str, Any] = {}
+    if "logits_to_keep" in forward_parameters(type(base_model(model))):
+        kwargs["logits_to_keep"] = seq_len - first
+    logits = model(
+        input_ids=packed.input_ids.to(device),
+        attention_mask=packed.attention_mask.to(device),
+        position_ids=packed.position_ids.to(device),
+        use_cache=False,
+        **kwargs,
+    ).logits  # (b, T', V)
+    offset = seq_len - logits.shape[1]
+
+    row_index, position, target, branch_index, token_index = [], [], [], [], []
+    for r, (p, row, row_counts, starts) in enumerate(zip(prompts, branches, counts, packed.branch_starts)):
+        for j, (c, n, begin) in enumerate(zip(row, row_counts, starts)):
+            if n == 0:
+                continue
+            row_index += [r] * n
+            position += [len(p) - 1 - offset] + list(range(begin - offset, begin - offset + n - 1))
+            target += c[:n]
+            branch_index += [j] * n
+            token_index += range(n)
+    out_dtype = torch.promote_types(logits.dtype, torch.float32)
+    as_tensor = functools.partial(torch.tensor, dtype=torch.long, device=device)
+    if not target:
+        empty = as_tensor([])
+        return torch.zeros(0, dtype=out_dtype, device=device), empty, empty, empty
+    row_t = as_tensor(row_index)
+    selected = logits[row_t, as_tensor(position)].to(out_dtype)  # (N, V)
+    target_t = as_tensor(target).unsqueeze(-1)
+    token_logps = selected.gather(-1, target_t).squeeze(-1) - torch.logsumexp(selected, dim=-1)  # (N,)
+    return token_logps, row_t, as_tensor(branch_index), as_tensor(token_index)
 
 
 def _packed_pair_rows(
@@ -240,68 +308,52 @@ def _packed_pair_rows(
     pad_token_id: int,
     device: torch.device,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed log-probs of winners and losers, (b,) each, from one row per pair: [prompt | winner | loser].
-
-    The loser's tokens see the prompt and themselves, never the winner (a block-causal mask), and restart their
-    positions where the prompt ends, so each token's logits are those of its own unpacked sequence; the prompt
-    runs once. Both completions' first tokens are scored from the prompt's last position.
-    """
-    rows, positions, segments = [], [], []
-    for p, w, lo, nw, nl in zip(prompts, winners, losers, winner_counts, loser_counts):
-        w_in, l_in = w[: max(nw - 1, 0)], lo[: max(nl - 1, 0)]
-        rows.append(p + w_in + l_in)
-        positions.append(list(range(len(p) + len(w_in))) + list(range(len(p), len(p) + len(l_in))))
-        segments.append([0] * len(p) + [1] * len(w_in) + [2] * len(l_in))
-    b, seq_len = len(rows), max(len(r) for r in rows)
-    input_ids = torch.full((b, seq_len), pad_token_id, dtype=torch.long)  # (b, T)
-    position_ids = torch.zeros((b, seq_len), dtype=torch.long)
-    segment = torch.full((b, seq_len), -1, dtype=torch.long)  # -1: padding
-    for r, (row, pos, seg) in enumerate(zip(rows, positions, segments)):
-        input_ids[r, : len(row)] = torch.tensor(row, dtype=torch.long)
-        position_ids[r, : len(row)] = torch.tensor(pos, dtype=torch.long)
-        segment[r, : len(row)] = torch.tensor(seg, dtype=torch.long)
-    query, key = segment.unsqueeze(2), segment.unsqueeze(1)  # (b, T, 1), (b, 1, T)
-    causal = torch.ones((seq_len, seq_len), dtype=torch.bool).tril()
-    allowed = causal & (key != -1) & ((key == 0) | (key == query))  # (b, T, T)
-    allowed |= torch.eye(seq_len, dtype=torch.bool)  # a padding query attends to itself, so no row is empty
-    dtype = next(model.parameters()).dtype
-    mask = torch.zeros((b, 1, seq_len, seq_len), dtype=dtype).masked_fill_(
-        ~allowed.unsqueeze(1), torch.finfo(dtype).min
+    """Summed log-probs of winners and losers, (b,) each, from one row per pair: [prompt | winner | loser]."""
+    b = len(prompts)
+    token_logps, row, side, _ = _packed_branch_logps(
+        model,
+        prompts,
+        [[w, lo] for w, lo in zip(winners, losers)],
+        [[nw, nl] for nw, nl in zip(winner_counts, loser_counts)],
+        pad_token_id,
+        device,
     )
-
-    first = min(len(p) - 1 for p in prompts)
-    kwargs: dict[str, Any] = {}
-    params = forward_parameters(type(base_model(model)))
-    if "logits_to_keep" in params:
-        kwargs["logits_to_keep"] = seq_len - first
-    logits = model(
-        input_ids=input_ids.to(device),
-        attention_mask=mask.to(device),
-        position_ids=position_ids.to(device),
-        use_cache=False,
-        **kwargs,
-    ).logits  # (b, T', V)
-    offset = seq_len - logits.shape[1]
-
-    row_index, position, target, side = [], [], [], []
-    for r, (p, w, lo, nw, nl) in enumerate(zip(prompts, winners, losers, winner_counts, loser_counts)):
-        start = len(p) - 1 - offset
-        row_index += [r] * (nw + nl)
-        position += range(start, start + nw)
-        loser_start = start + 1 + max(nw - 1, 0)  # the loser's inputs follow the winner's in the row
-        position += [start] + list(range(loser_start, loser_start + nl - 1)) if nl else []
-        target += w[:nw] + lo[:nl]
-        side += [0] * nw + [1] * nl
-    out_dtype = torch.promote_types(logits.dtype, torch.float32)
-    sums = torch.zeros((2 * b,), dtype=out_dtype, device=device)
-    if not target:
+    sums = torch.zeros((2 * b,), dtype=token_logps.dtype, device=device)
+    if not len(token_logps):
         return sums[:b], sums[b:]
-    row_t = torch.tensor(row_index, device=device)
-    selected = logits[row_t, torch.tensor(position, device=device)].to(out_dtype)  # (N, V)
-    target_t = torch.tensor(target, device=device).unsqueeze(-1)
-    token_logps = selected.gather(-1, target_t).squeeze(-1) - torch.logsumexp(selected, dim=-1)  # (N,)
-    sums = sums.index_add(0, row_t + b * torch.tensor(side, device=device), token_logps)
+    sums = sums.index_add(0, row + b * side, token_logps)
     return sums[:b], sums[b:]
+
+
+def _score_packed(
+    model: Any,
+    prompts: list[list[int]],
+    completions: list[list[int]],
+    counts: list[int],
+    pad_token_id: int,
+    micro_batch_size: int,
+    token_logps: torch.Tensor,
+) -> torch.Tensor:
+    """``token_logps`` (B, C_max) filled for the completions that share a prompt, each prompt's run in one row."""
+    device = token_logps.device
+    scored = [b for b, n in enumerate(counts) if n > 0]
+    groups = group_by_key([tuple(prompts[b]) for b in scored], micro_batch_size)
+    groups = [[scored[i] for i in group] for group in groups]
+    # Longest rows first, so each micro-batch holds similar lengths (little padding).
+    groups.sort(key=lambda g: len(prompts[g[0]]) + sum(counts[b] for b in g), reverse=True)
+    for batch in micro_batches(groups, micro_batch_size):
+        logps, row, branch, token = _packed_branch_logps(
+            model,
+            [prompts[g[0]] for g in batch],
+            [[completions[b] for b in g] for g in batch],
+            [[counts[b] for b in g] for g in batch],
+            pad_token_id,
+            device,
+        )
+        sequence = torch.tensor([b for g in batch for b in g], dtype=torch.long, device=device)
+        first_of_row = torch.tensor([0] + [len(g) for g in batch][:-1], device=device).cumsum(0)
+        token_logps = token_logps.to(logps.dtype).index_put((sequence[first_of_row[row] + branch], token), logps)
+    return token_logps
 
 
 def pair_logps(

@@ -154,6 +154,7 @@ class RLHFLearner:
             generator=self.context.streams.torch(REWARD_INIT_STREAM, "cpu"),
             max_length=self.context.config.reward_max_length,
             freeze_backbone=bool(self.context.config.reward_freeze_backbone),
+            packed=bool(self.context.config.pack_pair_scoring),
         )
 
     def fit_reward_model(

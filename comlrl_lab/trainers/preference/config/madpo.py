@@ -300,7 +300,7 @@ class MADPOConfig:
         default=True,
         kw_only=True,
         metadata={
-            "help": "MADPO: score each pair as one row [prompt | winner | loser] with a block-causal mask, so the prompt runs once per pair; the same log-probs up to float rounding. Used where the model takes custom masks (sdpa or eager attention); False, or other models, score winner and loser as two rows.",
+            "help": "Score sequences that share a prompt from one row [prompt | each continuation] with a block-causal mask, so the prompt runs once: MADPO's pairs; MARLHF's candidates in the policy update, and in its reward model the pairs it fits on and the candidates it scores. The same values up to float rounding. Used where the model takes custom masks (sdpa or eager attention); False, or other models, score one row per sequence.",
             "group": "Training",
         },
     )

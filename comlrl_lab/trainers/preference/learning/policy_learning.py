@@ -208,6 +208,8 @@ class PolicyLearner:
         self.pad_token_ids = list(pad_token_ids) if pad_token_ids is not None else [_pad_id(t) for t in self.tokenizers]
         self.num_generations = int(config.num_generations)
         self.micro = max(1, int(config.scoring_batch_size))
+        # A prompt's candidates are scored from one packed row (the prompt runs once) where the model allows it.
+        self.packed = bool(config.pack_pair_scoring)
         self.critic_lr = float(config.critic_learning_rate or config.agent_learning_rate)
 
         self.references = self._build_references() if config.reference_kl_enabled else []
@@ -372,7 +374,12 @@ class PolicyLearner:
                 was_training = agent.training
                 set_mode(agent, False)
                 policy, mask = token_logps_and_mask(
-                    agent, prompt_ids, completion_ids, pad_token_id=self.pad_token_ids[i], micro_batch_size=self.micro
+                    agent,
+                    prompt_ids,
+                    completion_ids,
+                    pad_token_id=self.pad_token_ids[i],
+                    micro_batch_size=self.micro,
+                    packed=self.packed,
                 )
                 set_mode(agent, was_training)
                 ref, _ = token_logps_and_mask(
@@ -381,6 +388,7 @@ class PolicyLearner:
                     completion_ids,
                     pad_token_id=self.pad_token_ids[i],
                     micro_batch_size=self.micro,
+                    packed=self.packed,
                 )
                 kl[i] = kl_k3(policy.cpu(), ref.cpu(), mask.cpu())
         return kl
@@ -489,6 +497,7 @@ class PolicyLearner:
                     [c.completion_ids[i] for c in part],
                     pad_token_id=self.pad_token_ids[i],
                     micro_batch_size=self.micro,
+                    packed=self.packed,
                 )
                 # Differs from CoMLRL: its loss scores the padded completion tensor (trailing pad/EOS included)
                 # and skips the last real token; here every sampled token counts and padding never does.

@@ -11,7 +11,8 @@ It does not decide which pairs to fit on or when (``marlhf.py``), and never scor
 
 Deliberate deviations from CoMLRL (each also in docs/differences_from_comlrl.md):
 - no LM head and no all-layer hidden states are computed just to pool one vector;
-- winners and losers of a batch go through one padded forward, not two;
+- winners and losers of a batch go through one padded forward, not two; with ``packed`` (``pack_pair_scoring``),
+  a pair is one row whose shared joint prompt runs once, and an item's candidates are scored from one row too;
 - the head runs in float32 whatever the backbone dtype, and is initialised from a seeded stream;
 - loss, accuracy and margin are reported per epoch, on held-out pairs too (CoMLRL logs nothing).
 """
@@ -28,8 +29,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from comlrl_lab.models.packing import group_by_key, micro_batches, pack_rows, shared_prefix_length
 from comlrl_lab.models.reward_oracle import joint_reward_text
-from comlrl_lab.models.scoring import base_model
+from comlrl_lab.models.scoring import base_model, supports_packed_pairs
 from comlrl_lab.names import metric_names as M
 from comlrl_lab.trainers.preference.learning.losses import NonFiniteLossError, bradley_terry_loss, check_finite
 from comlrl_lab.trainers.preference.learning.optim import build_adamw
@@ -56,24 +58,53 @@ def _accepts_position_ids(model_class: type) -> bool:
     return "position_ids" in inspect.signature(model_class.forward).parameters
 
 
-def pooled_hidden(backbone: Any, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-    """Last-layer hidden state at each row's last non-padding token, float32, (B, T) -> (B, H).
-
-    Runs ``backbone.base_model`` (the decoder without the LM head; through a peft wrapper, the wrapped LM's), so
-    no (B, T, V) logits are computed. Models whose base model is themselves fall back to ``output_hidden_states``.
-    """
+def last_hidden(backbone: Any, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor | None) -> Tensor:
+    """The last layer's hidden states (B, T, H), from ``backbone.base_model`` (the decoder without the LM head;
+    through a peft wrapper, the wrapped LM's), so no (B, T, V) logits are computed. Models whose base model is
+    themselves fall back to ``output_hidden_states``. ``position_ids`` go in where the decoder takes them."""
     # Differs from CoMLRL: it runs the full LM (vocabulary logits included) with every layer's hidden states.
     inner = base_model(backbone)  # peft: the wrapped LM
     decoder = getattr(inner, "base_model", inner)
     kwargs: dict[str, Any] = {"attention_mask": attention_mask, "use_cache": False}
     if decoder is inner:
         kwargs["output_hidden_states"] = True
-    if _accepts_position_ids(type(decoder)):
-        kwargs["position_ids"] = mask_position_ids(attention_mask)
+    if position_ids is not None and _accepts_position_ids(type(decoder)):
+        kwargs["position_ids"] = position_ids
     output = decoder(input_ids=input_ids, **kwargs)
-    hidden = output.hidden_states[-1] if decoder is inner else output.last_hidden_state  # (B, T, H)
+    return output.hidden_states[-1] if decoder is inner else output.last_hidden_state  # (B, T, H)
+
+
+def pooled_hidden(backbone: Any, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+    """Last-layer hidden state at each row's last non-padding token, float32, (B, T) -> (B, H)."""
+    hidden = last_hidden(backbone, input_ids, attention_mask, mask_position_ids(attention_mask))  # (B, T, H)
     rows = torch.arange(hidden.shape[0], device=hidden.device)
     return hidden[rows, last_token_index(attention_mask).to(hidden.device)].float()  # (B, H)
+
+
+def packed_pooled_hidden(backbone: Any, groups: Sequence[Sequence[Sequence[int]]], pad_token_id: int) -> Tensor:
+    """The pooled hidden state (float32, (N, H)) of every sequence of ``groups``, in order, one packed row per group.
+
+    A group's longest shared token prefix runs once, each sequence's rest after it with a block-causal mask
+    (``packing.pack_rows``), so each sequence's last hidden state is its unpacked one up to float rounding.
+    """
+    prefixes, branches = [], []
+    for group in groups:
+        shared = shared_prefix_length(group)
+        prefixes.append(list(group[0][:shared]))
+        branches.append([list(sequence[shared:]) for sequence in group])
+    dtype = next(backbone.parameters()).dtype
+    packed = pack_rows(prefixes, branches, pad_token_id=pad_token_id, dtype=dtype)
+    device = next(backbone.parameters()).device
+    hidden = last_hidden(
+        backbone, packed.input_ids.to(device), packed.attention_mask.to(device), packed.position_ids.to(device)
+    )  # (b, T, H)
+    rows = [r for r, row in enumerate(branches) for _ in row]
+    ends = [
+        start + len(branch) - 1
+        for row, starts in zip(branches, packed.branch_starts)
+        for branch, start in zip(row, starts)
+    ]
+    return hidden[torch.tensor(rows, device=device), torch.tensor(ends, device=device)].float()  # (N, H)
 
 
 def hidden_size(backbone: Any) -> int:
@@ -128,12 +159,17 @@ class ScalarHeadLM(nn.Module):
     ``max_length``), pads and scores in micro-batches. The backbone's LM head is never run.
     """
 
-    def __init__(self, backbone: Any, tokenizer: Any, head: nn.Module, *, max_length: int | None = None):
+    def __init__(
+        self, backbone: Any, tokenizer: Any, head: nn.Module, *, max_length: int | None = None, packed: bool = False
+    ):
         super().__init__()
         self.backbone = backbone
         self.tokenizer = tokenizer
         self.head = head.to(self.device)
         self.max_length = max_length
+        # Texts that share a token prefix (a pair's joint prompt, an item's candidates) run it once, in one packed
+        # row, where the backbone takes custom masks.
+        self.packed = bool(packed) and supports_packed_pairs(backbone)
 
     @property
     def device(self) -> torch.device:
@@ -179,6 +215,12 @@ class ScalarHeadLM(nn.Module):
             attention_mask[b, span] = 1
         return self(input_ids.to(self.device), attention_mask.to(self.device))
 
+    def score_groups(self, groups: Sequence[Sequence[Sequence[int]]]) -> Tensor:
+        """Scores (N,) of every tokenised text of ``groups``, in order, in one forward: each group is one packed row
+        whose shared token prefix runs once (``packed_pooled_hidden``)."""
+        pooled = packed_pooled_hidden(self.backbone, groups, int(self.tokenizer.pad_token_id))  # (N, H)
+        return self.head(pooled).squeeze(-1)
+
     def score_texts(self, texts: Sequence[str], *, micro_batch_size: int = 32) -> Tensor:
         """Scores (B,) float32 on the model's device; gradients flow when enabled by the caller."""
         texts = list(texts)
@@ -221,9 +263,11 @@ class JointRewardModel(ScalarHeadLM):
         generator: torch.Generator | None = None,
         max_length: int | None = None,
         freeze_backbone: bool = False,
+        packed: bool = False,
     ) -> JointRewardModel:
         """Wrap a loaded causal LM with a freshly initialised Linear head (seeded by ``generator``)."""
-        model = cls(backbone, tokenizer, scalar_head(hidden_size(backbone), generator=generator), max_length=max_length)
+        head = scalar_head(hidden_size(backbone), generator=generator)
+        model = cls(backbone, tokenizer, head, max_length=max_length, packed=packed)
         if freeze_backbone:
             model.freeze_backbone()
         return model
@@ -237,10 +281,23 @@ class JointRewardModel(ScalarHeadLM):
         self.eval()
         try:
             with torch.no_grad():
-                scores = self.score_texts(texts, micro_batch_size=micro_batch_size)
+                if self.packed and texts:
+                    scores = self._score_by_prompts(texts, [tuple(p) for p in prompts], micro_batch_size)
+                else:
+                    scores = self.score_texts(texts, micro_batch_size=micro_batch_size)
         finally:
             self.train(was_training)
         return [float(s) for s in scores.cpu()]
+
+    def _score_by_prompts(self, texts: list[str], keys: list[tuple[str, ...]], micro_batch_size: int) -> Tensor:
+        """Scores (B,) of ``texts``, those with the same prompts (``keys``) packed into one row per micro-batch."""
+        ids = self.tokenize(texts)
+        groups = group_by_key(keys, micro_batch_size)
+        scores = torch.zeros(len(texts), device=self.device)
+        for batch in micro_batches(groups, micro_batch_size):
+            index = torch.tensor([i for group in batch for i in group], device=self.device)
+            scores[index] = self.score_groups([[ids[i] for i in group] for group in batch])
+        return scores
 
     def score_candidates(self, candidates: Sequence[Any], *, micro_batch_size: int = 32) -> list[float]:
         """Scores of ``JointCandidate``s (their ``prompts`` and ``completions``): the MARLHF oracle."""
@@ -281,7 +338,13 @@ def _bt_batch(
     w_parts, l_parts = [], []
     for start in range(0, len(winners), micro):
         w, lo = winners[start : start + micro], losers[start : start + micro]
-        # Differs from CoMLRL: winners and losers go through one padded forward, not two separate ones.
+        # Differs from CoMLRL: winners and losers go through one forward, not two separate ones; packed, each pair
+        # is one row whose shared joint prompt runs once.
+        if model.packed:
+            scores = model.score_groups([[a, b] for a, b in zip(w, lo)])  # (2b,): w0, l0, w1, l1, ...
+            w_parts.append(scores[0::2])
+            l_parts.append(scores[1::2])
+            continue
         scores = model.score_ids(w + lo)  # (2b,)
         w_parts.append(scores[: len(w)])
         l_parts.append(scores[len(w) :])
