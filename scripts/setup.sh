@@ -45,6 +45,10 @@ if ! { $have_uv && "$PYTHON" -m uv pip install --python "$PYTHON" --compile-byte
     "$PYTHON" -m pip install -e ".[dev]"
 fi
 
+# The package's own modules compiled once, as uv compiles its dependencies: where Python may not write .pyc files
+# (PYTHONDONTWRITEBYTECODE), every process that imports them would compile them again.
+"$PYTHON" -m compileall -q comlrl_lab >/dev/null || echo "setup: comlrl_lab could not be compiled to bytecode"
+
 # pyenv finds a Python's commands through shims that only its own pip hook refreshes: after uv's install, `streamlit`,
 # `ruff` and the rest would be "command not found" until the shims are rebuilt.
 if command -v pyenv >/dev/null 2>&1; then
