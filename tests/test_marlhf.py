@@ -111,8 +111,6 @@ def test_backend_table_resolves_each_name_once():
 class LookupScores(torch.nn.Module):
     """A stand-in reward model: one learnable score per known text; records each forward's batch."""
 
-    packed = False  # scores one text per row (score_ids), never packed rows
-
     def __init__(self, scores: dict[str, float]):
         super().__init__()
         self.index = {text: i for i, text in enumerate(scores)}
@@ -395,13 +393,15 @@ def test_reward_model_and_critics_follow_the_agents(make_trainer, tmp_path):
 def test_packed_scoring_fits_and_rolls_out_as_one_row_per_sequence_does(make_trainer, tmp_path):
     """pack_pair_scoring runs a shared prompt once (the reward model's pairs and candidates, the policy's
     candidates): the same Bradley-Terry fit, reward-model scores and policy loss up to float rounding."""
+    from comlrl_lab.models.scoring import supports_packed_pairs
+
     metrics = {}
     for packed in (True, False):
         sink = MemorySink()
         trainer = make_trainer(
             "MARLHF", tmp_path / str(packed), SETTINGS, num_generations=3, pack_pair_scoring=packed, sink=sink
         )
-        assert trainer.learner.policy.packed is packed
+        assert trainer.learner.policy.packed is packed and supports_packed_pairs(trainer.agents[0])
         trainer.train()
         assert trainer.learner.reward_model.packed is packed
         names = ("bt/loss", "bt/margin", "rl/reward_model_mean", "rl/loss")

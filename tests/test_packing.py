@@ -7,7 +7,8 @@ import random
 import pytest
 import torch
 
-from comlrl_lab.models.packing import group_by_key, micro_batches, pack_rows, shared_prefix_length
+from comlrl_lab.models import packing
+from comlrl_lab.models.packing import group_by_key, micro_batches, pack_rows, shared_prefix_length, within_row_budget
 
 NEG = torch.finfo(torch.float32).min
 
@@ -52,6 +53,13 @@ def test_groups_keep_first_appearance_order_and_split_at_the_cap():
     assert micro_batches([[0, 1, 2, 3, 4]], 2) == [[[0, 1, 2, 3, 4]]]  # a group larger than the cap goes alone
 
 
+def test_a_row_keeps_within_its_token_budget():
+    assert within_row_budget(4, [3, 3, 3], max_tokens=10) == [[0, 1], [2]]  # 4+3+3 = 10 fits, a third would not
+    assert within_row_budget(4, [20, 1, 1], max_tokens=10) == [[0], [1, 2]]  # too long alone: a row of its own
+    assert within_row_budget(0, [1] * 5) == [[0, 1, 2, 3, 4]]  # the default budget: 2,048 tokens
+    assert within_row_budget(3, []) == []
+
+
 def _candidates(vocab_size: int, seed: int):
     """Three prompts with four completions each (one empty), and a prompt of its own, interleaved."""
     rng = random.Random(seed)
@@ -70,24 +78,37 @@ def _candidates(vocab_size: int, seed: int):
     return prompt_ids, completion_ids
 
 
-@pytest.mark.parametrize("micro_batch_size", [3, 16])
-def test_packed_candidates_score_as_one_row_per_sequence_does(model_dir, micro_batch_size):
+@pytest.mark.parametrize("micro_batch_size,row_budget,packed_rows", [(3, 2048, 6), (16, 2048, 4), (16, 20, 5)])
+def test_packed_candidates_score_as_one_row_per_sequence_does(
+    model_dir, monkeypatch, micro_batch_size, row_budget, packed_rows
+):
     from comlrl_lab.models.loading import load_model
-    from comlrl_lab.models.scoring import token_logps_and_mask
+    from comlrl_lab.models.scoring import supports_packed_pairs, token_logps_and_mask
 
     model = load_model(model_dir, device="cpu", dtype="float32").eval()
+    assert supports_packed_pairs(model)
+    rows = []
+    model.register_forward_pre_hook(
+        lambda module, args, kwargs: rows.append(len(kwargs["input_ids"])), with_kwargs=True
+    )
+    # 20 tokens: the second prompt (11 tokens) takes two rows for its three candidates.
+    monkeypatch.setattr(packing, "MAX_PACKED_ROW_TOKENS", row_budget)
     prompt_ids, completion_ids = _candidates(model.config.vocab_size, 0)
     weights = torch.linspace(-1.0, 2.0, len(prompt_ids)).unsqueeze(-1)  # a different weight per sequence
     kwargs = dict(pad_token_id=0, micro_batch_size=micro_batch_size)
     packed, packed_mask = token_logps_and_mask(model, prompt_ids, completion_ids, packed=True, **kwargs)
+    # Four prompts (three with four candidates, one empty), split by the micro-batch's 3 and by the row budget.
+    assert sum(rows) == packed_rows
+    rows.clear()
     (packed * weights).sum().backward()
     packed_grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
-    rows, mask = token_logps_and_mask(model, prompt_ids, completion_ids, **kwargs)
-    (rows * weights).sum().backward()
+    unpacked, mask = token_logps_and_mask(model, prompt_ids, completion_ids, **kwargs)
+    assert sum(rows) == len(completion_ids) - 1  # one row per completion with something to score
+    (unpacked * weights).sum().backward()
     assert torch.equal(packed_mask, mask)
     assert mask.sum(dim=-1).tolist() == [len(c) for c in completion_ids]
-    torch.testing.assert_close(packed, rows, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(packed, unpacked, rtol=1e-5, atol=1e-4)
     empty = completion_ids.index([])
     assert float(packed[empty].detach().abs().sum()) == 0.0  # the empty completion scores nothing
     for got, expected in zip(packed_grads, (p.grad for p in model.parameters())):
@@ -119,7 +140,9 @@ def _reward_model(model_dir: str, packed: bool):
     return JointRewardModel.from_backbone(backbone, load_tokenizer(model_dir), generator=generator, packed=packed)
 
 
-def test_reward_model_scores_an_items_candidates_from_one_packed_row(model_dir):
+@pytest.mark.parametrize("row_budget", [2048, 40])
+def test_reward_model_scores_an_items_candidates_from_one_packed_row(model_dir, monkeypatch, row_budget):
+    monkeypatch.setattr(packing, "MAX_PACKED_ROW_TOKENS", row_budget)  # 40: an item's candidates take several rows
     rows, packed = _reward_model(model_dir, False), _reward_model(model_dir, True)
     assert packed.packed and not rows.packed
     prompts = [("Agent 1: a cat", "Agent 2: a cat, twice")] * 5 + [("Agent 1: a dog", "Agent 2: a dog, twice")] * 3
@@ -148,6 +171,21 @@ def test_bradley_terry_fit_on_packed_pairs_follows_the_unpacked_fit(model_dir):
     for unpacked_epoch, packed_epoch in zip(*histories):
         assert packed_epoch == pytest.approx(unpacked_epoch, rel=1e-4, abs=1e-5)
     assert histories[1][1]["bt/loss"] < histories[1][0]["bt/loss"]  # it learned: the same steps, packed
+
+
+def test_models_with_a_sliding_window_score_unpacked(model_dir, monkeypatch):
+    from comlrl_lab.models.loading import load_model
+    from comlrl_lab.models.scoring import supports_packed_pairs
+
+    model = load_model(model_dir, device="cpu", dtype="float32")
+    assert supports_packed_pairs(model)
+    # A custom 4D mask replaces a model's own, so a sliding window would be lost; such models never pack.
+    monkeypatch.setattr(model.config, "sliding_window", 16, raising=False)
+    assert not supports_packed_pairs(model)
+    monkeypatch.setattr(model.config, "use_sliding_window", False, raising=False)  # Qwen2's switch: off
+    assert supports_packed_pairs(model)
+    monkeypatch.setattr(model.config, "layer_types", ["full_attention", "sliding_attention"], raising=False)
+    assert not supports_packed_pairs(model)
 
 
 def test_reward_model_of_a_model_without_custom_masks_does_not_pack(model_dir, monkeypatch):

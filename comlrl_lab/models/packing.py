@@ -17,6 +17,10 @@ from dataclasses import dataclass
 
 import torch
 
+#: The longest packed row: attention over a row grows with the square of its length, so a prompt followed by many
+#: long continuations is split into several rows rather than one that costs more than it saves.
+MAX_PACKED_ROW_TOKENS = 2048
+
 
 @dataclass(frozen=True)
 class PackedRows:
@@ -85,7 +89,26 @@ def shared_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
     first = sequences[0]
     while length < limit and all(s[length] == first[length] for s in sequences[1:]):
         length += 1
-    return max(length, 0)
+    return length
+
+
+def within_row_budget(
+    prefix_length: int, branch_lengths: Sequence[int], max_tokens: int | None = None
+) -> list[list[int]]:
+    """Branch indices in consecutive runs whose row ``[prefix | branches]`` keeps within ``max_tokens`` (None:
+    ``MAX_PACKED_ROW_TOKENS``); a branch that alone goes past it gets a row of its own."""
+    max_tokens = MAX_PACKED_ROW_TOKENS if max_tokens is None else max_tokens
+    runs: list[list[int]] = []
+    length = prefix_length
+    for index, branch_length in enumerate(branch_lengths):
+        if runs and runs[-1] and length + branch_length > max_tokens:
+            runs.append([])
+            length = prefix_length
+        if not runs:
+            runs.append([])
+        runs[-1].append(index)
+        length += branch_length
+    return runs
 
 
 def group_by_key(keys: Sequence[object], max_group: int) -> list[list[int]]:

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from comlrl_lab.models.devices import model_device
-from comlrl_lab.models.packing import group_by_key, micro_batches, pack_rows
+from comlrl_lab.models.packing import group_by_key, micro_batches, pack_rows, within_row_budget
 
 
 def base_model(model: Any) -> Any:
@@ -238,10 +238,15 @@ def token_logps_and_mask(
 
 
 def supports_packed_pairs(model: Any) -> bool:
-    """Whether ``model`` takes a custom 4D additive attention mask and position ids (sdpa or eager attention)."""
+    """Whether ``model`` takes a custom 4D additive attention mask and position ids (sdpa or eager attention), and
+    attends over whole sequences: a custom mask replaces a sliding window's, so models with one score unpacked."""
     base = base_model(model)
-    implementation = getattr(getattr(base, "config", None), "_attn_implementation", None)
-    return implementation in ("sdpa", "eager") and "position_ids" in forward_parameters(type(base))
+    config = getattr(base, "config", None)
+    implementation = getattr(config, "_attn_implementation", None)
+    sliding = any(kind != "full_attention" for kind in getattr(config, "layer_types", None) or ()) or (
+        getattr(config, "sliding_window", None) is not None and getattr(config, "use_sliding_window", True)
+    )
+    return implementation in ("sdpa", "eager") and not sliding and "position_ids" in forward_parameters(type(base))
 
 
 def _packed_branch_logps(
@@ -265,8 +270,11 @@ def _packed_branch_logps(
     seq_len = packed.input_ids.shape[1]
     first = min(len(p) - 1 for p in prompts)
     kwargs: dict[str, Any] = {}
-    if "logits_to_keep" in forward_parameters(type(base_model(model))):
+    params = forward_parameters(type(base_model(model)))
+    if "logits_to_keep" in params:
         kwargs["logits_to_keep"] = seq_len - first
+    elif "num_logits_to_keep" in params:
+        kwargs["num_logits_to_keep"] = seq_len - first
     logits = model(
         input_ids=packed.input_ids.to(device),
         attention_mask=packed.attention_mask.to(device),
@@ -334,11 +342,15 @@ def _score_packed(
     micro_batch_size: int,
     token_logps: torch.Tensor,
 ) -> torch.Tensor:
-    """``token_logps`` (B, C_max) filled for the completions that share a prompt, each prompt's run in one row."""
+    """``token_logps`` (B, C_max) filled in: the completions after one prompt are scored from one packed row (several
+    where the row would pass ``packing.MAX_PACKED_ROW_TOKENS``), at most ``micro_batch_size`` completions a forward."""
     device = token_logps.device
     scored = [b for b, n in enumerate(counts) if n > 0]
-    groups = group_by_key([tuple(prompts[b]) for b in scored], micro_batch_size)
-    groups = [[scored[i] for i in group] for group in groups]
+    groups = []
+    for group in group_by_key([tuple(prompts[b]) for b in scored], micro_batch_size):
+        members = [scored[i] for i in group]
+        runs = within_row_budget(len(prompts[members[0]]), [counts[b] - 1 for b in members])
+        groups += [[members[i] for i in run] for run in runs]
     # Longest rows first, so each micro-batch holds similar lengths (little padding).
     groups.sort(key=lambda g: len(prompts[g[0]]) + sum(counts[b] for b in g), reverse=True)
     for batch in micro_batches(groups, micro_batch_size):

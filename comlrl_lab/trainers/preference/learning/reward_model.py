@@ -12,7 +12,8 @@ It does not decide which pairs to fit on or when (``marlhf.py``), and never scor
 Deliberate deviations from CoMLRL (each also in docs/differences_from_comlrl.md):
 - no LM head and no all-layer hidden states are computed just to pool one vector;
 - winners and losers of a batch go through one padded forward, not two; with ``packed`` (``pack_pair_scoring``),
-  a pair is one row whose shared joint prompt runs once, and an item's candidates are scored from one row too;
+  the tokens a pair's two joint texts share (the header and agent 1's prompt; later agents' prompts follow a
+  response, so they differ) run once in one row, and so do those of an item's candidates when they are scored;
 - the head runs in float32 whatever the backbone dtype, and is initialised from a seeded stream;
 - loss, accuracy and margin are reported per epoch, on held-out pairs too (CoMLRL logs nothing).
 """
@@ -29,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from comlrl_lab.models.packing import group_by_key, micro_batches, pack_rows, shared_prefix_length
+from comlrl_lab.models.packing import group_by_key, micro_batches, pack_rows, shared_prefix_length, within_row_budget
 from comlrl_lab.models.reward_oracle import joint_reward_text
 from comlrl_lab.models.scoring import base_model, supports_packed_pairs
 from comlrl_lab.names import metric_names as M
@@ -85,13 +86,17 @@ def packed_pooled_hidden(backbone: Any, groups: Sequence[Sequence[Sequence[int]]
     """The pooled hidden state (float32, (N, H)) of every sequence of ``groups``, in order, one packed row per group.
 
     A group's longest shared token prefix runs once, each sequence's rest after it with a block-causal mask
-    (``packing.pack_rows``), so each sequence's last hidden state is its unpacked one up to float rounding.
+    (``packing.pack_rows``), so each sequence's last hidden state is its unpacked one up to float rounding. A group
+    whose row would pass ``packing.MAX_PACKED_ROW_TOKENS`` takes several rows, each with the prefix.
     """
     prefixes, branches = [], []
     for group in groups:
+        if any(len(sequence) == 0 for sequence in group):
+            raise ValueError("An empty token sequence has no last token to score.")
         shared = shared_prefix_length(group)
-        prefixes.append(list(group[0][:shared]))
-        branches.append([list(sequence[shared:]) for sequence in group])
+        for run in within_row_budget(shared, [len(sequence) - shared for sequence in group]):
+            prefixes.append(list(group[0][:shared]))
+            branches.append([list(group[i][shared:]) for i in run])
     dtype = next(backbone.parameters()).dtype
     packed = pack_rows(prefixes, branches, pad_token_id=pad_token_id, dtype=dtype)
     device = next(backbone.parameters()).device
@@ -282,6 +287,7 @@ class JointRewardModel(ScalarHeadLM):
         try:
             with torch.no_grad():
                 if self.packed and texts:
+                    # Differs from CoMLRL: an item's candidates share one row, their common first tokens run once.
                     scores = self._score_by_prompts(texts, [tuple(p) for p in prompts], micro_batch_size)
                 else:
                     scores = self.score_texts(texts, micro_batch_size=micro_batch_size)
@@ -339,8 +345,8 @@ def _bt_batch(
     for start in range(0, len(winners), micro):
         w, lo = winners[start : start + micro], losers[start : start + micro]
         # Differs from CoMLRL: winners and losers go through one forward, not two separate ones; packed, each pair
-        # is one row whose shared joint prompt runs once.
-        if model.packed:
+        # is one row whose shared first tokens run once.
+        if getattr(model, "packed", False):
             scores = model.score_groups([[a, b] for a, b in zip(w, lo)])  # (2b,): w0, l0, w1, l1, ...
             w_parts.append(scores[0::2])
             l_parts.append(scores[1::2])
