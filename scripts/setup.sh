@@ -47,7 +47,7 @@ fi
 
 # The package's own modules compiled once, as uv compiles its dependencies: where Python may not write .pyc files
 # (PYTHONDONTWRITEBYTECODE), every process that imports them would compile them again.
-"$PYTHON" -m compileall -q comlrl_lab >/dev/null || echo "setup: comlrl_lab could not be compiled to bytecode"
+"$PYTHON" -m compileall -q comlrl_lab || echo "setup: comlrl_lab could not be compiled to bytecode"
 
 # pyenv finds a Python's commands through shims that only its own pip hook refreshes: after uv's install, `streamlit`,
 # `ruff` and the rest would be "command not found" until the shims are rebuilt.

@@ -300,7 +300,7 @@ class MADPOConfig:
         default=True,
         kw_only=True,
         metadata={
-            "help": "Score sequences that share a prompt from one row [prompt | each continuation] with a block-causal mask, so the prompt runs once: MADPO's pairs; MARLHF's candidates in the policy update, and in its reward model the pairs it fits on and the candidates it scores. The same values up to float rounding. Used where the model takes custom masks (sdpa or eager attention); False, or other models, score one row per sequence.",
+            "help": "Score sequences that share their first tokens from one row [shared tokens | each continuation] with a block-causal mask, so the shared part runs once: MADPO's pairs after their prompt; MARLHF's candidates after their prompt in the policy update, and in its reward model the pairs it fits on and the candidates it scores (their header and agent 1's prompt). The same values up to float rounding (with dropout on, other noise draws). Used where the model takes custom masks (sdpa or eager attention) and has no sliding window; False, or other models, score one row per sequence.",
             "group": "Training",
         },
     )

@@ -208,7 +208,8 @@ class PolicyLearner:
         self.pad_token_ids = list(pad_token_ids) if pad_token_ids is not None else [_pad_id(t) for t in self.tokenizers]
         self.num_generations = int(config.num_generations)
         self.micro = max(1, int(config.scoring_batch_size))
-        # A prompt's candidates are scored from one packed row (the prompt runs once) where the model allows it.
+        # Differs from CoMLRL: a prompt's candidates are scored from one packed row (the prompt runs once) where the
+        # model allows it; CoMLRL runs the prompt once per candidate.
         self.packed = bool(config.pack_pair_scoring)
         self.critic_lr = float(config.critic_learning_rate or config.agent_learning_rate)
 
