@@ -101,11 +101,9 @@ def within_row_budget(
     runs: list[list[int]] = []
     length = prefix_length
     for index, branch_length in enumerate(branch_lengths):
-        if runs and runs[-1] and length + branch_length > max_tokens:
+        if not runs or length + branch_length > max_tokens:
             runs.append([])
             length = prefix_length
-        if not runs:
-            runs.append([])
         runs[-1].append(index)
         length += branch_length
     return runs

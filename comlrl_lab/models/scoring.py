@@ -147,14 +147,15 @@ def _score(
 
     device = model_device(model)
     c_max = max((len(c) for c in completions), default=0)
-    # Rows with something to score, longest first, so each micro-batch holds similar lengths (little padding).
-    order = sorted((b for b, n in enumerate(counts) if n > 0), key=lambda b: len(prompts[b]) + counts[b], reverse=True)
     token_logps = torch.zeros((len(completions), c_max), dtype=torch.float32, device=device)  # (B, C_max)
-    if order and packed and supports_packed_pairs(model):
+    if packed and supports_packed_pairs(model):
         token_logps = _score_packed(
             model, prompts, completions, counts, int(pad_token_id), micro_batch_size, token_logps
         )
-    elif order:
+        return token_logps, _scored_mask(counts, c_max).to(device)
+    # Rows with something to score, longest first, so each micro-batch holds similar lengths (little padding).
+    order = sorted((b for b, n in enumerate(counts) if n > 0), key=lambda b: len(prompts[b]) + counts[b], reverse=True)
+    if order:
         parts = []
         for start in range(0, len(order), micro_batch_size):
             chunk = order[start : start + micro_batch_size]
@@ -168,8 +169,12 @@ def _score(
             )
             parts.append(F.pad(part, (0, c_max - part.shape[1])))
         token_logps = token_logps.to(parts[0].dtype).index_put((torch.tensor(order, device=device),), torch.cat(parts))
-    mask = torch.arange(c_max).unsqueeze(0) < torch.tensor(counts, dtype=torch.long).reshape(-1, 1)
-    return token_logps, mask.to(device)
+    return token_logps, _scored_mask(counts, c_max).to(device)
+
+
+def _scored_mask(counts: list[int], width: int) -> torch.Tensor:
+    """(B, width) True at each completion's scored tokens: the first ``counts[b]``."""
+    return torch.arange(width).unsqueeze(0) < torch.tensor(counts, dtype=torch.long).reshape(-1, 1)
 
 
 def sequence_logps(

@@ -97,9 +97,9 @@ def packed_pooled_hidden(backbone: Any, groups: Sequence[Sequence[Sequence[int]]
         for run in within_row_budget(shared, [len(sequence) - shared for sequence in group]):
             prefixes.append(list(group[0][:shared]))
             branches.append([list(group[i][shared:]) for i in run])
-    dtype = next(backbone.parameters()).dtype
-    packed = pack_rows(prefixes, branches, pad_token_id=pad_token_id, dtype=dtype)
-    device = next(backbone.parameters()).device
+    weight = next(backbone.parameters())
+    packed = pack_rows(prefixes, branches, pad_token_id=pad_token_id, dtype=weight.dtype)
+    device = weight.device
     hidden = last_hidden(
         backbone, packed.input_ids.to(device), packed.attention_mask.to(device), packed.position_ids.to(device)
     )  # (b, T, H)
