@@ -18,6 +18,7 @@ from comlrl_lab.models.generation import (
     rows_per_call,
     sample_candidates,
     sample_sides,
+    sampling_path,
     top_k_then_top_p,
 )
 from comlrl_lab.trainers.preference import MADPOConfig
@@ -284,6 +285,41 @@ def test_the_own_decode_loop_samples_generates_tokens_and_feeds_only_unfinished_
         else:
             assert set(steps) == {12}  # generate feeds every row until the last one ends
     assert results[True] == results[False]
+
+
+def test_a_lora_agent_samples_in_the_own_decode_loop_with_its_adapter(model_dir):
+    pytest.importorskip("peft")
+    from comlrl_lab.models.lora import LoraSettings, apply_lora
+
+    inner, tokenizer, forward_rows = model_logging_forward_shapes(model_dir)
+    model = apply_lora(inner, LoraSettings(r=4, target_modules=["q_proj", "v_proj"]), seed=0)
+    with torch.no_grad():  # LoRA's B starts at zero (no change); a drawn B makes the adapter change the tokens
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.copy_(0.5 * torch.randn(parameter.shape, generator=torch.Generator().manual_seed(1)))
+    prompts = ["the red cat sat on the mat", "a dog", "the green bird sang all day long"]
+    seeds = [3, 4, 5]
+    settings = SamplingSettings(max_new_tokens=10, temperature=1.5, top_p=1.0, top_k=None, batch_size=12)
+    assert sampling_path(model, settings, row_seeded=True) == "comlrl-lab's decode loop (row-seeded)"
+    first = sample_candidates(model, tokenizer, prompts, 4, settings, None, row_seeds=seeds)
+    tokens = [t for row in first for s in row for t in s.completion_ids]
+    inner.generation_config.eos_token_id = max(set(tokens), key=tokens.count)  # rows end at different steps
+    results, steps = {}, {}
+    for own in (True, False):
+        forward_rows.clear()
+        result = sample_candidates(
+            model, tokenizer, prompts, 4, dataclasses.replace(settings, own_decode_loop=own), None, row_seeds=seeds
+        )
+        results[own] = [[(s.completion_ids, s.finished) for s in row] for row in result]
+        # Both ways run each distinct prompt once, through the wrapped model's forward, then one token a row.
+        assert [rows for rows, width in forward_rows if width > 1] == [3]
+        steps[own] = [rows for rows, width in forward_rows if width == 1]
+    assert results[True] == results[False]
+    assert steps[False][0] == 12 and set(steps[False]) == {12}
+    assert steps[True][0] == 12 and min(steps[True]) < 12  # finished rows left the own loop's batch
+    with model.disable_adapter():
+        base = sample_candidates(model, tokenizer, prompts, 4, settings, None, row_seeds=seeds)
+    assert [[(s.completion_ids, s.finished) for s in row] for row in base] != results[True]
 
 
 def test_generation_configs_that_add_processors_keep_generate(model_dir, monkeypatch):

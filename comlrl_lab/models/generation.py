@@ -43,6 +43,7 @@ import torch
 
 from comlrl_lab.models.decode_loop import decode_rows
 from comlrl_lab.models.devices import model_device
+from comlrl_lab.models.lora import is_adapter_model
 from comlrl_lab.models.scoring import base_model, forward_parameters, set_mode
 
 # Keys the sampler owns; extra generate kwargs may not override them.
@@ -432,6 +433,19 @@ def rows_per_call(model: Any, longest_prompt: int, max_new_tokens: int) -> int:
     return max(DEFAULT_ROWS_PER_CALL, min(MOST_ROWS_PER_CALL, KV_CACHE_BUDGET_BYTES // max(per_row, 1)))
 
 
+def generating_model(model: Any) -> Any:
+    """The model whose forward ``model.generate`` runs each step: the transformers model inside a peft LoRA wrapper
+    (peft injects the LoRA layers into it, so its forward applies the active adapter, and peft's ``generate`` for
+    LoRA is that model's ``generate``), else ``model``. Prompt-learning adapters (prefix or prompt tuning) and aLoRA
+    add inputs of their own in peft's wrapper, so they keep it."""
+    if not is_adapter_model(model):
+        return model
+    config = model.active_peft_config
+    if config.is_prompt_learning or config.peft_type != "LORA" or getattr(config, "alora_invocation_tokens", None):
+        return model
+    return model.get_base_model()
+
+
 def _decode_loop_cache_name(model: Any) -> str | None:
     """The name under which the own decode loop passes ``model`` its cache, or None when the loop would not give
     ``model`` what ``generate`` would. It needs a model that generates with the default input preparation and a
@@ -616,10 +630,13 @@ def _sample(
         batch_size = DEFAULT_ROWS_PER_CALL
     elif batch_size is None:
         batch_size = rows_per_call(model, max(len(ids) for ids in prompt_ids), settings.max_new_tokens)
-    cache_name = _cache_argument(model) if settings.prefill_once else None
+    # Differs from CoMLRL: a LoRA agent's prompts are prefilled once and it samples in our decode loop too, through
+    # the model its peft wrapper generates with.
+    decoder = generating_model(model)
+    cache_name = _cache_argument(decoder) if settings.prefill_once else None
     loop_cache_name = None
     if side_seeds is not None and settings.own_decode_loop and not extra_generate_kwargs:
-        loop_cache_name = _decode_loop_cache_name(model)
+        loop_cache_name = _decode_loop_cache_name(decoder)
     was_training = model.training
     set_mode(model, False)  # dropout off while sampling
     try:
@@ -636,10 +653,12 @@ def _sample(
                     sampler = _row_sampler(rows, [side_seeds[s][k] for k, s, _ in batch], settings, device)
                 prefilled = prompt_of_row = None
                 if cache_name and input_ids.shape[1] > 1 and len({k for k, _ in rows}) < len(rows):
-                    prefilled, prompt_of_row = _shared_prompt_cache(model, cache_name, rows, prompt_ids, pad_id, device)
+                    prefilled, prompt_of_row = _shared_prompt_cache(
+                        decoder, cache_name, rows, prompt_ids, pad_id, device
+                    )
                 if loop_cache_name and sampler is not None:
                     generated = decode_rows(
-                        model,
+                        decoder,
                         loop_cache_name,
                         input_ids,
                         attention_mask,
@@ -700,7 +719,7 @@ def sampling_path(model: Any, settings: SamplingSettings, row_seeded: bool) -> s
     if custom is not None:
         how = "one call per prompt, seeded from the prompt's row seed" if row_seeded else "batched, from the stream"
         return f"its own generate ({custom}; {how})"
-    if row_seeded and settings.own_decode_loop and _decode_loop_cache_name(model) is not None:
+    if row_seeded and settings.own_decode_loop and _decode_loop_cache_name(generating_model(model)) is not None:
         return "comlrl-lab's decode loop (row-seeded)"
     how = "row-seeded logits processor" if row_seeded else "from the stream"
     return f"transformers' generate ({how})"
