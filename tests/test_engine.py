@@ -198,6 +198,29 @@ def test_reward_exception_stops_the_run_with_traceback_and_state_intact(model_di
     manager.close()
 
 
+def test_a_reward_that_calls_sys_exit_ends_its_phase_in_error_not_in_a_run_busy_for_ever(
+    model_dir, tmp_path, monkeypatch
+):
+    manager = RunManager(tmp_path / "runs")
+    run_id = manager.create(small_spec(model_dir))
+    manager.start(run_id, phases=1)
+    assert manager.wait(run_id, timeout=300).status == "idle"
+    trainer = manager.run(run_id).trainer
+
+    def exiting(*args, **kwargs):
+        sys.exit(3)
+
+    monkeypatch.setattr(trainer.context, "score_task", exiting)
+    manager.start(run_id, phases=3)  # select, train, then evaluate exits
+    progress = manager.wait(run_id, timeout=300)
+    assert progress.status == "error" and not progress.busy
+    assert progress.last_error == "SystemExit: 3"
+    assert progress.next_phase == "evaluate" and progress.round_index == 1
+    events = manager.run(run_id).store.events(run_id, level="error")
+    assert len(events) == 1 and (events.loc[0, "round"], events.loc[0, "phase"]) == (1, "evaluate")
+    manager.close()
+
+
 def test_stop_cancels_the_phase_and_returns_to_the_last_finished_one(model_dir, tmp_path):
     manager = RunManager(tmp_path / "runs")
     run_id = manager.create(small_spec(model_dir, preference_num_candidates=6, max_new_tokens=12))

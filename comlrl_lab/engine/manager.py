@@ -340,7 +340,7 @@ class RunManager:
                 self._load_seconds.append(seconds)
                 self._record(run_id, LOAD, seconds)
                 run.log("info", f"models loaded in {seconds:.1f} s")
-        except Exception as error:  # model loading, task loading, config
+        except BaseException as error:  # model loading, task loading, config; see the phase's below
             round_index, phase = run.cursor()
             run.record_failure(error, round=round_index, phase=phase)
             self._update(
@@ -387,7 +387,10 @@ class RunManager:
                     **self._cursor_fields(run),
                 )
                 return
-            except Exception:
+            except BaseException:
+                # Not only Exception: a SystemExit (a reward function's sys.exit(), a library's exit()) would end
+                # this thread silently, and the run would look busy for ever to the app and the CLI. In a worker
+                # thread it cannot end the process anyway.
                 self._update(
                     run_id,
                     status="error",
