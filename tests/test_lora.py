@@ -11,7 +11,14 @@ from dist_madpo_script import DIST
 from trainer_fixtures import build_trainer
 
 from comlrl_lab.models.loading import load_model
-from comlrl_lab.models.lora import AdapterDisabled, is_adapter_model, load_adapter_model
+from comlrl_lab.models.lora import (
+    AdapterDisabled,
+    LoraSettings,
+    apply_lora,
+    is_adapter_model,
+    load_adapter_model,
+    reference_scoring,
+)
 from comlrl_lab.models.scoring import sequence_logps
 from comlrl_lab.trainers.preference.comparators.local import HISTORY_ADAPTER
 
@@ -154,3 +161,29 @@ def test_madpo_reference_with_lora_is_the_frozen_base_at_no_copy(make_trainer, m
             micro_batch_size=16,
         )
     assert [p.reference_winner_logps[0] for p in pairs] == pytest.approx(expected.tolist(), abs=1e-5)
+
+
+def test_a_held_reference_switches_the_adapters_off_once_for_many_forwards(model_dir, monkeypatch):
+    model = apply_lora(load_model(model_dir, device="cpu"), LoraSettings(r=4, target_modules=["q_proj"]), seed=0)
+    with torch.no_grad():  # LoRA's B starts at zero (no change); a drawn B makes the adapter show in the logits
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=torch.Generator().manual_seed(1)))
+    switches = []
+    switch = model.disable_adapter
+    monkeypatch.setattr(model, "disable_adapter", lambda: switches.append(1) or switch())
+    reference, ids = AdapterDisabled(model), torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        live = model(input_ids=ids).logits
+        base = reference(input_ids=ids).logits
+        assert len(switches) == 1 and not torch.allclose(base, live)
+        with reference_scoring(reference):
+            held = [reference(input_ids=ids).logits for _ in range(3)]
+            with reference_scoring(reference):  # nested: still one switch
+                held.append(reference(input_ids=ids).logits)
+        assert len(switches) == 2
+        assert all(torch.equal(logits, base) for logits in held)
+        assert torch.equal(model(input_ids=ids).logits, live)  # the adapters are on again after the block
+    plain = load_model(model_dir, device="cpu")
+    with reference_scoring(plain) as scored:
+        assert scored is plain

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from comlrl_lab.data.records import PreferencePair
+from comlrl_lab.models.lora import reference_scoring
 from comlrl_lab.models.reference import frozen_references
 from comlrl_lab.models.scoring import pair_logps, scored_token_counts, set_mode
 from comlrl_lab.names import metric_names as M
@@ -86,16 +87,17 @@ class DPOLearner:
             winners, losers = [], []
             for i, reference in enumerate(self.references):
                 # Scored as the update scores the policy (packed or not), so an unchanged policy has margin 0.
-                winner_logps, loser_logps = pair_logps(
-                    reference,
-                    [p.prompt_ids[i] for p in pairs],
-                    [p.winner_ids[i] for p in pairs],
-                    [p.loser_ids[i] for p in pairs],
-                    pad_token_id=context.pad_token_id(i),
-                    score_final_token=final,
-                    micro_batch_size=max(1, int(context.config.scoring_batch_size)),
-                    packed=context.config.pack_pair_scoring,
-                )
+                with reference_scoring(reference):
+                    winner_logps, loser_logps = pair_logps(
+                        reference,
+                        [p.prompt_ids[i] for p in pairs],
+                        [p.winner_ids[i] for p in pairs],
+                        [p.loser_ids[i] for p in pairs],
+                        pad_token_id=context.pad_token_id(i),
+                        score_final_token=final,
+                        micro_batch_size=max(1, int(context.config.scoring_batch_size)),
+                        packed=context.config.pack_pair_scoring,
+                    )
                 winners.append(winner_logps.tolist())
                 losers.append(loser_logps.tolist())
         for k, pair in enumerate(pairs):

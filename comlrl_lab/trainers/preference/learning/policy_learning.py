@@ -36,6 +36,7 @@ from comlrl_lab.data.records import JointCandidate
 from comlrl_lab.models.devices import resolve_devices
 from comlrl_lab.models.generation import SamplingSettings
 from comlrl_lab.models.loading import load_model, load_once, load_tokenizer
+from comlrl_lab.models.lora import reference_scoring
 from comlrl_lab.models.reference import frozen_references
 from comlrl_lab.models.scoring import set_mode, token_logps_and_mask
 from comlrl_lab.names import metric_names as M
@@ -383,14 +384,15 @@ class PolicyLearner:
                     packed=self.packed,
                 )
                 set_mode(agent, was_training)
-                ref, _ = token_logps_and_mask(
-                    reference,
-                    prompt_ids,
-                    completion_ids,
-                    pad_token_id=self.pad_token_ids[i],
-                    micro_batch_size=self.micro,
-                    packed=self.packed,
-                )
+                with reference_scoring(reference):
+                    ref, _ = token_logps_and_mask(
+                        reference,
+                        prompt_ids,
+                        completion_ids,
+                        pad_token_id=self.pad_token_ids[i],
+                        micro_batch_size=self.micro,
+                        packed=self.packed,
+                    )
                 kl[i] = kl_k3(policy.cpu(), ref.cpu(), mask.cpu())
         return kl
 
