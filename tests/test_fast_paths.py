@@ -14,6 +14,7 @@ from comlrl_lab.models.decode_loop import DROP_SHARE
 from comlrl_lab.models.generation import (
     DEFAULT_ROWS_PER_CALL,
     MOST_ROWS_PER_CALL,
+    RowSeededSampler,
     SamplingSettings,
     rows_per_call,
     sample_candidates,
@@ -95,11 +96,29 @@ def test_top_k_then_top_p_keeps_what_the_warpers_keep():
         scores = torch.randn(6, (256, 1000, 4096)[trial % 3], generator=generator) * (0.5, 2.0, 8.0)[trial % 5 % 3]
         top_k, top_p = (5, 50, 200)[trial % 4 % 3], (0.6, 0.9, 0.3, 0.95)[trial % 4]
         expected = _reference_warpers(top_k, top_p)(None, scores)
-        assert torch.equal(top_k_then_top_p(scores, top_k, top_p), expected)
-    # A tie at the k-th score makes top-k keep more than k tokens: the caller must run the full warpers.
-    tied = torch.tensor([[3.0, 1.0, 2.0, 2.0, 0.0]])
-    assert top_k_then_top_p(tied, 2, 0.9) is None
-    assert torch.isfinite(_reference_warpers(2, 0.9)(None, tied)).sum() == 3
+        filtered, tied = top_k_then_top_p(scores, top_k, top_p)
+        assert tied is None and torch.equal(filtered, expected)
+    # A tie at the k-th score makes top-k keep more than k tokens: the caller must run the full warpers on that row.
+    scores = torch.tensor([[3.0, 1.0, 2.0, 2.0, 0.0], [3.0, 1.0, 2.5, 2.0, 0.0]])
+    assert top_k_then_top_p(scores, 2, 0.9)[1].tolist() == [0]
+    assert torch.isfinite(_reference_warpers(2, 0.9)(None, scores[:1])).sum() == 3
+
+
+def test_sampling_filters_only_the_tied_rows_with_the_full_warpers():
+    generator = torch.Generator().manual_seed(0)
+    scores = torch.randn(6, 300, generator=generator)
+    for row in (1, 4):  # the lowest score becomes the 20th: tied with one inside the top 20
+        scores[row, scores[row].argmin()] = scores[row].topk(20).values[-1]
+    settings = SamplingSettings(temperature=0.7, top_k=20, top_p=0.999)
+    sampler = RowSeededSampler(torch.rand(6, 1, generator=generator), settings)
+    assert top_k_then_top_p(scores, 20, 0.999)[1].tolist() == [1, 4]
+    expected = _reference_warpers(20, 0.999)(None, scores / 0.7)
+    assert torch.isfinite(expected).sum(dim=-1).tolist() == [20, 21, 20, 20, 21, 20]
+    calls = []
+    warpers = sampler.warpers
+    sampler.warpers = lambda ids, rows: calls.append(len(rows)) or warpers(ids, rows)
+    assert torch.equal(sampler.filtered(scores), expected)
+    assert calls == [2]  # the full warpers ran on the two tied rows only
 
 
 def test_row_seeded_sampling_gives_the_same_tokens_with_top_k_first(model_dir):

@@ -232,16 +232,22 @@ class RowSeededSampler:
         self.warpers = LogitsProcessorList(warpers)
         self.top_k_first = settings.top_k_first and bool(self.top_k) and self.top_p < 1.0
 
+    def filtered(self, scores: torch.Tensor) -> torch.Tensor:
+        """``scores`` (R, V) after temperature, top-k and top-p, in float32: the tokens they remove at -inf."""
+        scores = scores.float()
+        if self.temperature is not None:
+            scores = self.temperature(None, scores)
+        if not self.top_k_first:
+            return self.warpers(None, scores)
+        filtered, tied = top_k_then_top_p(scores, self.top_k, self.top_p)
+        if tied is not None:  # transformers' warpers filter each row on its own, so they run on the tied rows alone
+            filtered[tied] = self.warpers(None, scores[tied])
+        return filtered
+
     def choose(self, scores: torch.Tensor, rows: torch.Tensor | None, step: int) -> torch.Tensor:
         """The tokens (R,) that rows ``rows`` (indices into the batch; None: all) sample at ``step`` from their
         next-token ``scores`` (R, V)."""
-        scores = scores.float()  # (R, V)
-        if self.temperature is not None:
-            scores = self.temperature(None, scores)
-        filtered = top_k_then_top_p(scores, self.top_k, self.top_p) if self.top_k_first else None
-        if filtered is None:
-            filtered = self.warpers(None, scores)
-        cdf = torch.softmax(filtered, dim=-1).cumsum(dim=-1)  # (R, V)
+        cdf = torch.softmax(self.filtered(scores), dim=-1).cumsum(dim=-1)  # (R, V)
         uniforms = self.uniforms if rows is None else self.uniforms[rows.to(self.uniforms.device)]
         u = uniforms[:, step].to(cdf.device) * cdf[:, -1]  # (R,)
         # First index with cdf >= u: u > 0, so that index has a positive probability.
@@ -255,26 +261,26 @@ class RowSeededSampler:
         return forced
 
 
-def top_k_then_top_p(scores: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor | None:
+def top_k_then_top_p(scores: torch.Tensor, top_k: int, top_p: float) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Top-k then top-p filtering of ``scores`` (B, V) with one ``topk`` of k values instead of a sort of V.
 
     transformers' TopP warper sorts the whole vocabulary although top-k has already left k finite scores; the
     cumulative probabilities it compares with 1 - top_p are those of the kept k, in ascending order, which is
-    what is computed here on the k values alone. Returns None when the k-th score is tied with a score outside
-    the top k (top-k then keeps more than k tokens), so the caller runs the full warpers instead.
+    what is computed here on the k values alone. Returns the filtered scores and the indices of the rows whose k-th
+    score is tied with a score outside the top k (top-k then keeps more than k tokens), or None when no row is: the
+    caller filters those rows with the full warpers instead.
     """
     k = min(top_k, scores.shape[-1])
     values, indices = torch.topk(scores, k, dim=-1)  # (B, k), descending
     kth = values[:, -1:]  # (B, 1)
     outside = scores < kth  # (B, V): what top-k removes
-    if bool(((~outside).sum(dim=-1) > k).any()):
-        return None
+    tied = ((~outside).sum(dim=-1) > k).nonzero().squeeze(1)
     ascending, ascending_indices = values.flip(-1), indices.flip(-1)  # (B, k), as TopP sorts them
     cumulative = ascending.softmax(dim=-1).cumsum(dim=-1)
     remove = cumulative <= (1 - top_p)
     remove[:, -1] = False  # min_tokens_to_keep=1
     outside.scatter_(1, ascending_indices, remove)
-    return scores.masked_fill(outside, float("-inf"))
+    return scores.masked_fill(outside, float("-inf")), (tied if len(tied) else None)
 
 
 def _row_sampler(batch: list[tuple[int, int]], seeds: Sequence[int], settings: SamplingSettings, device) -> Any:
