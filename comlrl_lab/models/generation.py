@@ -444,12 +444,14 @@ def generating_model(model: Any) -> Any:
     (peft injects the LoRA layers into it, so its forward applies the active adapter, and peft's ``generate`` for
     LoRA is that model's ``generate``), else ``model``. Prompt-learning adapters (prefix or prompt tuning) and aLoRA
     add inputs of their own in peft's wrapper, so they keep it."""
-    if not is_adapter_model(model):
-        return model
-    config = model.active_peft_config
-    if config.is_prompt_learning or config.peft_type != "LORA" or getattr(config, "alora_invocation_tokens", None):
-        return model
-    return model.get_base_model()
+    config = getattr(model, "active_peft_config", None) if is_adapter_model(model) else None
+    plain_lora = (
+        config is not None
+        and getattr(config, "peft_type", None) == "LORA"
+        and not getattr(config, "is_prompt_learning", False)
+        and not getattr(config, "alora_invocation_tokens", None)
+    )
+    return model.get_base_model() if plain_lora else model
 
 
 def _decode_loop_cache_name(model: Any) -> str | None:
