@@ -109,11 +109,13 @@ def test_sampling_filters_only_the_tied_rows_with_the_full_warpers():
     scores = torch.randn(6, 300, generator=generator)
     for row in (1, 4):  # the lowest score becomes the 20th: tied with one inside the top 20
         scores[row, scores[row].argmin()] = scores[row].topk(20).values[-1]
-    settings = SamplingSettings(temperature=0.7, top_k=20, top_p=0.999)
+    settings = SamplingSettings(temperature=0.7, top_k=20, top_p=0.9)
     sampler = RowSeededSampler(torch.rand(6, 1, generator=generator), settings)
-    assert top_k_then_top_p(scores, 20, 0.999)[1].tolist() == [1, 4]
-    expected = _reference_warpers(20, 0.999)(None, scores / 0.7)
-    assert torch.isfinite(expected).sum(dim=-1).tolist() == [20, 21, 20, 20, 21, 20]
+    fast, tied = top_k_then_top_p(scores / 0.7, 20, 0.9)
+    assert tied.tolist() == [1, 4]
+    expected = _reference_warpers(20, 0.9)(None, scores / 0.7)
+    # The fast filter alone is right for the other rows and wrong for the tied ones.
+    assert [torch.equal(fast[row], expected[row]) for row in range(6)] == [True, False, True, True, False, True]
     calls = []
     warpers = sampler.warpers
     sampler.warpers = lambda ids, rows: calls.append(len(rows)) or warpers(ids, rows)
@@ -334,6 +336,10 @@ def test_a_lora_agent_samples_in_the_own_decode_loop_with_its_adapter(model_dir)
         assert [rows for rows, width in forward_rows if width > 1] == [3]
         steps[own] = [rows for rows, width in forward_rows if width == 1]
     assert results[True] == results[False]
+    # peft's own generate, as a LoRA agent sampled before: no shared prefill, no own loop.
+    peft_only = dataclasses.replace(settings, own_decode_loop=False, prefill_once=False)
+    result = sample_candidates(model, tokenizer, prompts, 4, peft_only, None, row_seeds=seeds)
+    assert [[(s.completion_ids, s.finished) for s in row] for row in result] == results[True]
     assert steps[False][0] == 12 and set(steps[False]) == {12}
     assert steps[True][0] == 12 and min(steps[True]) < 12  # finished rows left the own loop's batch
     with model.disable_adapter():

@@ -3,7 +3,8 @@
 Sequences are left-padded, sorted by prompt length so that a batch holds prompts of similar length, and sent
 ``settings.batch_size`` at a time (by default 64, more for row-seeded rows while a KV-cache budget allows,
 ``rows_per_call``) through ``model.generate`` (sampling, one beam, eval mode, no grad), or, for row-seeded sampling
-of a plain model, through our own decode loop, which drops finished rows (``decode_loop``). Each completion is cut
+of a plain model (a LoRA agent's too, through the model its peft wrapper wraps: ``generating_model``), through our own
+decode loop, which drops finished rows (``decode_loop``). Each completion is cut
 after its first EOS (the EOS is kept) and comes back with its token ids, so that training can use exactly the
 tokens that were sampled.
 
@@ -72,8 +73,9 @@ class SamplingSettings:
     # model (``sample_sides``): each prompt prefilled once for both, half the generate calls. The same tokens.
     sides_in_one_pass: bool = True
     # Row-seeded sampling runs its own decode loop (``decode_loop``) instead of ``generate`` where generate would
-    # add nothing (no extra generate kwargs, a plain model: ``_decode_loop_cache_name``): finished rows leave the
-    # batch. The same tokens; a row's logits may round differently with fewer rows beside it.
+    # add nothing (no extra generate kwargs; a plain model, or the one a LoRA agent wraps: ``_decode_loop_cache_name``,
+    # ``generating_model``): finished rows leave the batch. The same tokens; a row's logits may round differently
+    # with fewer rows beside it.
     own_decode_loop: bool = True
     # The own decode loop's one-token steps on the CPU compute attention as two batched matrix products instead of
     # torch's CPU flash kernel (``single_query_attention``). The same tokens up to the float rounding of the logits.
@@ -639,8 +641,9 @@ def _sample(
     elif batch_size is None:
         batch_size = rows_per_call(model, max(len(ids) for ids in prompt_ids), settings.max_new_tokens)
     # Differs from CoMLRL: a LoRA agent's prompts are prefilled once and it samples in our decode loop too, through
-    # the model its peft wrapper generates with.
-    decoder = generating_model(model)
+    # the model its peft wrapper generates with. Extra generate arguments may be peft's own (``adapter_names``),
+    # which only its wrapper applies, so with any of them the wrapper samples, as before.
+    decoder = model if extra_generate_kwargs else generating_model(model)
     cache_name = _cache_argument(decoder) if settings.prefill_once else None
     loop_cache_name = None
     if side_seeds is not None and settings.own_decode_loop and not extra_generate_kwargs:
