@@ -184,6 +184,11 @@ def test_a_held_reference_switches_the_adapters_off_once_for_many_forwards(model
         assert len(switches) == 2
         assert all(torch.equal(logits, base) for logits in held)
         assert torch.equal(model(input_ids=ids).logits, live)  # the adapters are on again after the block
+        with pytest.raises(RuntimeError), reference_scoring(reference):
+            reference(input_ids=ids)
+            raise RuntimeError("scoring failed")
+        assert torch.equal(model(input_ids=ids).logits, live)  # and after a block that raised
+        assert any(parameter.requires_grad for parameter in model.parameters())
     plain = load_model(model_dir, device="cpu")
     with reference_scoring(plain) as scored:
         assert scored is plain

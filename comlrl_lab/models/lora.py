@@ -196,8 +196,9 @@ class AdapterDisabled:
         """Keep the adapters off for every call inside the block, and on again after it.
 
         peft's switch walks every module of the model (about 0.1 s a switch on SmolLM2-135M), so a scoring pass of
-        many micro-batches switches once instead of once per forward. The live model scores as its base inside the
-        block: score only the reference there."""
+        many micro-batches switches once instead of once per forward. Inside the block the live model is its base:
+        it scores as the base, and peft's switch has frozen the adapter's weights too (``parameters()`` then yields
+        them, and the live model has nothing to train), so score only the reference there."""
         if self._held:
             yield self
             return
