@@ -66,6 +66,25 @@ def scored_token_counts(completion_ids: Sequence[Sequence[int]], score_final_tok
     return [max(len(c) - 1, 0) for c in completion_ids]
 
 
+def _logits_to_keep(model: Any, keep: int) -> dict[str, int]:
+    """The keyword asking ``model`` for the logits of its last ``keep`` positions only, where its forward takes one
+    (a peft model forwards it to its base model, so the base is asked)."""
+    params = forward_parameters(type(base_model(model)))
+    for name in ("logits_to_keep", "num_logits_to_keep"):
+        if name in params:
+            return {name: keep}
+    return {}
+
+
+def _target_logps(
+    logits: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
+    """log p(targets[n] | the logits at (rows[n], positions[n])), (N,), normalised in float32 or wider, so bf16 and
+    fp16 logits are not normalised in half precision; a float64 model stays float64."""
+    selected = logits[rows, positions].to(torch.promote_types(logits.dtype, torch.float32))  # (N, V)
+    return selected.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(selected, dim=-1)
+
+
 def _score_rows(
     model: Any,
     prompts: list[list[int]],
@@ -90,13 +109,9 @@ def _score_rows(
     first = min(len(p) - 1 for p in prompts)
     kwargs: dict[str, Any] = {"attention_mask": attention_mask.to(device), "use_cache": False}
     # A peft model forwards these keywords to its base model; ask the base which ones it takes.
-    params = forward_parameters(type(base_model(model)))
-    if "position_ids" in params:
+    if "position_ids" in forward_parameters(type(base_model(model))):
         kwargs["position_ids"] = torch.arange(seq_len, device=device).unsqueeze(0).expand(rows, -1)
-    if "logits_to_keep" in params:
-        kwargs["logits_to_keep"] = seq_len - first
-    elif "num_logits_to_keep" in params:
-        kwargs["num_logits_to_keep"] = seq_len - first
+    kwargs.update(_logits_to_keep(model, seq_len - first))
     logits = model(input_ids=input_ids.to(device), **kwargs).logits  # (b, T', V), T' = T - offset
     offset = seq_len - logits.shape[1]
 
@@ -107,13 +122,10 @@ def _score_rows(
         position += range(len(p) - 1 - offset, len(p) - 1 - offset + n)
         target += c[:n]
     row_index_t = torch.tensor(row_index, device=device)
-    position_t = torch.tensor(position, device=device)
-    target_t = torch.tensor(target, device=device)
-    # float32 at least, so bf16/fp16 logits are not normalised in half precision; a float64 model stays float64.
-    dtype = torch.promote_types(logits.dtype, torch.float32)
-    selected = logits[row_index_t, position_t].to(dtype)  # (N, V), N = scored tokens
-    token_logps = selected.gather(-1, target_t.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(selected, dim=-1)  # (N,)
-    out = torch.zeros((rows, width), dtype=dtype, device=device)
+    token_logps = _target_logps(
+        logits, row_index_t, torch.tensor(position, device=device), torch.tensor(target, device=device)
+    )  # (N,), N = scored tokens
+    out = torch.zeros((rows, width), dtype=token_logps.dtype, device=device)
     return out.index_put((row_index_t, torch.tensor(token_index, device=device)), token_logps)  # (b, width)
 
 
@@ -274,18 +286,12 @@ def _packed_branch_logps(
     packed = pack_rows(prompts, inputs, pad_token_id=pad_token_id, dtype=next(model.parameters()).dtype)
     seq_len = packed.input_ids.shape[1]
     first = min(len(p) - 1 for p in prompts)
-    kwargs: dict[str, Any] = {}
-    params = forward_parameters(type(base_model(model)))
-    if "logits_to_keep" in params:
-        kwargs["logits_to_keep"] = seq_len - first
-    elif "num_logits_to_keep" in params:
-        kwargs["num_logits_to_keep"] = seq_len - first
     logits = model(
         input_ids=packed.input_ids.to(device),
         attention_mask=packed.attention_mask.to(device),
         position_ids=packed.position_ids.to(device),
         use_cache=False,
-        **kwargs,
+        **_logits_to_keep(model, seq_len - first),
     ).logits  # (b, T', V)
     offset = seq_len - logits.shape[1]
 
@@ -305,9 +311,7 @@ def _packed_branch_logps(
         empty = as_tensor([])
         return torch.zeros(0, dtype=out_dtype, device=device), empty, empty, empty
     row_t = as_tensor(row_index)
-    selected = logits[row_t, as_tensor(position)].to(out_dtype)  # (N, V)
-    target_t = as_tensor(target).unsqueeze(-1)
-    token_logps = selected.gather(-1, target_t).squeeze(-1) - torch.logsumexp(selected, dim=-1)  # (N,)
+    token_logps = _target_logps(logits, row_t, as_tensor(position), as_tensor(target))  # (N,)
     return token_logps, row_t, as_tensor(branch_index), as_tensor(token_index)
 
 
