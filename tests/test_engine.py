@@ -173,12 +173,17 @@ def test_invalid_config_is_refused_before_anything_is_written(model_dir, tmp_pat
     assert list((tmp_path / "runs").iterdir()) == []
 
 
-def test_reward_exception_stops_the_run_with_traceback_and_state_intact(model_dir, tmp_path, monkeypatch):
+def _collected_run(model_dir, tmp_path):
+    """A manager, and a small run of it idle after its first collect phase, with its trainer."""
     manager = RunManager(tmp_path / "runs")
     run_id = manager.create(small_spec(model_dir))
     manager.start(run_id, phases=1)
     assert manager.wait(run_id, timeout=300).status == "idle"
-    trainer = manager.run(run_id).trainer
+    return manager, run_id, manager.run(run_id).trainer
+
+
+def test_reward_exception_stops_the_run_with_traceback_and_state_intact(model_dir, tmp_path, monkeypatch):
+    manager, run_id, trainer = _collected_run(model_dir, tmp_path)
 
     def broken(*args, **kwargs):
         raise RuntimeError("reward server down")
@@ -201,11 +206,7 @@ def test_reward_exception_stops_the_run_with_traceback_and_state_intact(model_di
 def test_a_reward_that_calls_sys_exit_ends_its_phase_in_error_not_in_a_run_busy_for_ever(
     model_dir, tmp_path, monkeypatch
 ):
-    manager = RunManager(tmp_path / "runs")
-    run_id = manager.create(small_spec(model_dir))
-    manager.start(run_id, phases=1)
-    assert manager.wait(run_id, timeout=300).status == "idle"
-    trainer = manager.run(run_id).trainer
+    manager, run_id, trainer = _collected_run(model_dir, tmp_path)
 
     def exiting(*args, **kwargs):
         sys.exit(3)

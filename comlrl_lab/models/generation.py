@@ -4,9 +4,8 @@ Sequences are left-padded, sorted by prompt length so that a batch holds prompts
 ``settings.batch_size`` at a time (by default 64, more for row-seeded rows while a KV-cache budget allows,
 ``rows_per_call``) through ``model.generate`` (sampling, one beam, eval mode, no grad), or, for row-seeded sampling
 of a plain model (a LoRA agent's too, through the model its peft wrapper wraps: ``generating_model``), through our own
-decode loop, which drops finished rows (``decode_loop``). Each completion is cut
-after its first EOS (the EOS is kept) and comes back with its token ids, so that training can use exactly the
-tokens that were sampled.
+decode loop, which drops finished rows (``decode_loop``). Each completion is cut after its first EOS (the EOS is
+kept) and comes back with its token ids, so that training can use exactly the tokens that were sampled.
 
 Two ways to draw the randomness:
 
