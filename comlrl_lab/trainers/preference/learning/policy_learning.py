@@ -25,7 +25,6 @@ Deliberate deviations from CoMLRL (each also in docs/differences_from_comlrl.md)
 from __future__ import annotations
 
 import copy
-import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -374,20 +373,26 @@ class PolicyLearner:
             for i, (agent, reference) in enumerate(zip(self.agents, self.references)):
                 prompt_ids = [c.prompt_ids[i] for c in flat]
                 completion_ids = [c.completion_ids[i] for c in flat]
-                score = functools.partial(
-                    token_logps_and_mask,
-                    prompt_ids=prompt_ids,
-                    completion_ids=completion_ids,
+                was_training = agent.training
+                set_mode(agent, False)
+                policy, mask = token_logps_and_mask(
+                    agent,
+                    prompt_ids,
+                    completion_ids,
                     pad_token_id=self.pad_token_ids[i],
                     micro_batch_size=self.micro,
                     packed=self.packed,
                 )
-                was_training = agent.training
-                set_mode(agent, False)
-                policy, mask = score(agent)
                 set_mode(agent, was_training)
                 with reference_scoring(reference):
-                    ref, _ = score(reference)
+                    ref, _ = token_logps_and_mask(
+                        reference,
+                        prompt_ids,
+                        completion_ids,
+                        pad_token_id=self.pad_token_ids[i],
+                        micro_batch_size=self.micro,
+                        packed=self.packed,
+                    )
                 kl[i] = kl_k3(policy.cpu(), ref.cpu(), mask.cpu())
         return kl
 
