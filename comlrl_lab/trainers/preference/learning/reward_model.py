@@ -20,8 +20,6 @@ Deliberate deviations from CoMLRL (each also in docs/differences_from_comlrl.md)
 
 from __future__ import annotations
 
-import functools
-import inspect
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -31,8 +29,9 @@ import torch
 from torch import Tensor, nn
 
 from comlrl_lab.models.packing import group_by_key, micro_batches, pack_rows, shared_prefix_length, within_row_budget
+from comlrl_lab.models.read_positions import hidden_states_at
 from comlrl_lab.models.reward_oracle import joint_reward_text
-from comlrl_lab.models.scoring import base_model, supports_packed_pairs
+from comlrl_lab.models.scoring import supports_packed_pairs
 from comlrl_lab.names import metric_names as M
 from comlrl_lab.trainers.preference.learning.losses import NonFiniteLossError, bradley_terry_loss, check_finite
 from comlrl_lab.trainers.preference.learning.optim import build_adamw
@@ -54,32 +53,19 @@ def mask_position_ids(attention_mask: Tensor) -> Tensor:
     return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)  # (B, T)
 
 
-@functools.lru_cache(maxsize=32)
-def _accepts_position_ids(model_class: type) -> bool:
-    return "position_ids" in inspect.signature(model_class.forward).parameters
-
-
-def last_hidden(backbone: Any, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor | None) -> Tensor:
-    """The last layer's hidden states (B, T, H), from ``backbone.base_model`` (the decoder without the LM head;
-    through a peft wrapper, the wrapped LM's), so no (B, T, V) logits are computed. Models whose base model is
-    themselves fall back to ``output_hidden_states``. ``position_ids`` go in where the decoder takes them."""
-    # Differs from CoMLRL: it runs the full LM (vocabulary logits included) with every layer's hidden states.
-    inner = base_model(backbone)  # peft: the wrapped LM
-    decoder = getattr(inner, "base_model", inner)
-    kwargs: dict[str, Any] = {"attention_mask": attention_mask, "use_cache": False}
-    if decoder is inner:
-        kwargs["output_hidden_states"] = True
-    if position_ids is not None and _accepts_position_ids(type(decoder)):
-        kwargs["position_ids"] = position_ids
-    output = decoder(input_ids=input_ids, **kwargs)
-    return output.hidden_states[-1] if decoder is inner else output.last_hidden_state  # (B, T, H)
-
-
 def pooled_hidden(backbone: Any, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
     """Last-layer hidden state at each row's last non-padding token, float32, (B, T) -> (B, H)."""
-    hidden = last_hidden(backbone, input_ids, attention_mask, mask_position_ids(attention_mask))  # (B, T, H)
-    rows = torch.arange(hidden.shape[0], device=hidden.device)
-    return hidden[rows, last_token_index(attention_mask).to(hidden.device)].float()  # (B, H)
+    # Differs from CoMLRL: it runs the full LM (vocabulary logits included) with every layer's hidden states; here
+    # the decoder runs without its LM head, and its last layer only where the hidden state is read.
+    rows = torch.arange(input_ids.shape[0], device=input_ids.device)
+    return hidden_states_at(
+        backbone,
+        input_ids,
+        attention_mask,
+        mask_position_ids(attention_mask),
+        rows,
+        last_token_index(attention_mask).to(input_ids.device),
+    ).float()  # (B, H)
 
 
 def packed_pooled_hidden(backbone: Any, groups: Sequence[Sequence[Sequence[int]]], pad_token_id: int) -> Tensor:
@@ -100,16 +86,20 @@ def packed_pooled_hidden(backbone: Any, groups: Sequence[Sequence[Sequence[int]]
     weight = next(backbone.parameters())
     packed = pack_rows(prefixes, branches, pad_token_id=pad_token_id, dtype=weight.dtype)
     device = weight.device
-    hidden = last_hidden(
-        backbone, packed.input_ids.to(device), packed.attention_mask.to(device), packed.position_ids.to(device)
-    )  # (b, T, H)
     rows = [r for r, row in enumerate(branches) for _ in row]
     ends = [
         start + len(branch) - 1
         for row, starts in zip(branches, packed.branch_starts)
         for branch, start in zip(row, starts)
     ]
-    return hidden[torch.tensor(rows, device=device), torch.tensor(ends, device=device)].float()  # (N, H)
+    return hidden_states_at(
+        backbone,
+        packed.input_ids.to(device),
+        packed.attention_mask.to(device),
+        packed.position_ids.to(device),
+        torch.tensor(rows, device=device),
+        torch.tensor(ends, device=device),
+    ).float()  # (N, H)
 
 
 def hidden_size(backbone: Any) -> int:
