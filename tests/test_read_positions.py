@@ -154,5 +154,9 @@ def test_the_reward_model_runs_its_backbones_last_layer_once_per_scored_text(mod
     reward.packed = False
     padded_scores = reward.score_joint(prompts, completions)
 
-    assert mlp_rows == [3, 3]
+    reward.last_layer_at_read_positions = False
+    everywhere_scores = reward.score_joint(prompts, completions)
+
+    assert mlp_rows[:2] == [3, 3] and mlp_rows[2] > 3 * 10  # every token of the three padded texts
     assert packed_scores == pytest.approx(padded_scores, abs=1e-5)
+    assert everywhere_scores == pytest.approx(padded_scores, abs=1e-5)

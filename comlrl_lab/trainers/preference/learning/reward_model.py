@@ -53,8 +53,12 @@ def mask_position_ids(attention_mask: Tensor) -> Tensor:
     return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)  # (B, T)
 
 
-def pooled_hidden(backbone: Any, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-    """Last-layer hidden state at each row's last non-padding token, float32, (B, T) -> (B, H)."""
+def pooled_hidden(
+    backbone: Any, input_ids: Tensor, attention_mask: Tensor, *, last_layer_at_read_positions: bool = True
+) -> Tensor:
+    """Last-layer hidden state at each row's last non-padding token, float32, (B, T) -> (B, H).
+
+    ``last_layer_at_read_positions``: see ``read_positions.hidden_states_at``."""
     # Differs from CoMLRL: it runs the full LM (vocabulary logits included) with every layer's hidden states; here
     # the decoder runs without its LM head, and its last layer only where the hidden state is read.
     rows = torch.arange(input_ids.shape[0], device=input_ids.device)
@@ -65,10 +69,17 @@ def pooled_hidden(backbone: Any, input_ids: Tensor, attention_mask: Tensor) -> T
         mask_position_ids(attention_mask),
         rows,
         last_token_index(attention_mask).to(input_ids.device),
+        last_layer_at_read_positions=last_layer_at_read_positions,
     ).float()  # (B, H)
 
 
-def packed_pooled_hidden(backbone: Any, groups: Sequence[Sequence[Sequence[int]]], pad_token_id: int) -> Tensor:
+def packed_pooled_hidden(
+    backbone: Any,
+    groups: Sequence[Sequence[Sequence[int]]],
+    pad_token_id: int,
+    *,
+    last_layer_at_read_positions: bool = True,
+) -> Tensor:
     """The pooled hidden state (float32, (N, H)) of every sequence of ``groups``, in order, one packed row per group.
 
     A group's longest shared token prefix runs once, each sequence's rest after it with a block-causal mask
@@ -99,6 +110,7 @@ def packed_pooled_hidden(backbone: Any, groups: Sequence[Sequence[Sequence[int]]
         packed.position_ids.to(device),
         torch.tensor(rows, device=device),
         torch.tensor(ends, device=device),
+        last_layer_at_read_positions=last_layer_at_read_positions,
     ).float()  # (N, H)
 
 
@@ -155,7 +167,14 @@ class ScalarHeadLM(nn.Module):
     """
 
     def __init__(
-        self, backbone: Any, tokenizer: Any, head: nn.Module, *, max_length: int | None = None, packed: bool = False
+        self,
+        backbone: Any,
+        tokenizer: Any,
+        head: nn.Module,
+        *,
+        max_length: int | None = None,
+        packed: bool = False,
+        last_layer_at_read_positions: bool = True,
     ):
         super().__init__()
         self.backbone = backbone
@@ -165,6 +184,9 @@ class ScalarHeadLM(nn.Module):
         # Texts that share a token prefix (a pair's joint prompt, an item's candidates) run it once, in one packed
         # row, where the backbone takes custom masks.
         self.packed = bool(packed) and supports_packed_pairs(backbone)
+        # Where served (``read_positions``), the backbone's last layer runs at the pooled tokens only; False runs it
+        # everywhere (what ``benchmarks/reward_fit.py`` compares against).
+        self.last_layer_at_read_positions = bool(last_layer_at_read_positions)
 
     @property
     def device(self) -> torch.device:
@@ -180,7 +202,9 @@ class ScalarHeadLM(nn.Module):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         # Differs from CoMLRL: the head runs in float32 (CoMLRL casts it to the backbone dtype, bf16 on GPUs).
-        pooled = pooled_hidden(self.backbone, input_ids, attention_mask)  # (B, H) float32
+        pooled = pooled_hidden(
+            self.backbone, input_ids, attention_mask, last_layer_at_read_positions=self.last_layer_at_read_positions
+        )  # (B, H) float32
         return self.head(pooled).squeeze(-1)  # (B,)
 
     def encode(self, texts: Sequence[str]) -> tuple[Tensor, Tensor]:
@@ -213,7 +237,12 @@ class ScalarHeadLM(nn.Module):
     def score_groups(self, groups: Sequence[Sequence[Sequence[int]]]) -> Tensor:
         """Scores (N,) of every tokenised text of ``groups``, in order, in one forward: each group is one packed row
         whose shared token prefix runs once (``packed_pooled_hidden``)."""
-        pooled = packed_pooled_hidden(self.backbone, groups, int(self.tokenizer.pad_token_id))  # (N, H)
+        pooled = packed_pooled_hidden(
+            self.backbone,
+            groups,
+            int(self.tokenizer.pad_token_id),
+            last_layer_at_read_positions=self.last_layer_at_read_positions,
+        )  # (N, H)
         return self.head(pooled).squeeze(-1)
 
     def score_texts(self, texts: Sequence[str], *, micro_batch_size: int = 32) -> Tensor:
@@ -259,10 +288,18 @@ class JointRewardModel(ScalarHeadLM):
         max_length: int | None = None,
         freeze_backbone: bool = False,
         packed: bool = False,
+        last_layer_at_read_positions: bool = True,
     ) -> JointRewardModel:
         """Wrap a loaded causal LM with a freshly initialised Linear head (seeded by ``generator``)."""
         head = scalar_head(hidden_size(backbone), generator=generator)
-        model = cls(backbone, tokenizer, head, max_length=max_length, packed=packed)
+        model = cls(
+            backbone,
+            tokenizer,
+            head,
+            max_length=max_length,
+            packed=packed,
+            last_layer_at_read_positions=last_layer_at_read_positions,
+        )
         if freeze_backbone:
             model.freeze_backbone()
         return model
