@@ -3,7 +3,7 @@
 Sequences are left-padded, sorted by prompt length so that a batch holds prompts of similar length, and sent
 ``settings.batch_size`` at a time (by default 64, more for row-seeded rows while a KV-cache budget allows,
 ``rows_per_call``) through ``model.generate`` (sampling, one beam, eval mode, no grad), or, for row-seeded sampling
-of a plain model (a LoRA agent's too, through the model its peft wrapper wraps: ``generating_model``), through our own
+of a plain model (a LoRA agent's too, through the model its peft wrapper wraps: ``lora_forward_model``), through our own
 decode loop, which drops finished rows (``decode_loop``). Each completion is cut after its first EOS (the EOS is
 kept) and comes back with its token ids, so that training can use exactly the tokens that were sampled.
 
@@ -43,7 +43,7 @@ import torch
 
 from comlrl_lab.models.decode_loop import decode_rows
 from comlrl_lab.models.devices import model_device
-from comlrl_lab.models.lora import is_adapter_model
+from comlrl_lab.models.lora import lora_forward_model
 from comlrl_lab.models.scoring import base_model, forward_parameters, set_mode
 
 # Keys the sampler owns; extra generate kwargs may not override them.
@@ -73,7 +73,7 @@ class SamplingSettings:
     sides_in_one_pass: bool = True
     # Row-seeded sampling runs its own decode loop (``decode_loop``) instead of ``generate`` where generate would
     # add nothing (no extra generate kwargs; a plain model, or the one a LoRA agent wraps: ``_decode_loop_cache_name``,
-    # ``generating_model``): finished rows leave the batch. The same tokens; a row's logits may round differently
+    # ``lora_forward_model``): finished rows leave the batch. The same tokens; a row's logits may round differently
     # with fewer rows beside it.
     own_decode_loop: bool = True
     # The own decode loop's one-token steps on the CPU compute attention as two batched matrix products instead of
@@ -440,21 +440,6 @@ def rows_per_call(model: Any, longest_prompt: int, max_new_tokens: int) -> int:
     return max(DEFAULT_ROWS_PER_CALL, min(MOST_ROWS_PER_CALL, KV_CACHE_BUDGET_BYTES // max(per_row, 1)))
 
 
-def generating_model(model: Any) -> Any:
-    """The model whose forward ``model.generate`` runs each step: the transformers model inside a peft LoRA wrapper
-    (peft injects the LoRA layers into it, so its forward applies the active adapter, and peft's ``generate`` for
-    LoRA is that model's ``generate``), else ``model``. Prompt-learning adapters (prefix or prompt tuning) and aLoRA
-    add inputs of their own in peft's wrapper, so they keep it."""
-    config = getattr(model, "active_peft_config", None) if is_adapter_model(model) else None
-    plain_lora = (
-        config is not None
-        and getattr(config, "peft_type", None) == "LORA"
-        and not getattr(config, "is_prompt_learning", False)
-        and not getattr(config, "alora_invocation_tokens", None)
-    )
-    return model.get_base_model() if plain_lora else model
-
-
 def _decode_loop_cache_name(model: Any) -> str | None:
     """The name under which the own decode loop passes ``model`` its cache, or None when the loop would not give
     ``model`` what ``generate`` would. It needs a model that generates with the default input preparation and a
@@ -642,7 +627,7 @@ def _sample(
     # Differs from CoMLRL: a LoRA agent's prompts are prefilled once and it samples in our decode loop too, through
     # the model its peft wrapper generates with. Extra generate arguments may be peft's own (``adapter_names``),
     # which only its wrapper applies, so with any of them the wrapper samples, as before.
-    decoder = model if extra_generate_kwargs else generating_model(model)
+    decoder = model if extra_generate_kwargs else lora_forward_model(model)
     cache_name = _cache_argument(decoder) if settings.prefill_once else None
     loop_cache_name = None
     if side_seeds is not None and settings.own_decode_loop and not extra_generate_kwargs:
@@ -729,7 +714,7 @@ def sampling_path(model: Any, settings: SamplingSettings, row_seeded: bool) -> s
     if custom is not None:
         how = "one call per prompt, seeded from the prompt's row seed" if row_seeded else "batched, from the stream"
         return f"its own generate ({custom}; {how})"
-    if row_seeded and settings.own_decode_loop and _decode_loop_cache_name(generating_model(model)) is not None:
+    if row_seeded and settings.own_decode_loop and _decode_loop_cache_name(lora_forward_model(model)) is not None:
         return "comlrl-lab's decode loop (row-seeded)"
     how = "row-seeded logits processor" if row_seeded else "from the stream"
     return f"transformers' generate ({how})"

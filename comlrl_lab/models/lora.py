@@ -75,6 +75,21 @@ def is_adapter_model(model: Any) -> bool:
     return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
 
 
+def lora_forward_model(model: Any) -> Any:
+    """The model whose forward a call of ``model`` runs: the transformers model inside a peft LoRA wrapper (peft
+    injects the LoRA layers into it, so its forward applies the active adapter, and peft's ``forward`` and
+    ``generate`` for LoRA are that model's), else ``model``. Prompt-learning adapters (prefix or prompt tuning) and
+    aLoRA add inputs of their own in peft's wrapper, so they keep it."""
+    config = getattr(model, "active_peft_config", None) if is_adapter_model(model) else None
+    plain_lora = (
+        config is not None
+        and getattr(config, "peft_type", None) == "LORA"
+        and not getattr(config, "is_prompt_learning", False)
+        and not getattr(config, "alora_invocation_tokens", None)
+    )
+    return model.get_base_model() if plain_lora else model
+
+
 def apply_lora(model: Any, settings: LoraSettings, *, seed: int) -> Any:
     """``model`` wrapped with a fresh LoRA adapter drawn from ``seed``; only adapter weights stay trainable.
 
