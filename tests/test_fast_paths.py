@@ -501,14 +501,15 @@ def test_dpo_update_scores_one_row_per_pair_when_packing(make_trainer, tmp_path,
     pairs = trainer.collector.train_pairs
     rows = []
     for agent in trainer.agents:
-        plain = agent.forward
+        decoder = agent.model  # the LM's decoder: it runs in every scoring forward, whatever runs the last layer
+        plain = decoder.forward
 
         @functools.wraps(plain)
         def watched(*args, plain=plain, **kwargs):
             rows.append(kwargs["input_ids"].shape[0])
             return plain(*args, **kwargs)
 
-        agent.forward = watched
+        decoder.forward = watched
     trainer.learner.update(pairs)
     assert rows == [len(pairs) if packed else 2 * len(pairs)] * 2
 

@@ -88,7 +88,7 @@ def test_packed_candidates_score_as_one_row_per_sequence_does(
     model = load_model(model_dir, device="cpu", dtype="float32").eval()
     assert supports_packed_pairs(model)
     rows = []
-    model.register_forward_pre_hook(
+    model.model.register_forward_pre_hook(  # the decoder: it runs in every scoring forward
         lambda module, args, kwargs: rows.append(len(kwargs["input_ids"])), with_kwargs=True
     )
     # 20 tokens: the second prompt (11 tokens) takes two rows for its three candidates.

@@ -8,7 +8,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from comlrl_lab.models.packing import pack_rows
-from comlrl_lab.models.read_positions import hidden_states_at, serves
+from comlrl_lab.models.read_positions import hidden_states_at, last_positions_logits, serves
 from comlrl_lab.trainers.preference.learning.reward_model import (
     JointRewardModel,
     last_token_index,
@@ -104,6 +104,38 @@ def test_the_last_layer_at_the_read_positions_gives_the_full_forwards_values_and
 def _projections(model):
     attention = model.model.layers[-1].self_attn
     return attention.q_proj, attention.k_proj
+
+
+@pytest.mark.parametrize("inputs", ["right padding", "left padding", "packed"])
+def test_the_last_positions_logits_are_a_forwards_with_logits_to_keep(inputs):
+    model = _llama(kv_heads=2)
+    input_ids, mask, position_ids, _, _ = INPUTS[inputs]()
+    keep = 4
+    mlp_rows = _rows_seen(model.model.layers[-1].mlp)
+    weights = torch.linspace(-1.0, 1.0, len(input_ids) * keep * 64).reshape(len(input_ids), keep, 64)
+
+    ours = last_positions_logits(model, input_ids, mask, position_ids, keep)
+    (ours * weights).sum().backward()
+    our_gradients = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    full = model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids, logits_to_keep=keep).logits
+    (full * weights).sum().backward()
+
+    assert mlp_rows == [len(input_ids) * keep, input_ids.numel()]
+    torch.testing.assert_close(ours, full, atol=2e-5, rtol=1e-5)
+    for name, parameter in model.named_parameters():
+        torch.testing.assert_close(our_gradients[name], parameter.grad, atol=1e-4, rtol=1e-4, msg=name)
+
+
+def test_a_wrapper_that_acts_around_the_call_is_not_served():
+    peft = pytest.importorskip("peft")
+    from comlrl_lab.models.lora import AdapterDisabled
+
+    wrapped = peft.get_peft_model(_llama(), peft.LoraConfig(r=4, target_modules=["q_proj"]))
+    assert serves(wrapped)
+    assert not serves(AdapterDisabled(wrapped))  # it switches the adapters off around each call
+    prefix = peft.get_peft_model(_llama(), peft.PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=2))
+    assert not serves(prefix)  # its wrapper adds the virtual tokens
 
 
 def test_a_model_it_does_not_serve_runs_its_last_layer_everywhere_with_the_same_values():

@@ -5,6 +5,8 @@ last decoder layer's query projection, attention, output projection and MLP at e
 and values are needed everywhere; the rest is needed at the read positions alone. ``hidden_states_at`` runs every
 layer but the last as usual, then the last one at the read positions only: on the embedded tiny model (4 layers) a
 Bradley-Terry step over a 130-token packed pair spends about a quarter of its time in the last layer.
+``last_positions_logits`` does the same for the logits a scoring forward keeps (``scoring``: from the shortest
+prompt's last position on), then applies the final norm and the LM head.
 
 The same values up to float rounding (matrix products over fewer rows, another attention kernel). Served: Llama
 decoders (``LlamaDecoderLayer``, SmolLM2 and the tiny model among them) with sdpa or eager attention and no attention
@@ -21,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from comlrl_lab.models.lora import lora_forward_model
 from comlrl_lab.models.scoring import base_model
 
 # The decoder-layer and attention classes whose forward ``_last_layer_at`` reproduces (checked in transformers 5.25):
@@ -53,7 +56,13 @@ def _decoder_and_inner(backbone: Any) -> tuple[Any, Any]:
 
 
 def serves(backbone: Any) -> bool:
-    """Whether ``hidden_states_at`` runs ``backbone``'s last layer at the read positions only."""
+    """Whether ``hidden_states_at`` runs ``backbone``'s last layer at the read positions only: a transformers Llama
+    model, or one in a peft LoRA wrapper (calling it is calling that model). Any other wrapper (a reference with its
+    adapters switched off, a prompt-learning adapter) may act around the call, so it is not served."""
+    from transformers import PreTrainedModel
+
+    if not isinstance(lora_forward_model(backbone), PreTrainedModel):
+        return False
     decoder, inner = _decoder_and_inner(backbone)
     layers = getattr(decoder, "layers", None)
     config = getattr(decoder, "config", None)
@@ -105,6 +114,27 @@ def hidden_states_at(
     """
     if not (last_layer_at_read_positions and serves(backbone)):
         return full_last_hidden(backbone, input_ids, attention_mask, position_ids)[rows, positions]
+    decoder, last, inputs = _run_to_last_layer(backbone, input_ids, attention_mask, position_ids)
+    return decoder.norm(_last_layer_at(last, inputs, rows, positions[:, None]))[:, 0]
+
+
+def last_positions_logits(
+    model: Any, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor | None, keep: int
+) -> Tensor:
+    """The LM's logits (b, keep, V) at the last ``keep`` positions of every row, for a served model (``serves``):
+    its last layer runs at those positions only, then the final norm and the LM head, as a forward with
+    ``logits_to_keep=keep`` computes them."""
+    decoder, last, inputs = _run_to_last_layer(model, input_ids, attention_mask, position_ids)
+    rows, length = input_ids.shape
+    positions = torch.arange(length - keep, length, device=input_ids.device).expand(rows, -1)  # (b, keep)
+    hidden = decoder.norm(_last_layer_at(last, inputs, None, positions))  # (b, keep, H)
+    return base_model(model).get_output_embeddings()(hidden)
+
+
+def _run_to_last_layer(
+    backbone: Any, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor | None
+) -> tuple[Any, Any, _LastLayerInputs]:
+    """Runs the decoder up to its last layer (a pre-hook stops it there); the decoder, that layer and its inputs."""
     decoder, inner = _decoder_and_inner(backbone)
     last = decoder.layers[-1]
 
@@ -116,12 +146,10 @@ def hidden_states_at(
     try:
         decoder(input_ids=input_ids, **_decoder_kwargs(decoder, inner, attention_mask, position_ids))
     except _LastLayerInputs as reached:
-        inputs = reached
-    else:  # pragma: no cover - every served decoder calls its last layer
-        raise RuntimeError(f"{type(decoder).__name__} never called its last layer")
+        return decoder, last, reached
     finally:
         handle.remove()
-    return decoder.norm(_last_layer_at(last, inputs, rows, positions))
+    raise RuntimeError(f"{type(decoder).__name__} never called its last layer")  # pragma: no cover
 
 
 def _rotated(states: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -131,39 +159,45 @@ def _rotated(states: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return states * cos + rotated_half * sin
 
 
-def _read_rows_mask(mask: Tensor | None, rows: Tensor, positions: Tensor, keys: int) -> Tensor:
-    """The layer mask's rows for the read queries, (N, 1, 1, T): its own (boolean or additive) or, for None, causal."""
+def _query_mask(mask: Tensor | None, rows: Tensor | None, positions: Tensor, keys: int) -> Tensor:
+    """The layer mask at the queries, (b', 1, Q, T): its own rows (boolean or additive) or, for None, causal."""
     if mask is None:
-        return (torch.arange(keys, device=positions.device) <= positions[:, None])[:, None, None, :]
-    queries = positions if mask.shape[2] > 1 else torch.zeros_like(positions)  # a mask shared by every query
-    return mask[rows, :, queries, :][:, :1, None, :]  # one mask for all heads, as the decoder builds it
+        return (torch.arange(keys, device=positions.device) <= positions[..., None])[:, None]
+    if rows is not None:
+        mask = mask[rows]
+    if mask.shape[2] == 1:  # one mask row shared by every query
+        return mask[:, :1]
+    index = positions[:, None, :, None].expand(-1, 1, -1, mask.shape[3])  # one mask for all heads, as built
+    return mask[:, :1].gather(2, index)
 
 
-def _last_layer_at(layer: Any, inputs: _LastLayerInputs, rows: Tensor, positions: Tensor) -> Tensor:
-    """``LlamaDecoderLayer.forward`` at the read positions only: (N, H) before the decoder's final norm."""
+def _last_layer_at(layer: Any, inputs: _LastLayerInputs, rows: Tensor | None, positions: Tensor) -> Tensor:
+    """``LlamaDecoderLayer.forward`` at the queries only, (b', Q, H) before the decoder's final norm: query q of
+    output row i sits at position ``positions[i, q]`` of input row ``rows[i]`` (of row i when ``rows`` is None)."""
     attention = layer.self_attn
     hidden = inputs.hidden_states  # (B, T, H)
     batch, keys, _ = hidden.shape
     head_dim = attention.head_dim
     normed = layer.input_layernorm(hidden)  # (B, T, H)
-    cos, sin = inputs.position_embeddings  # (B or 1, T, d) each
-    # Keys and values at every position, as the full layer has them; only the read rows' are attended to.
+    cos, sin = (part.expand(batch, -1, -1) for part in inputs.position_embeddings)  # (B, T, d) each
+    # Keys and values at every position, as the full layer has them; only the query rows' are attended to.
     key = attention.k_proj(normed).view(batch, keys, -1, head_dim).transpose(1, 2)  # (B, kv, T, d)
     value = attention.v_proj(normed).view(batch, keys, -1, head_dim).transpose(1, 2)
-    key = _rotated(key, cos[:, None], sin[:, None])[rows]  # (N, kv, T, d)
-    value = value[rows]
-    cos_rows = cos.expand(batch, -1, -1)[rows, positions][:, None, None, :]  # (N, 1, 1, d)
-    sin_rows = sin.expand(batch, -1, -1)[rows, positions][:, None, None, :]
-    residual = hidden[rows, positions]  # (N, H)
-    query = attention.q_proj(normed[rows, positions]).view(len(rows), -1, 1, head_dim)  # (N, heads, 1, d)
-    query = _rotated(query, cos_rows, sin_rows)
+    key = _rotated(key, cos[:, None], sin[:, None])
+    if rows is not None:
+        key, value, normed, hidden, cos, sin = (part[rows] for part in (key, value, normed, hidden, cos, sin))
+    normed_q, residual, cos_q, sin_q = (
+        part.gather(1, positions[..., None].expand(-1, -1, part.shape[-1])) for part in (normed, hidden, cos, sin)
+    )  # (b', Q, ·) each
+    query = attention.q_proj(normed_q).view(*positions.shape, -1, head_dim).transpose(1, 2)  # (b', heads, Q, d)
+    query = _rotated(query, cos_q[:, None], sin_q[:, None])
     attended = F.scaled_dot_product_attention(
         query,
         key,
         value,
-        attn_mask=_read_rows_mask(inputs.attention_mask, rows, positions, keys),
+        attn_mask=_query_mask(inputs.attention_mask, rows, positions, keys),
         scale=attention.scaling,
         enable_gqa=query.shape[1] != key.shape[1],
-    )  # (N, heads, 1, d)
-    hidden_rows = residual + attention.o_proj(attended.reshape(len(rows), -1))  # (N, H)
-    return hidden_rows + layer.mlp(layer.post_attention_layernorm(hidden_rows))
+    )  # (b', heads, Q, d)
+    hidden_q = residual + attention.o_proj(attended.transpose(1, 2).reshape(*positions.shape, -1))  # (b', Q, H)
+    return hidden_q + layer.mlp(layer.post_attention_layernorm(hidden_q))

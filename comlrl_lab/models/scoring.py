@@ -3,7 +3,9 @@
 Each sequence is prompt ++ completion. Sequences are right-padded into micro-batches (longest first) and
 run through one forward pass per micro-batch with an attention mask and explicit position ids. Token
 log-probs are taken in float32 as logit[target] - logsumexp(logits), only at the positions that are scored,
-so padding is never scored and the full (B, T, V) log-softmax is never materialised.
+so padding is never scored and the full (B, T, V) log-softmax is never materialised. Logits are asked for from
+the shortest prompt's last position on only; a Llama decoder runs its last layer there only too
+(``read_positions``), the same values up to float rounding.
 
 Gradients flow when the caller has them enabled; wrap calls in ``torch.no_grad()`` for detached margins.
 This module does not switch the model's mode: see ``disable_dropout`` for scoring without dropout noise.
@@ -85,6 +87,24 @@ def _target_logps(
     return selected.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(selected, dim=-1)
 
 
+def _last_logits(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, keep: int
+) -> torch.Tensor:
+    """The logits (b, T', V) of the last T' positions, T' = ``keep`` where the model can be asked for fewer than all.
+
+    A Llama decoder (``read_positions.serves``) runs its last layer at those positions only; any other model is
+    asked for them with ``logits_to_keep``. ``position_ids`` go in where the model takes them."""
+    from comlrl_lab.models.read_positions import last_positions_logits, serves  # read_positions imports this module
+
+    if keep < input_ids.shape[1] and serves(model):
+        return last_positions_logits(model, input_ids, attention_mask, position_ids, keep)
+    kwargs: dict[str, Any] = {"attention_mask": attention_mask, "use_cache": False, **_logits_to_keep(model, keep)}
+    # A peft model forwards these keywords to its base model; ask the base which ones it takes.
+    if "position_ids" in forward_parameters(type(base_model(model))):
+        kwargs["position_ids"] = position_ids
+    return model(input_ids=input_ids, **kwargs).logits
+
+
 def _score_rows(
     model: Any,
     prompts: list[list[int]],
@@ -107,12 +127,10 @@ def _score_rows(
 
     # Only positions from the shortest prompt onwards carry scored logits.
     first = min(len(p) - 1 for p in prompts)
-    kwargs: dict[str, Any] = {"attention_mask": attention_mask.to(device), "use_cache": False}
-    # A peft model forwards these keywords to its base model; ask the base which ones it takes.
-    if "position_ids" in forward_parameters(type(base_model(model))):
-        kwargs["position_ids"] = torch.arange(seq_len, device=device).unsqueeze(0).expand(rows, -1)
-    kwargs.update(_logits_to_keep(model, seq_len - first))
-    logits = model(input_ids=input_ids.to(device), **kwargs).logits  # (b, T', V), T' = T - offset
+    position_ids = torch.arange(seq_len, device=device).unsqueeze(0).expand(rows, -1)
+    logits = _last_logits(
+        model, input_ids.to(device), attention_mask.to(device), position_ids, seq_len - first
+    )  # (b, T', V), T' = T - offset
     offset = seq_len - logits.shape[1]
 
     row_index, token_index, position, target = [], [], [], []
@@ -286,13 +304,13 @@ def _packed_branch_logps(
     packed = pack_rows(prompts, inputs, pad_token_id=pad_token_id, dtype=next(model.parameters()).dtype)
     seq_len = packed.input_ids.shape[1]
     first = min(len(p) - 1 for p in prompts)
-    logits = model(
-        input_ids=packed.input_ids.to(device),
-        attention_mask=packed.attention_mask.to(device),
-        position_ids=packed.position_ids.to(device),
-        use_cache=False,
-        **_logits_to_keep(model, seq_len - first),
-    ).logits  # (b, T', V)
+    logits = _last_logits(
+        model,
+        packed.input_ids.to(device),
+        packed.attention_mask.to(device),
+        packed.position_ids.to(device),
+        seq_len - first,
+    )  # (b, T', V)
     offset = seq_len - logits.shape[1]
 
     row_index, position, target, branch_index, token_index = [], [], [], [], []
