@@ -3,6 +3,8 @@ run at those positions only, and the full forward for every model it does not se
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
@@ -22,7 +24,7 @@ SIZES = dict(
 
 def _llama(kv_heads: int = 4, attention: str = "sdpa", **extra) -> LlamaForCausalLM:
     torch.manual_seed(0)
-    config = LlamaConfig(num_key_value_heads=kv_heads, initializer_range=0.3, **SIZES, **extra)
+    config = LlamaConfig(num_key_value_heads=kv_heads, initializer_range=0.3, **{**SIZES, **extra})
     config._attn_implementation = attention
     return LlamaForCausalLM(config).eval()
 
@@ -76,11 +78,31 @@ def _values_and_gradients(model, inputs, *, read_positions_only: bool):
     return values.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+# A head size other than hidden / heads, biases in every projection and llama3's rotary scaling.
+UNUSUAL = dict(
+    head_dim=16,
+    attention_bias=True,
+    mlp_bias=True,
+    rope_parameters={
+        "rope_type": "llama3",
+        "rope_theta": 10000.0,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16,
+    },
+)
+
+
 @pytest.mark.parametrize("kv_heads", [4, 2])
 @pytest.mark.parametrize("inputs", list(INPUTS))
-def test_the_last_layer_at_the_read_positions_gives_the_full_forwards_values_and_gradients(attention, kv_heads, inputs):
-    model = _llama(kv_heads, attention)
+@pytest.mark.parametrize("unusual", [False, True])
+def test_the_last_layer_at_the_read_positions_gives_the_full_forwards_values_and_gradients(kv_heads, inputs, unusual):
+    model = _llama(kv_heads, **(UNUSUAL if unusual else {}))
+    if unusual:
+        for name, parameter in model.named_parameters():
+            if name.endswith("bias"):
+                torch.nn.init.normal_(parameter, std=0.5)
     assert serves(model)
     batch = INPUTS[inputs]()
     mlp_rows, query_rows, key_rows = (_rows_seen(m) for m in (model.model.layers[-1].mlp, *_projections(model)))
@@ -108,7 +130,7 @@ def _projections(model):
 
 @pytest.mark.parametrize("inputs", ["right padding", "left padding", "packed"])
 def test_the_last_positions_logits_are_a_forwards_with_logits_to_keep(inputs):
-    model = _llama(kv_heads=2)
+    model = _llama(kv_heads=2, **UNUSUAL)
     input_ids, mask, position_ids, _, _ = INPUTS[inputs]()
     keep = 4
     mlp_rows = _rows_seen(model.model.layers[-1].mlp)
@@ -142,7 +164,11 @@ def test_a_model_it_does_not_serve_runs_its_last_layer_everywhere_with_the_same_
     torch.manual_seed(0)
     qwen3 = Qwen3ForCausalLM(Qwen3Config(num_key_value_heads=2, **SIZES)).eval()  # q/k norms: not served
     dropout = _llama(attention_dropout=0.5).train()  # attention dropout in play
-    assert not serves(qwen3) and not serves(dropout) and serves(dropout.eval())
+    hooked = _llama()
+    hooked.model.layers[-1].self_attn.register_forward_hook(lambda *_: None)  # it would be skipped
+    eager = _llama(attention="eager")
+    assert not serves(qwen3) and not serves(dropout) and serves(dropout.eval()) and not serves(hooked)
+    assert not serves(eager) and not serves(_llama(attention="flex_attention"))
     batch = _padded("right")
     mlp_rows = _rows_seen(qwen3.model.layers[-1].mlp)
 
@@ -192,3 +218,32 @@ def test_the_reward_model_runs_its_backbones_last_layer_once_per_scored_text(mod
     assert mlp_rows[:2] == [3, 3] and mlp_rows[2] > 3 * 10  # every token of the three padded texts
     assert packed_scores == pytest.approx(padded_scores, abs=1e-5)
     assert everywhere_scores == pytest.approx(padded_scores, abs=1e-5)
+
+
+def test_another_threads_forward_of_the_same_model_runs_whole_while_one_reads_positions():
+    model = _llama()
+    batch = _padded("right")
+    expected = model(input_ids=batch[0], attention_mask=batch[1]).logits
+    reading_started, other_done = threading.Event(), threading.Event()
+    first = model.model.layers[0]
+
+    def pause_the_reader(_module, _args):
+        if threading.current_thread().name == "reader":
+            reading_started.set()
+            assert other_done.wait(30)
+
+    first.register_forward_pre_hook(pause_the_reader)
+    results = {}
+    reader = threading.Thread(
+        target=lambda: results.update(read=hidden_states_at(model, *batch)), name="reader", daemon=True
+    )
+    reader.start()
+    assert reading_started.wait(30)  # the reader's stop hook is on the last layer now
+
+    results["other"] = model(input_ids=batch[0], attention_mask=batch[1]).logits
+    other_done.set()
+    reader.join(30)
+
+    assert torch.equal(results["other"], expected)
+    assert results["read"].shape == (3, 32)
+    assert not model.model.layers[-1]._forward_pre_hooks  # the reader's hook is gone

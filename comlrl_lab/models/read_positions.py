@@ -8,15 +8,19 @@ Bradley-Terry step over a 130-token packed pair spends about a quarter of its ti
 ``last_positions_logits`` does the same for the logits a scoring forward keeps (``scoring``: from the shortest
 prompt's last position on), then applies the final norm and the LM head.
 
-The same values up to float rounding (matrix products over fewer rows, another attention kernel). Served: Llama
-decoders (``LlamaDecoderLayer``, SmolLM2 and the tiny model among them) with sdpa or eager attention and no attention
-dropout in play; any other model runs the full forward and is indexed at the positions, as before.
+The same values up to float rounding (matrix products over fewer rows, another attention kernel). Served:
+transformers' ``LlamaForCausalLM`` (SmolLM2 and the tiny model among them; transformers 5) with sdpa attention,
+no attention dropout in play and no hook on its last layer (accelerate's offloading adds one), plain or in a peft LoRA
+wrapper; any other model runs the full forward and is indexed at the positions, as before. The decoder is stopped
+before its last layer by a pre-hook that acts only in the thread that placed it, so another thread's forward of the
+same model runs whole.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import threading
 from typing import Any
 
 import torch
@@ -26,12 +30,13 @@ from torch import Tensor
 from comlrl_lab.models.lora import lora_forward_model
 from comlrl_lab.models.scoring import base_model
 
-# The decoder-layer and attention classes whose forward ``_last_layer_at`` reproduces (checked in transformers 5.25):
-# pre-norm attention and MLP with residuals, rotary q/k from the decoder's position embeddings, no q/k norm, no
-# sliding window.
-_SERVED_LAYERS = frozenset({("LlamaDecoderLayer", "LlamaAttention")})
-# Attention implementations whose layer mask is None (causal), a boolean (True = attend) or an additive 4D tensor.
-_SERVED_ATTENTION = frozenset({"sdpa", "eager"})
+# The major transformers release whose Llama layer ``_last_layer_at`` reproduces (checked in 5.25): pre-norm attention
+# and MLP with residuals, rotary q/k from the decoder's position embeddings, no q/k norm, no sliding window, logits
+# as lm_head(norm(h)).
+_CHECKED_TRANSFORMERS_MAJOR = 5
+# The attention implementation whose results the partial layer's sdpa call reproduces, gradients included (eager
+# attention's differ from sdpa's with left padding in transformers 5.25, so an eager model keeps its full forward).
+_SERVED_ATTENTION = frozenset({"sdpa"})
 
 
 class _LastLayerInputs(Exception):
@@ -57,25 +62,33 @@ def _decoder_and_inner(backbone: Any) -> tuple[Any, Any]:
 
 def serves(backbone: Any) -> bool:
     """Whether ``hidden_states_at`` runs ``backbone``'s last layer at the read positions only: a transformers Llama
-    model, or one in a peft LoRA wrapper (calling it is calling that model). Any other wrapper (a reference with its
+    causal LM, or one in a peft LoRA wrapper (calling it is calling that model). Any other wrapper (a reference with its
     adapters switched off, a prompt-learning adapter) may act around the call, so it is not served."""
-    from transformers import PreTrainedModel
+    import transformers
+    from transformers.models.llama.modeling_llama import LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM
 
-    if not isinstance(lora_forward_model(backbone), PreTrainedModel):
+    if int(transformers.__version__.split(".")[0]) != _CHECKED_TRANSFORMERS_MAJOR:
         return False
-    decoder, inner = _decoder_and_inner(backbone)
-    layers = getattr(decoder, "layers", None)
-    config = getattr(decoder, "config", None)
-    if decoder is inner or layers is None or config is None or len(layers) != config.num_hidden_layers:
+    inner = lora_forward_model(backbone)
+    if type(inner) is not LlamaForCausalLM or base_model(backbone) is not inner:
         return False
-    last = layers[-1]
-    attention = getattr(last, "self_attn", None)
+    decoder, config = inner.model, inner.config
+    if len(decoder.layers) != config.num_hidden_layers:
+        return False
+    last = decoder.layers[-1]
+    attention = last.self_attn
     return (
-        (type(last).__name__, type(attention).__name__) in _SERVED_LAYERS
-        and getattr(config, "_attn_implementation", None) in _SERVED_ATTENTION
+        type(last) is LlamaDecoderLayer
+        and type(attention) is LlamaAttention
+        and config._attn_implementation in _SERVED_ATTENTION
         and not (attention.training and attention.attention_dropout > 0)
         and not getattr(config, "sliding_window", None)
-        and callable(getattr(decoder, "norm", None))
+        # The layer's and its attention's own forwards are never called here, so a hook on either (accelerate's
+        # device placement, a user's) would be skipped; the projections, norms and MLP are called, hooks and all.
+        and not any(
+            module._forward_hooks or module._forward_pre_hooks or hasattr(module, "_hf_hook")
+            for module in (last, attention)
+        )
     )
 
 
@@ -137,8 +150,11 @@ def _run_to_last_layer(
     """Runs the decoder up to its last layer (a pre-hook stops it there); the decoder, that layer and its inputs."""
     decoder, inner = _decoder_and_inner(backbone)
     last = decoder.layers[-1]
+    owner = threading.get_ident()
 
     def stop(_module: Any, args: tuple, kwargs: dict) -> None:
+        if threading.get_ident() != owner:  # another thread's forward of the same model runs whole
+            return
         hidden = args[0] if args else kwargs["hidden_states"]
         raise _LastLayerInputs(hidden, kwargs.get("attention_mask"), kwargs.get("position_embeddings"))
 
@@ -146,6 +162,7 @@ def _run_to_last_layer(
     try:
         decoder(input_ids=input_ids, **_decoder_kwargs(decoder, inner, attention_mask, position_ids))
     except _LastLayerInputs as reached:
+        reached.__traceback__ = None  # the decoder's frames need not outlive its forward
         return decoder, last, reached
     finally:
         handle.remove()
@@ -159,16 +176,17 @@ def _rotated(states: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return states * cos + rotated_half * sin
 
 
-def _query_mask(mask: Tensor | None, rows: Tensor | None, positions: Tensor, keys: int) -> Tensor:
-    """The layer mask at the queries, (b', 1, Q, T): its own rows (boolean or additive) or, for None, causal."""
+def _query_mask(mask: Tensor | None, rows: Tensor | None, positions: Tensor, batch: int, keys: int) -> Tensor:
+    """The layer mask at the queries, (b', 1 or heads, Q or 1, T): its own (boolean or additive, one row per query or
+    one for all) or, for None, causal."""
     if mask is None:
         return (torch.arange(keys, device=positions.device) <= positions[..., None])[:, None]
+    mask = mask.expand(batch, -1, -1, -1)
     if rows is not None:
         mask = mask[rows]
     if mask.shape[2] == 1:  # one mask row shared by every query
-        return mask[:, :1]
-    index = positions[:, None, :, None].expand(-1, 1, -1, mask.shape[3])  # one mask for all heads, as built
-    return mask[:, :1].gather(2, index)
+        return mask
+    return mask.gather(2, positions[:, None, :, None].expand(-1, mask.shape[1], -1, mask.shape[3]))
 
 
 def _last_layer_at(layer: Any, inputs: _LastLayerInputs, rows: Tensor | None, positions: Tensor) -> Tensor:
@@ -184,20 +202,22 @@ def _last_layer_at(layer: Any, inputs: _LastLayerInputs, rows: Tensor | None, po
     key = attention.k_proj(normed).view(batch, keys, -1, head_dim).transpose(1, 2)  # (B, kv, T, d)
     value = attention.v_proj(normed).view(batch, keys, -1, head_dim).transpose(1, 2)
     key = _rotated(key, cos[:, None], sin[:, None])
+    source = torch.arange(batch, device=positions.device) if rows is None else rows
     if rows is not None:
-        key, value, normed, hidden, cos, sin = (part[rows] for part in (key, value, normed, hidden, cos, sin))
-    normed_q, residual, cos_q, sin_q = (
-        part.gather(1, positions[..., None].expand(-1, -1, part.shape[-1])) for part in (normed, hidden, cos, sin)
-    )  # (b', Q, ·) each
-    query = attention.q_proj(normed_q).view(*positions.shape, -1, head_dim).transpose(1, 2)  # (b', heads, Q, d)
+        key, value = key[rows], value[rows]  # (b', kv, T, d)
+    at = (source[:, None], positions)  # (b', Q) each
+    residual, cos_q, sin_q = hidden[at], cos[at], sin[at]  # (b', Q, ·)
+    query = attention.q_proj(normed[at]).view(*positions.shape, -1, head_dim).transpose(1, 2)  # (b', heads, Q, d)
     query = _rotated(query, cos_q[:, None], sin_q[:, None])
+    groups = query.shape[1] // key.shape[1]
+    if groups > 1:  # grouped-query heads, as transformers' repeat_kv (sdpa's enable_gqa needs torch 2.5)
+        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
     attended = F.scaled_dot_product_attention(
         query,
         key,
         value,
-        attn_mask=_query_mask(inputs.attention_mask, rows, positions, keys),
+        attn_mask=_query_mask(inputs.attention_mask, rows, positions, batch, keys),
         scale=attention.scaling,
-        enable_gqa=query.shape[1] != key.shape[1],
     )  # (b', heads, Q, d)
     hidden_q = residual + attention.o_proj(attended.transpose(1, 2).reshape(*positions.shape, -1))  # (b', Q, H)
     return hidden_q + layer.mlp(layer.post_attention_layernorm(hidden_q))
