@@ -14,6 +14,7 @@ free port and never talks to anything else. It does not implement HTTP beyond wh
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -165,6 +166,7 @@ class HttpStub:
         self._in_flight = 0
         self.max_in_flight = 0
         self._server = _Server(("127.0.0.1", 0), _make_handler(self))
+        self._server.stopping = self._stopping
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     # -- lifecycle -------------------------------------------------------------------------------------
@@ -227,6 +229,15 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     # 64 clients connecting at once must not overflow the listen backlog (the default is 5).
     request_queue_size = 256
+    stopping: threading.Event | None = None
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up, or a request still in flight when its test stopped the stub, is not an error of the
+        stub; socketserver would print its traceback to whatever stderr is current, another test's captured one."""
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError) or (self.stopping is not None and self.stopping.is_set()):
+            return
+        super().handle_error(request, client_address)
 
 
 def _make_handler(stub: HttpStub) -> type[BaseHTTPRequestHandler]:
