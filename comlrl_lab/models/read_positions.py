@@ -19,7 +19,6 @@ same model runs whole.
 from __future__ import annotations
 
 import functools
-import inspect
 import threading
 from typing import Any
 
@@ -28,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from comlrl_lab.models.lora import lora_forward_model
-from comlrl_lab.models.scoring import base_model
+from comlrl_lab.models.scoring import base_model, forward_parameters
 
 # The major transformers release whose Llama layer ``_last_layer_at`` reproduces (checked in 5.25): pre-norm attention
 # and MLP with residuals, rotary q/k from the decoder's position embeddings, no q/k norm, no sliding window, logits
@@ -49,9 +48,11 @@ class _LastLayerInputs(Exception):
         self.position_embeddings = position_embeddings
 
 
-@functools.lru_cache(maxsize=32)
-def _accepts_position_ids(model_class: type) -> bool:
-    return "position_ids" in inspect.signature(model_class.forward).parameters
+@functools.lru_cache(maxsize=1)
+def _checked_transformers() -> bool:
+    import transformers
+
+    return int(transformers.__version__.split(".")[0]) == _CHECKED_TRANSFORMERS_MAJOR
 
 
 def _decoder_and_inner(backbone: Any) -> tuple[Any, Any]:
@@ -64,10 +65,9 @@ def serves(backbone: Any) -> bool:
     """Whether ``hidden_states_at`` runs ``backbone``'s last layer at the read positions only: a transformers Llama
     causal LM, or one in a peft LoRA wrapper (calling it is calling that model). Any other wrapper (a reference with its
     adapters switched off, a prompt-learning adapter) may act around the call, so it is not served."""
-    import transformers
     from transformers.models.llama.modeling_llama import LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM
 
-    if int(transformers.__version__.split(".")[0]) != _CHECKED_TRANSFORMERS_MAJOR:
+    if not _checked_transformers():
         return False
     inner = lora_forward_model(backbone)
     if type(inner) is not LlamaForCausalLM or base_model(backbone) is not inner:
@@ -104,7 +104,7 @@ def _decoder_kwargs(decoder: Any, inner: Any, attention_mask: Tensor, position_i
     kwargs: dict[str, Any] = {"attention_mask": attention_mask, "use_cache": False}
     if decoder is inner:
         kwargs["output_hidden_states"] = True
-    if position_ids is not None and _accepts_position_ids(type(decoder)):
+    if position_ids is not None and "position_ids" in forward_parameters(type(decoder)):
         kwargs["position_ids"] = position_ids
     return kwargs
 
@@ -170,10 +170,11 @@ def _run_to_last_layer(
 
 
 def _rotated(states: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotary embedding, (..., d) with cos/sin broadcast to it: x cos + rotate_half(x) sin."""
-    half = states.shape[-1] // 2
-    rotated_half = torch.cat((-states[..., half:], states[..., :half]), dim=-1)
-    return states * cos + rotated_half * sin
+    """Rotary embedding, (..., d) with cos/sin broadcast to it, as Llama's ``apply_rotary_pos_emb`` applies it to q
+    and to k (here with cos/sin of their own positions each)."""
+    from transformers.models.llama.modeling_llama import rotate_half
+
+    return states * cos + rotate_half(states) * sin
 
 
 def _query_mask(mask: Tensor | None, rows: Tensor | None, positions: Tensor, batch: int, keys: int) -> Tensor:
